@@ -1,0 +1,34 @@
+# Developer entry points. `make run` shows the provider working; `make test` is what CI runs (.ci/run).
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+TOOLS := tests/tools
+
+.PHONY: help
+help: ## Show the targets
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+.PHONY: deps
+deps: ## Install missing Debian packages the scripts use (openssl, curl, python3)
+	@$(TOOLS)/deps.sh
+
+.PHONY: k8s-bin
+k8s-bin: deps ## Build kube-apiserver, kubectl and etcd from their Go modules (cached outside the repo)
+	@$(TOOLS)/k8s-bin.sh >/dev/null
+
+.PHONY: cluster-up
+cluster-up: k8s-bin ## Start etcd + kube-apiserver on 127.0.0.1 (kubeconfig: .dev/kubeconfig)
+	@$(TOOLS)/control-plane.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the control plane and remove its state
+	@$(TOOLS)/control-plane.sh down
+
+.PHONY: run
+run: k8s-bin ## Start the control plane and run the manager against it (Ctrl-C stops the manager)
+	@$(TOOLS)/run.sh
+
+.PHONY: test
+test: k8s-bin ## fmt, clippy, unit tests and integration tests against a real control plane
+	@$(TOOLS)/test.sh

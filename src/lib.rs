@@ -1,0 +1,7 @@
+//! Cluster API IPAM provider for in-cluster pools.
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+pub mod cli;
+pub mod manager;
+pub mod telemetry;

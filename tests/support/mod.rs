@@ -1,0 +1,241 @@
+//! Test support for the integration tests: a real etcd + kube-apiserver (tests/tools/control-plane.sh), clients and a
+//! fresh namespace per test, private control planes for tests that stop or restart a component, and the API server's
+//! log tail on failure.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn script(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("bash")
+        .arg(repo_root().join("tests/tools/control-plane.sh"))
+        .args(args)
+        .output()
+        .map_err(|e| format!("running control-plane.sh: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "control-plane.sh {} failed:\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A running control plane: its state folder holds kubeconfigs, certificates and logs.
+#[derive(Debug)]
+pub struct Plane {
+    pub dir: PathBuf,
+    private: bool,
+}
+
+impl Plane {
+    /// The shared control plane of `make cluster-up` (`.dev/`), started when it is not running
+    /// (`make test` stops it again if it started it).
+    pub fn shared() -> &'static Plane {
+        static SHARED: OnceLock<Plane> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            let dir =
+                std::env::var_os("CAPI_IPAM_TEST_PLANE").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".dev"));
+            let dir_arg = dir.to_string_lossy().into_owned();
+            if script(&["status", "--dir", &dir_arg]).is_err() {
+                script(&["up", "--dir", &dir_arg]).unwrap_or_else(|e| panic!("{e}"));
+            }
+            Plane { dir, private: false }
+        })
+    }
+
+    /// A control plane of this test's own, removed when dropped; for tests that stop or restart a component.
+    pub fn private(name: &str) -> Plane {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = repo_root().join(".dev/private").join(format!(
+            "{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        script(&["up", "--dir", &dir.to_string_lossy()]).unwrap_or_else(|e| panic!("{e}"));
+        Plane { dir, private: true }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    pub fn restricted_kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig-restricted")
+    }
+
+    /// The folder holding kube-apiserver, kubectl and etcd.
+    pub fn bin_dir(&self) -> PathBuf {
+        self.env("BIN_DIR").map(PathBuf::from).expect("BIN_DIR in control-plane.env")
+    }
+
+    pub fn api_port(&self) -> u16 {
+        self.env("API_PORT").and_then(|p| p.parse().ok()).expect("API_PORT in control-plane.env")
+    }
+
+    fn env(&self, key: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.dir.join("control-plane.env")).ok()?;
+        text.lines().find_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_owned))
+    }
+
+    /// An admin client (group system:masters).
+    pub async fn client(&self) -> Client {
+        client_from(&self.kubeconfig()).await
+    }
+
+    /// A client for user `it-restricted` (group `it:restricted`), which can do nothing until a test grants it rights.
+    pub async fn restricted_client(&self) -> Client {
+        client_from(&self.restricted_kubeconfig()).await
+    }
+
+    /// Stops etcd or the API server, keeping the state (private planes only).
+    pub fn stop(&self, component: &str) {
+        assert!(self.private, "only a private control plane may be stopped");
+        script(&["stop", "--dir", &self.dir.to_string_lossy(), component]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Starts a stopped component again on the same port and data; returns once it is ready.
+    pub fn start(&self, component: &str) {
+        script(&["start", "--dir", &self.dir.to_string_lossy(), component]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The last `lines` lines of the API server log.
+    pub fn apiserver_log_tail(&self, lines: usize) -> String {
+        tail(&self.dir.join("logs/apiserver.log"), lines)
+    }
+
+    /// Runs kubectl against this plane as admin and returns its stdout; panics with stderr on failure.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = self.kubectl_output(args);
+        assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn kubectl_output(&self, args: &[&str]) -> std::process::Output {
+        Command::new(self.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .output()
+            .expect("running kubectl")
+    }
+}
+
+impl Drop for Plane {
+    fn drop(&mut self) {
+        if self.private {
+            if std::thread::panicking() {
+                eprintln!("--- private API server log (last 40 lines) ---\n{}", self.apiserver_log_tail(40));
+            }
+            let _ = script(&["down", "--dir", &self.dir.to_string_lossy()]);
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()));
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+pub async fn client_from(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("reading kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+/// One test's view of a control plane: an admin client and a fresh namespace. When the test panics, the API server's
+/// log tail is printed.
+pub struct TestEnv {
+    pub plane: &'static Plane,
+    pub client: Client,
+    pub namespace: String,
+}
+
+impl TestEnv {
+    /// A fresh namespace `<prefix>-<random>` on the shared control plane.
+    pub async fn new(prefix: &str) -> TestEnv {
+        let plane = Plane::shared();
+        let client = plane.client().await;
+        let namespace = create_namespace(&client, prefix).await;
+        TestEnv { plane, client, namespace }
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- API server log (last 40 lines) ---\n{}", self.plane.apiserver_log_tail(40));
+        }
+    }
+}
+
+/// Creates a namespace with a unique name. Namespaces are never cleaned up: without kube-controller-manager they would
+/// stay Terminating forever, so each test simply uses a new one.
+pub async fn create_namespace(client: &Client, prefix: &str) -> String {
+    let name = unique_name(prefix);
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("creating the test namespace");
+    name
+}
+
+/// `<prefix>-<8 random hex digits>`, valid as a DNS label.
+pub fn unique_name(prefix: &str) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let h = RandomState::new().hash_one((
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        std::time::SystemTime::now(),
+    ));
+    format!("{prefix}-{:08x}", h as u32)
+}
+
+/// Deletes an object and ignores NotFound.
+pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("deleting {name}: {e}"),
+    }
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

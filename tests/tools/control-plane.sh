@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# A real etcd + kube-apiserver on free 127.0.0.1 ports, for `make run`, `make test` and the integration tests.
+#
+#   control-plane.sh up     [--dir DIR]            start (or keep) a control plane; returns once /readyz is OK and
+#                                                  namespace default exists. Harmless when it is already running.
+#   control-plane.sh down   [--dir DIR]            stop everything it started and remove its state
+#   control-plane.sh status [--dir DIR]            exit 0 when it is running and ready
+#   control-plane.sh stop   [--dir DIR] etcd|apiserver   stop one component, keeping the state (for restart tests)
+#   control-plane.sh start  [--dir DIR] etcd|apiserver   start one component again on the same port and data
+#
+# DIR defaults to <repo>/.dev. It receives kubeconfig (admin, group system:masters), kubeconfig-restricted (user
+# it-restricted in group it:restricted, with no permissions until a test grants some), pki/, etcd/, logs/ and
+# control-plane.env. The binaries come from tests/tools/k8s-bin.sh (built once, cached outside the repository).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+cmd=${1:-}; shift || true
+dir="$repo/.dev"
+component=""
+while (($#)); do
+  case $1 in
+    --dir) dir=$2; shift 2 ;;
+    etcd|apiserver) component=$1; shift ;;
+    *) echo "control-plane: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+env_file="$dir/control-plane.env"
+log() { echo "control-plane: $*" >&2; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+write_env() {
+  cat >"$env_file" <<EOF
+BIN_DIR=$BIN_DIR
+ETCD_PORT=$ETCD_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+API_PORT=$API_PORT
+EOF
+}
+
+generate_pki() {
+  local pki="$dir/pki"
+  [[ -f $pki/apiserver.crt ]] && return
+  log "generating certificates in $pki"
+  mkdir -p "$pki"
+  (
+    cd "$pki"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 -subj "/CN=capi-ipam-test-ca" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=kube-apiserver" \
+      -keyout apiserver.key -out apiserver.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >apiserver.ext
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile apiserver.ext \
+      -out apiserver.crt 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    rm -f apiserver.csr apiserver.ext ca.srl
+  )
+  local admin restricted
+  admin=$(openssl rand -hex 16)
+  restricted=$(openssl rand -hex 16)
+  printf '%s,it-admin,it-admin,"system:masters"\n%s,it-restricted,it-restricted,"it:restricted"\n' "$admin" "$restricted" \
+    >"$dir/tokens.csv"
+  chmod 600 "$dir/tokens.csv" "$pki"/*.key
+}
+
+write_kubeconfig() { # <file> <user> <token>
+  local ca
+  ca=$(base64 -w0 <"$dir/pki/ca.crt")
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: capi-ipam-test
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $ca
+users:
+- name: $2
+  user:
+    token: $3
+contexts:
+- name: $2@capi-ipam-test
+  context: {cluster: capi-ipam-test, user: $2, namespace: default}
+current-context: $2@capi-ipam-test
+EOF
+  chmod 600 "$1"
+}
+
+start_etcd() {
+  pid_alive "$dir/etcd.pid" && return
+  mkdir -p "$dir/logs"
+  "$BIN_DIR/etcd" --name=it --data-dir="$dir/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="it=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync=true --log-level=warn \
+    --listen-metrics-urls="" >>"$dir/logs/etcd.log" 2>&1 &
+  echo $! >"$dir/etcd.pid"
+  local deadline=$((SECONDS + 60))
+  until curl -sf "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; do
+    if ! pid_alive "$dir/etcd.pid" || ((SECONDS > deadline)); then
+      log "etcd did not become healthy; the end of $dir/logs/etcd.log:"; tail -n 30 "$dir/logs/etcd.log" >&2; exit 1
+    fi
+    sleep 0.1
+  done
+}
+
+start_apiserver() {
+  pid_alive "$dir/apiserver.pid" && return
+  mkdir -p "$dir/logs"
+  # Flags after envtest's defaults (docs/testing.md): RBAC, token users, no ServiceAccount admission, no endpoint
+  # reconciler (a loopback advertise address would make it log errors forever).
+  "$BIN_DIR/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address=127.0.0.1 \
+    --tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
+    --client-ca-file="$dir/pki/ca.crt" --token-auth-file="$dir/tokens.csv" \
+    --authorization-mode=RBAC \
+    --service-account-issuer="https://127.0.0.1:$API_PORT" \
+    --service-account-key-file="$dir/pki/sa.pub" --service-account-signing-key-file="$dir/pki/sa.key" \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --disable-admission-plugins=ServiceAccount \
+    --allow-privileged=true --endpoint-reconciler-type=none \
+    --profiling=false --v=1 >>"$dir/logs/apiserver.log" 2>&1 &
+  echo $! >"$dir/apiserver.pid"
+  wait_ready
+}
+
+wait_ready() {
+  local deadline=$((SECONDS + 120))
+  until curl -sf --cacert "$dir/pki/ca.crt" "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1 &&
+    "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" get namespace default >/dev/null 2>&1; do
+    if ! pid_alive "$dir/apiserver.pid" || ((SECONDS > deadline)); then
+      log "kube-apiserver did not become ready; the end of $dir/logs/apiserver.log:"
+      tail -n 40 "$dir/logs/apiserver.log" >&2; exit 1
+    fi
+    sleep 0.2
+  done
+}
+
+stop_pid() { # <pid file> <name>
+  local f=$1 pid
+  [[ -f $f ]] || return 0
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    log "stopped $2 (pid $pid)"
+  fi
+  rm -f "$f"
+}
+
+load_env() {
+  [[ -f $env_file ]] || { log "no control plane in $dir (run: $0 up --dir $dir)"; exit 1; }
+  # shellcheck disable=SC1090
+  source "$env_file"
+}
+
+case $cmd in
+  up)
+    if [[ -f $env_file ]]; then
+      source "$env_file"
+      if pid_alive "$dir/etcd.pid" && pid_alive "$dir/apiserver.pid"; then
+        log "already running: https://127.0.0.1:$API_PORT (kubeconfig: $dir/kubeconfig)"; exit 0
+      fi
+    fi
+    started=$SECONDS
+    BIN_DIR=${K8S_BIN_DIR:-$("$here/k8s-bin.sh" | tail -n 1)}
+    if [[ ! -f $env_file ]]; then
+      ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
+    fi
+    write_env
+    generate_pki
+    write_kubeconfig "$dir/kubeconfig" it-admin "$(sed -n 1p "$dir/tokens.csv" | cut -d, -f1)"
+    write_kubeconfig "$dir/kubeconfig-restricted" it-restricted "$(sed -n 2p "$dir/tokens.csv" | cut -d, -f1)"
+    start_etcd
+    start_apiserver
+    log "ready in $((SECONDS - started)) s: https://127.0.0.1:$API_PORT  (kubectl --kubeconfig $dir/kubeconfig ...)"
+    ;;
+  down)
+    if [[ -f $env_file ]]; then
+      stop_pid "$dir/apiserver.pid" kube-apiserver
+      stop_pid "$dir/etcd.pid" etcd
+    fi
+    rm -rf "$dir/pki" "$dir/etcd" "$dir/logs" "$dir/tokens.csv" "$dir/kubeconfig" "$dir/kubeconfig-restricted" "$env_file"
+    log "removed the control plane in $dir"
+    ;;
+  status)
+    load_env
+    pid_alive "$dir/etcd.pid" && pid_alive "$dir/apiserver.pid" &&
+      curl -sf --cacert "$dir/pki/ca.crt" "https://127.0.0.1:$API_PORT/readyz" >/dev/null
+    ;;
+  stop)
+    load_env
+    case $component in
+      etcd) stop_pid "$dir/etcd.pid" etcd ;;
+      apiserver) stop_pid "$dir/apiserver.pid" kube-apiserver ;;
+      *) log "stop needs etcd or apiserver"; exit 2 ;;
+    esac
+    ;;
+  start)
+    load_env
+    case $component in
+      etcd) start_etcd ;;
+      apiserver) start_apiserver ;;
+      *) log "start needs etcd or apiserver"; exit 2 ;;
+    esac
+    ;;
+  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+esac

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# make test: formatting, lints, unit tests, then the integration tests against a real etcd + kube-apiserver.
+# The control plane is started when it is not running, and stopped again at the end if this script started it.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --check
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets --quiet -- -D warnings
+
+started=0
+if ! tests/tools/control-plane.sh status >/dev/null 2>&1; then
+  step "starting the control plane"
+  tests/tools/control-plane.sh up
+  started=1
+fi
+cleanup() { if ((started)); then tests/tools/control-plane.sh down; fi; }
+trap cleanup EXIT
+
+step "cargo test (unit tests, then the integration tests against the control plane)"
+cargo test --no-fail-fast
