@@ -32,3 +32,8 @@ run: k8s-bin ## Start the control plane and run the manager against it (Ctrl-C s
 .PHONY: test
 test: k8s-bin ## fmt, clippy, unit tests and integration tests against a real control plane
 	@$(TOOLS)/test.sh
+
+.PHONY: bench-allocator
+bench-allocator: ## Allocator benchmarks (criterion), ends with the allocation speedup line
+	cargo bench --bench allocator
+	@python3 $(TOOLS)/bench-summary.py allocator

@@ -3,5 +3,6 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod cli;
+pub mod ipam;
 pub mod manager;
 pub mod telemetry;

@@ -1,0 +1,373 @@
+//! The validation rules of pool specs, with the Go provider's message texts, plus our decisions D12 (IPv4 gateway
+//! inside the subnet, overlap warnings) and D14 (pre-allocations). The admission webhook only maps these findings
+//! onto Kubernetes status causes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use super::RangeSet;
+use super::address::{CidrError, Family, block, parse_cidr, parse_entry, parse_ip, to_u128};
+use super::ip_pool::{IpPoolConfig, IpPoolSpec};
+use super::prefix_pool::{Allocation, PrefixPoolConfig, PrefixPoolSpec, effective_allocation_length};
+
+/// How a field is wrong, as in Kubernetes' `field.Error` types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldErrorKind {
+    Invalid,
+    Required,
+    Forbidden,
+}
+
+impl FieldErrorKind {
+    /// The Kubernetes `StatusCause.reason` for this kind.
+    pub fn reason(self) -> &'static str {
+        match self {
+            FieldErrorKind::Invalid => "FieldValueInvalid",
+            FieldErrorKind::Required => "FieldValueRequired",
+            FieldErrorKind::Forbidden => "FieldValueForbidden",
+        }
+    }
+}
+
+/// One finding about one field: its path (`spec.addresses[2]`), the offending value as text, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub kind: FieldErrorKind,
+    pub field: String,
+    /// The value, rendered as Kubernetes renders it (`"10.0.0.1"`, `[]string{"a", "b"}`, `24`); empty for Required.
+    pub value: String,
+    pub detail: String,
+}
+
+impl FieldError {
+    pub fn invalid(field: impl Into<String>, value: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self { kind: FieldErrorKind::Invalid, field: field.into(), value: value.into(), detail: detail.into() }
+    }
+
+    pub fn required(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self { kind: FieldErrorKind::Required, field: field.into(), value: String::new(), detail: detail.into() }
+    }
+}
+
+impl fmt::Display for FieldError {
+    /// The text Kubernetes' `field.Error.Error()` produces.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            FieldErrorKind::Invalid => write!(f, "{}: Invalid value: {}: {}", self.field, self.value, self.detail),
+            FieldErrorKind::Required => write!(f, "{}: Required value: {}", self.field, self.detail),
+            FieldErrorKind::Forbidden => write!(f, "{}: Forbidden: {}", self.field, self.detail),
+        }
+    }
+}
+
+/// A string value as Kubernetes prints it in a field error.
+pub fn quote(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// A string list as Kubernetes prints it in a field error.
+pub fn quote_list<S: AsRef<str>>(items: &[S]) -> String {
+    let inner: Vec<String> = items.iter().map(|s| quote(s.as_ref())).collect();
+    format!("[]string{{{}}}", inner.join(", "))
+}
+
+const NOT_AN_ADDRESS: &str = "provided address is not a valid IP, range, nor CIDR";
+const MIXED_FAMILIES: &str = "provided addresses are of mixed IP families";
+
+/// What the IP pool validation needs beyond the allocator's spec.
+#[derive(Clone, Debug, Default)]
+pub struct IpPoolExtras<'a> {
+    pub address_reuse_grace_period_seconds: Option<i64>,
+    /// `spec.preAllocations`: claim name → address (decision D14).
+    pub pre_allocations: Option<&'a BTreeMap<String, String>>,
+    /// Check that an IPv4 gateway lies in the pool's subnet (D12): on create, and on update when the gateway changed.
+    pub check_gateway_in_subnet: bool,
+}
+
+/// Validates an IP pool spec: the Go provider's rules and texts in their order (reference §2.3), then D12 and D14.
+pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if spec.addresses.is_empty() {
+        errs.push(FieldError::invalid("spec.addresses", quote_list(&spec.addresses), "addresses is required"));
+    }
+    if spec.prefix < 0 {
+        errs.push(FieldError::invalid("spec.prefix", spec.prefix.to_string(), "a valid prefix is required"));
+    }
+    let addresses = parse_entries("spec.addresses", &spec.addresses, &mut errs);
+    let family = single_family(&addresses);
+    if family.is_err() {
+        errs.push(FieldError::invalid("spec.addresses", quote_list(&spec.addresses), MIXED_FAMILIES));
+    }
+    if let Some(g) = spec.gateway.as_deref().filter(|g| !g.is_empty()) {
+        match parse_ip(g) {
+            Err(e) => errs.push(FieldError::invalid("spec.gateway", quote(g), e)),
+            Ok(ip) => {
+                if addresses.iter().any(|(_, r)| r.family != Family::of(&ip)) {
+                    errs.push(FieldError::invalid(
+                        "spec.gateway",
+                        quote(g),
+                        "provided gateway and addresses are of mixed IP families",
+                    ));
+                }
+            }
+        }
+    }
+    let excluded = parse_entries("spec.excludedAddresses", &spec.excluded_addresses, &mut errs);
+    let excluded_family = single_family(&excluded);
+    match (excluded_family, family) {
+        (Err(()), _) => errs.push(FieldError::invalid(
+            "spec.excludedAddresses",
+            quote_list(&spec.excluded_addresses),
+            MIXED_FAMILIES,
+        )),
+        (Ok(Some(ef)), Ok(Some(af))) if ef != af => errs.push(FieldError::invalid(
+            "spec.excludedAddresses",
+            quote_list(&spec.excluded_addresses),
+            "addresses and excluded addresses are of mixed IP families",
+        )),
+        _ => {}
+    }
+    if let Some(grace) = extras.address_reuse_grace_period_seconds.filter(|g| *g < 0) {
+        errs.push(FieldError::invalid(
+            "spec.addressReuseGracePeriodSeconds",
+            grace.to_string(),
+            "addressReuseGracePeriodSeconds must not be negative",
+        ));
+    }
+    if !errs.is_empty() {
+        return errs;
+    }
+    let Ok(Some(family)) = family else { return errs };
+
+    // The subnet is keyed on the numerically lowest address and spec.prefix.
+    let lowest = addresses.iter().map(|(_, r)| r.start).min().unwrap_or_default();
+    let Some(prefix) = u8::try_from(spec.prefix).ok().filter(|p| *p <= family.bits()) else {
+        errs.push(FieldError::invalid("spec.prefix", spec.prefix.to_string(), "provided prefix is not valid"));
+        return errs;
+    };
+    let (net_start, net_end) = block(family, lowest, prefix);
+    for (i, r) in &addresses {
+        if r.start < net_start || r.end > net_end {
+            errs.push(FieldError::invalid(
+                format!("spec.addresses[{i}]"),
+                quote(&spec.addresses[*i]),
+                "provided address belongs to a different subnet than others",
+            ));
+        }
+    }
+    let subnet = format!("{}/{}", family.addr(net_start), prefix);
+    if extras.check_gateway_in_subnet
+        && family == Family::V4
+        && let Some(gw) = spec.gateway.as_deref().filter(|g| !g.is_empty()).and_then(|g| parse_ip(g).ok())
+        && !(net_start..=net_end).contains(&to_u128(gw))
+    {
+        errs.push(FieldError::invalid(
+            "spec.gateway",
+            quote(&gw.to_string()),
+            format!("provided gateway is not in the pool's subnet {subnet}"),
+        ));
+    }
+    if !errs.is_empty() {
+        return errs;
+    }
+    if let Some(pre) = extras.pre_allocations {
+        match IpPoolConfig::new(spec) {
+            Ok(config) => validate_pre_allocations(&config, pre, &mut errs),
+            Err(e) => errs.push(FieldError::invalid("spec", "", e.to_string())),
+        }
+    }
+    errs
+}
+
+fn validate_pre_allocations(config: &IpPoolConfig, pre: &BTreeMap<String, String>, errs: &mut Vec<FieldError>) {
+    let mut owners: BTreeMap<IpAddr, &str> = BTreeMap::new();
+    for (claim, address) in pre {
+        let field = format!("spec.preAllocations[{claim}]");
+        let ip = match parse_ip(address) {
+            Ok(ip) => ip,
+            Err(_) => {
+                errs.push(FieldError::invalid(field, quote(address), "pre-allocated address is not a valid IP"));
+                continue;
+            }
+        };
+        if let Err(reason) = config.check(ip) {
+            errs.push(FieldError::invalid(
+                field,
+                quote(address),
+                format!("pre-allocated address {ip} {}", reason.describe()),
+            ));
+            continue;
+        }
+        if let Some(other) = owners.insert(ip, claim) {
+            errs.push(FieldError::invalid(
+                field,
+                quote(address),
+                format!("address {ip} is pre-allocated to both {other:?} and {claim:?}"),
+            ));
+        }
+    }
+}
+
+fn parse_entries<S: AsRef<str>>(
+    field: &str,
+    entries: &[S],
+    errs: &mut Vec<FieldError>,
+) -> Vec<(usize, super::address::AddressRange)> {
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        match parse_entry(e.as_ref()) {
+            Ok(r) => out.push((i, r)),
+            Err(why) => errs.push(FieldError::invalid(
+                format!("{field}[{i}]"),
+                quote(e.as_ref()),
+                format!("{NOT_AN_ADDRESS}: {why}"),
+            )),
+        }
+    }
+    out
+}
+
+fn single_family(entries: &[(usize, super::address::AddressRange)]) -> Result<Option<Family>, ()> {
+    let mut family = None;
+    for (_, r) in entries {
+        match family {
+            None => family = Some(r.family),
+            Some(f) if f != r.family => return Err(()),
+            Some(_) => {}
+        }
+    }
+    Ok(family)
+}
+
+/// The update guard of IP pools: allocated addresses the new spec can no longer hand out. `None` when all are still
+/// allocatable; otherwise the Go provider's message (`pool addresses do not contain allocated addresses: [a-b ...]`).
+pub fn ip_pool_stranded_addresses<S: AsRef<str>>(new: &IpPoolConfig, allocated: &[S]) -> Option<String> {
+    let parsed: Vec<IpAddr> = allocated.iter().filter_map(|a| parse_ip(a.as_ref()).ok()).collect();
+    let in_use = RangeSet::from_ranges(
+        parsed.iter().filter(|ip| Family::of(ip) == new.family()).map(|ip| (to_u128(*ip), to_u128(*ip))),
+    );
+    let mut ranges: Vec<String> = in_use
+        .difference(new.allocatable())
+        .iter()
+        .map(|(s, e)| format!("{}-{}", new.family().addr(s), new.family().addr(e)))
+        .collect();
+    // Addresses of the other family can never be handed out by the new pool either.
+    ranges.extend(parsed.iter().filter(|ip| Family::of(ip) != new.family()).map(|ip| format!("{ip}-{ip}")));
+    if ranges.is_empty() {
+        return None;
+    }
+    Some(format!("pool addresses do not contain allocated addresses: [{}]", ranges.join(" ")))
+}
+
+/// Validates a prefix pool spec (reference §2.6), after defaulting.
+pub fn validate_prefix_pool(spec: &PrefixPoolSpec) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if spec.prefixes.is_empty() {
+        errs.push(FieldError::required("spec.prefixes", "prefixes is required"));
+        return errs;
+    }
+    let alloc_len = effective_allocation_length(spec.allocation_prefix_length);
+    if !(1..=128).contains(&alloc_len) {
+        errs.push(FieldError::invalid(
+            "spec.allocationPrefixLength",
+            alloc_len.to_string(),
+            "allocationPrefixLength must be between 1 and 128",
+        ));
+        return errs;
+    }
+    for (i, p) in spec.prefixes.iter().enumerate() {
+        let field = format!("spec.prefixes[{i}]");
+        let cidr = match parse_cidr(p, false) {
+            Ok(c) => c,
+            Err(CidrError::NotCidr(_) | CidrError::NotAligned(_)) => {
+                errs.push(FieldError::invalid(field, quote(p), "provided entry is not a valid IPv6 CIDR"));
+                continue;
+            }
+        };
+        if cidr.family == Family::V4 {
+            errs.push(FieldError::invalid(field, quote(p), "only IPv6 prefixes are supported"));
+            continue;
+        }
+        if parse_cidr(p, true).is_err() {
+            errs.push(FieldError::invalid(field.clone(), quote(p), "CIDR must be network-aligned"));
+        }
+        if i64::from(cidr.len) > alloc_len {
+            errs.push(FieldError::invalid(
+                field,
+                quote(p),
+                format!("CIDR prefix length must be <= allocationPrefixLength ({alloc_len})"),
+            ));
+        }
+    }
+    if let Some(g) = spec.gateway.as_deref().filter(|g| !g.is_empty()) {
+        match parse_ip(g) {
+            Err(e) => errs.push(FieldError::invalid("spec.gateway", quote(g), e)),
+            Ok(IpAddr::V4(_)) => {
+                errs.push(FieldError::invalid("spec.gateway", quote(g), "provided gateway must be IPv6"))
+            }
+            Ok(IpAddr::V6(_)) => {}
+        }
+    }
+    for (i, e) in spec.excluded_prefixes.iter().enumerate() {
+        let field = format!("spec.excludedPrefixes[{i}]");
+        match parse_entry(e) {
+            Err(why) => errs.push(FieldError::invalid(
+                field,
+                quote(e),
+                format!("provided entry is not a valid IP, range, nor CIDR: {why}"),
+            )),
+            Ok(r) if r.family == Family::V4 => {
+                errs.push(FieldError::invalid(field, quote(e), "only IPv6 excluded prefixes are supported"))
+            }
+            Ok(_) => {}
+        }
+    }
+    errs
+}
+
+/// The warnings of an accepted prefix pool (reference §2.6, exact texts).
+pub fn prefix_pool_warnings(config: &PrefixPoolConfig) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if config.allocation_length() == 128 {
+        warnings.push(
+            "spec.allocationPrefixLength=128 behaves like host-address allocation; consider InClusterIPPool for single-address semantics"
+                .to_owned(),
+        );
+        if config.gateway_inside_prefixes() {
+            warnings.push(
+                "spec.gateway is within spec.prefixes and is not reserved; with /128 allocationPrefixLength it may also be allocated to claims"
+                    .to_owned(),
+            );
+        }
+    }
+    warnings
+}
+
+/// The update guard of prefix pools: the `address` of every allocation (`address`, `prefix`) that is not allocatable
+/// under the new config, sorted as strings; `None` when all are.
+pub fn prefix_pool_non_allocatable(new: &PrefixPoolConfig, allocations: &[(String, Option<i64>)]) -> Option<String> {
+    let mut bad: Vec<&str> = allocations
+        .iter()
+        .filter(|(address, prefix)| {
+            let ok = match (address.parse::<std::net::Ipv6Addr>(), prefix.and_then(|p| u8::try_from(p).ok())) {
+                (Ok(a), Some(len)) => Allocation::new(a, len)
+                    .is_some_and(|al| new.is_allocatable(std::net::Ipv6Addr::from(al.base), al.len)),
+                _ => false,
+            };
+            !ok
+        })
+        .map(|(a, _)| a.as_str())
+        .collect();
+    if bad.is_empty() {
+        return None;
+    }
+    bad.sort_unstable();
+    Some(format!("existing allocations become non-allocatable: [{}]", bad.join(" ")))
+}
+
+/// The first address range two sets share, for the overlap warning of D12.
+pub fn first_overlap(family: Family, a: &RangeSet, b: &RangeSet) -> Option<String> {
+    let (s, e) = a.intersection(b).iter().next()?;
+    Some(if s == e { family.addr(s).to_string() } else { format!("{}-{}", family.addr(s), family.addr(e)) })
+}

@@ -1,0 +1,396 @@
+//! Property tests: the allocator against a naive model (sorted sets of integers) for random pools, exclusions,
+//! gateways, reserved-address settings, allocations, reservations, releases and pool edits. The same addresses must
+//! come out in the same order and the counts must agree after every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv6Addr};
+
+use capi_ipam::ipam::address::{Family, block, to_u128};
+use capi_ipam::ipam::prefix_pool::PrefixReserveError;
+use capi_ipam::ipam::{
+    Allocation, IpPoolAllocator, IpPoolConfig, IpPoolSpec, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig,
+    PrefixPoolSpec, ReserveError,
+};
+use proptest::prelude::*;
+
+/// Pools live in a 64-value window; the window sits in the middle or at either edge of the address space.
+const WINDOW: u128 = 64;
+
+#[derive(Clone, Debug)]
+struct Space {
+    family: Family,
+    base: u128,
+}
+
+impl Space {
+    fn addr(&self, offset: u128) -> IpAddr {
+        self.family.addr(self.base + offset)
+    }
+}
+
+fn space() -> impl Strategy<Value = Space> {
+    prop_oneof![
+        Just(Space { family: Family::V4, base: to_u128("10.0.0.0".parse().unwrap()) }),
+        Just(Space { family: Family::V4, base: 0 }),
+        Just(Space { family: Family::V4, base: u32::MAX as u128 - (WINDOW - 1) }),
+        Just(Space { family: Family::V6, base: to_u128("fd00::".parse().unwrap()) }),
+        Just(Space { family: Family::V6, base: 0 }),
+        Just(Space { family: Family::V6, base: u128::MAX - (WINDOW - 1) }),
+    ]
+}
+
+/// One entry of the address grammar inside the window, as (text, values).
+fn entry(sp: Space) -> impl Strategy<Value = (String, Vec<u128>)> {
+    let bits = sp.family.bits();
+    prop_oneof![
+        (0..WINDOW).prop_map({
+            let sp = sp.clone();
+            move |o| (sp.addr(o).to_string(), vec![sp.base + o])
+        }),
+        (0..WINDOW, 0..WINDOW).prop_map({
+            let sp = sp.clone();
+            move |(a, b)| {
+                let (a, b) = (a.min(b), a.max(b));
+                (format!("{}-{}", sp.addr(a), sp.addr(b)), (sp.base + a..=sp.base + b).collect())
+            }
+        }),
+        (0..WINDOW, 0u8..4).prop_map(move |(o, host_bits)| {
+            let len = bits - host_bits;
+            let (s, e) = block(sp.family, sp.base + o, len);
+            (format!("{}/{}", sp.addr(o), len), (s..=e).collect())
+        }),
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct PoolCase {
+    spec: IpPoolSpec,
+    allocatable: BTreeSet<u128>,
+}
+
+fn pool(sp: Space) -> impl Strategy<Value = PoolCase> {
+    let bits = sp.family.bits();
+    (
+        prop::collection::vec(entry(sp.clone()), 1..4),
+        prop::collection::vec(entry(sp.clone()), 0..3),
+        prop::option::of(0..WINDOW),
+        any::<bool>(),
+        (bits - 8)..=bits,
+    )
+        .prop_map(move |(addresses, excluded, gateway, reserved, prefix)| {
+            let mut set: BTreeSet<u128> = addresses.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+            let lowest = *set.iter().next().expect("at least one entry");
+            for (_, v) in &excluded {
+                for x in v {
+                    set.remove(x);
+                }
+            }
+            let (net, bcast) = block(sp.family, lowest, prefix);
+            let rfc3021 = sp.family == Family::V4 && prefix >= 31;
+            if !(reserved || rfc3021) {
+                set.remove(&net);
+                if sp.family == Family::V4 {
+                    set.remove(&bcast);
+                }
+            }
+            if let Some(g) = gateway {
+                set.remove(&(sp.base + g));
+            }
+            PoolCase {
+                spec: IpPoolSpec {
+                    addresses: addresses.into_iter().map(|(t, _)| t).collect(),
+                    prefix: i64::from(prefix),
+                    gateway: gateway.map(|g| sp.addr(g).to_string()),
+                    excluded_addresses: excluded.into_iter().map(|(t, _)| t).collect(),
+                    allocate_reserved_ip_addresses: reserved,
+                },
+                allocatable: set,
+            }
+        })
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Allocate,
+    Reserve(u128),
+    /// An existing IPAddress, `None` for an unparsable one.
+    Record(Option<u128>),
+    Release(usize),
+    Edit(PoolCase),
+}
+
+fn ops(sp: Space) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        6 => Just(Op::Allocate),
+        2 => (0..WINDOW + 8).prop_map(Op::Reserve),
+        1 => prop::option::of(0..WINDOW + 8).prop_map(Op::Record),
+        3 => any::<usize>().prop_map(Op::Release),
+        1 => pool(sp).prop_map(Op::Edit),
+    ];
+    prop::collection::vec(op, 1..80)
+}
+
+/// The naive model: the allocatable set and a multiset of held addresses.
+struct Model {
+    allocatable: BTreeSet<u128>,
+    held: Vec<Option<u128>>,
+}
+
+impl Model {
+    fn in_use(&self) -> BTreeMap<u128, usize> {
+        let mut m = BTreeMap::new();
+        for v in self.held.iter().flatten() {
+            *m.entry(*v).or_default() += 1;
+        }
+        m
+    }
+
+    fn first_free(&self) -> Option<u128> {
+        let in_use = self.in_use();
+        self.allocatable.iter().copied().find(|v| !in_use.contains_key(v))
+    }
+
+    fn counts(&self) -> PoolCounts {
+        let oor = self.held.iter().filter(|v| !v.is_some_and(|v| self.allocatable.contains(&v))).count() as u64;
+        PoolCounts::new(self.allocatable.len() as u128, self.held.len() as u64, oor)
+    }
+}
+
+fn value_in(sp: &Space, offset: u128) -> u128 {
+    // Offsets past the window wrap around to the window's start, staying inside the family.
+    sp.base + offset % WINDOW
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn ip_pools_agree_with_the_naive_model((sp, case, ops) in space().prop_flat_map(|sp| (Just(sp.clone()), pool(sp.clone()), ops(sp)))) {
+        let mut model = Model { allocatable: case.allocatable.clone(), held: Vec::new() };
+        let mut real = IpPoolAllocator::new(IpPoolConfig::new(&case.spec).expect("generated specs parse"));
+        prop_assert_eq!(real.config().total(), model.allocatable.len() as u128);
+        for op in ops {
+            match op {
+                Op::Allocate => {
+                    let expected = model.first_free();
+                    let got = real.allocate().ok().map(to_u128);
+                    prop_assert_eq!(got, expected);
+                    if let Some(v) = expected { model.held.push(Some(v)); }
+                }
+                Op::Reserve(o) => {
+                    let v = value_in(&sp, o);
+                    let got = real.reserve(sp.family.addr(v));
+                    let expected_ok = model.allocatable.contains(&v) && !model.in_use().contains_key(&v);
+                    match got {
+                        Ok(()) => { prop_assert!(expected_ok); model.held.push(Some(v)); }
+                        Err(ReserveError::Taken(_)) => prop_assert!(model.allocatable.contains(&v) && !expected_ok),
+                        Err(ReserveError::NotAllocatable { .. }) => prop_assert!(!model.allocatable.contains(&v)),
+                    }
+                }
+                Op::Record(o) => {
+                    let v = o.map(|o| value_in(&sp, o));
+                    real.record(v.map(|v| sp.family.addr(v)));
+                    model.held.push(v);
+                }
+                Op::Release(i) => {
+                    if !model.held.is_empty() {
+                        let v = model.held.remove(i % model.held.len());
+                        real.release(v.map(|v| sp.family.addr(v)));
+                    }
+                }
+                Op::Edit(new) => {
+                    real.apply_config(IpPoolConfig::new(&new.spec).expect("generated specs parse"));
+                    model.allocatable = new.allocatable;
+                }
+            }
+            prop_assert_eq!(real.counts(), model.counts());
+            prop_assert_eq!(real.is_exhausted(), model.first_free().is_none());
+        }
+        // Rebuilding from the list of addresses gives the same state.
+        let rebuilt = IpPoolAllocator::rebuild(real.config().clone(), model.held.iter().map(|v| v.map(|v| sp.family.addr(v))));
+        prop_assert_eq!(rebuilt.counts(), real.counts());
+        prop_assert_eq!(rebuilt.free(), real.free());
+    }
+}
+
+// ---- prefix pools ----------------------------------------------------------------------------------------------
+
+/// Prefix pools live in fd00::/60 (sixteen /64s); allocation lengths 62..=65.
+const P_BASE: u128 = 0xfd00u128 << 112;
+const UNIT: u128 = 1 << 64;
+
+fn cidr_text(base: u128, len: u8) -> String {
+    format!("{}/{}", Ipv6Addr::from(base), len)
+}
+
+#[derive(Clone, Debug)]
+struct PrefixCase {
+    spec: PrefixPoolSpec,
+    /// Address ranges of the merged prefixes, minus exclusions (as a sorted set of ranges to check children against).
+    pool: Vec<(u128, u128)>,
+    excluded: Vec<(u128, u128)>,
+    len: u8,
+}
+
+fn prefix_case(len: u8) -> impl Strategy<Value = PrefixCase> {
+    let prefix = (0u128..16, 60u8..=64).prop_filter_map("prefix longer than the allocation length", move |(o, l)| {
+        (l <= len).then(|| {
+            let (s, e) = block(Family::V6, P_BASE + o * UNIT, l);
+            (cidr_text(s, l), (s, e))
+        })
+    });
+    let excluded = prop_oneof![
+        (0u128..16, 0u128..4).prop_map(|(o, x)| {
+            let a = P_BASE + o * UNIT + x * 7;
+            (Ipv6Addr::from(a).to_string(), (a, a))
+        }),
+        (0u128..16, 0u128..3).prop_map(|(o, n)| {
+            let a = P_BASE + o * UNIT + UNIT / 2;
+            let b = a + n * UNIT;
+            (format!("{}-{}", Ipv6Addr::from(a), Ipv6Addr::from(b)), (a, b))
+        }),
+    ];
+    (prop::collection::vec(prefix, 1..4), prop::collection::vec(excluded, 0..3)).prop_map(
+        move |(prefixes, excluded)| PrefixCase {
+            spec: PrefixPoolSpec {
+                prefixes: prefixes.iter().map(|(t, _)| t.clone()).collect(),
+                allocation_prefix_length: i64::from(len),
+                gateway: None,
+                excluded_prefixes: excluded.iter().map(|(t, _)| t.clone()).collect(),
+            },
+            pool: prefixes.iter().map(|(_, r)| *r).collect(),
+            excluded: excluded.iter().map(|(_, r)| *r).collect(),
+            len,
+        },
+    )
+}
+
+struct PrefixModel {
+    case: PrefixCase,
+    held: Vec<Option<(u128, u8)>>,
+}
+
+impl PrefixModel {
+    fn children(&self) -> Vec<u128> {
+        let size = 1u128 << (128 - u32::from(self.case.len));
+        (0..(16 * UNIT / size)).map(|i| P_BASE + i * size).collect()
+    }
+
+    fn range(&self, base: u128) -> (u128, u128) {
+        block(Family::V6, base, self.case.len)
+    }
+
+    fn allocatable(&self, base: u128, len: u8) -> bool {
+        if len != self.case.len {
+            return false;
+        }
+        let (s, e) = self.range(base);
+        covered(&self.case.pool, s, e) && !self.case.excluded.iter().any(|(xs, xe)| *xs <= e && s <= *xe)
+    }
+
+    fn first_free(&self) -> Option<u128> {
+        self.children().into_iter().find(|c| {
+            let (s, e) = self.range(*c);
+            self.allocatable(*c, self.case.len)
+                && !self.held.iter().flatten().any(|(b, l)| {
+                    let (hs, he) = block(Family::V6, *b, *l);
+                    hs <= e && s <= he
+                })
+        })
+    }
+
+    fn counts(&self) -> PoolCounts {
+        let total = self.children().into_iter().filter(|c| self.allocatable(*c, self.case.len)).count() as u128;
+        let oor = self.held.iter().filter(|h| !h.is_some_and(|(b, l)| self.allocatable(b, l))).count() as u64;
+        PoolCounts::new(total, self.held.len() as u64, oor)
+    }
+}
+
+/// Whether `s..=e` is covered by the union of `ranges`.
+fn covered(ranges: &[(u128, u128)], s: u128, e: u128) -> bool {
+    let mut sorted = ranges.to_vec();
+    sorted.sort();
+    let mut cur = s;
+    for (rs, re) in sorted {
+        if rs > cur {
+            break;
+        }
+        if re >= cur {
+            if re >= e {
+                return true;
+            }
+            cur = re + 1;
+        }
+    }
+    false
+}
+
+#[derive(Clone, Debug)]
+enum POp {
+    Allocate,
+    Reserve(u128),
+    Record(Option<(u128, u8)>),
+    Release(usize),
+}
+
+fn p_ops() -> impl Strategy<Value = Vec<POp>> {
+    let op = prop_oneof![
+        6 => Just(POp::Allocate),
+        2 => (0u128..32).prop_map(|i| POp::Reserve(P_BASE + i * UNIT / 2)),
+        1 => prop::option::of((0u128..32, 61u8..=66)).prop_map(|o| POp::Record(o.map(|(i, l)| (block(Family::V6, P_BASE + i * UNIT / 2, l).0, l)))),
+        3 => any::<usize>().prop_map(POp::Release),
+    ];
+    prop::collection::vec(op, 1..60)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn prefix_pools_agree_with_the_naive_model((case, ops) in (62u8..=65).prop_flat_map(|len| (prefix_case(len), p_ops()))) {
+        let mut real = PrefixPoolAllocator::new(PrefixPoolConfig::new(&case.spec).expect("generated specs parse"));
+        let mut model = PrefixModel { case, held: Vec::new() };
+        prop_assert_eq!(real.counts(), model.counts());
+        for op in ops {
+            match op {
+                POp::Allocate => {
+                    let expected = model.first_free();
+                    let got = real.allocate().ok().map(u128::from);
+                    prop_assert_eq!(got, expected);
+                    if let Some(b) = expected { model.held.push(Some((b, model.case.len))); }
+                }
+                POp::Reserve(base) => {
+                    let aligned = block(Family::V6, base, model.case.len).0 == base;
+                    let free = model.first_free_at(base);
+                    match real.reserve(Ipv6Addr::from(base)) {
+                        Ok(()) => { prop_assert!(aligned && free); model.held.push(Some((base, model.case.len))); }
+                        Err(PrefixReserveError::Taken(..)) => prop_assert!(aligned && model.allocatable(base, model.case.len) && !free),
+                        Err(PrefixReserveError::NotAllocatable(..)) => prop_assert!(!aligned || !model.allocatable(base, model.case.len)),
+                    }
+                }
+                POp::Record(a) => {
+                    real.record(a.map(|(b, l)| Allocation::new(Ipv6Addr::from(b), l).expect("valid length")));
+                    model.held.push(a);
+                }
+                POp::Release(i) => {
+                    if !model.held.is_empty() {
+                        let a = model.held.remove(i % model.held.len());
+                        real.release(a.map(|(b, l)| Allocation::new(Ipv6Addr::from(b), l).expect("valid length")));
+                    }
+                }
+            }
+            prop_assert_eq!(real.counts(), model.counts());
+        }
+    }
+}
+
+impl PrefixModel {
+    fn first_free_at(&self, base: u128) -> bool {
+        let (s, e) = self.range(base);
+        self.allocatable(base, self.case.len)
+            && !self.held.iter().flatten().any(|(b, l)| {
+                let (hs, he) = block(Family::V6, *b, *l);
+                hs <= e && s <= he
+            })
+    }
+}
