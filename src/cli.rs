@@ -1,10 +1,72 @@
-//! Command-line flags of the manager.
+//! Command-line flags of the manager: the Go provider's flags with the same names and defaults (reference §5), plus
+//! `--log-format`, `--log-level`, `--reject-overlapping-pools`, `--webhook-host` and `--leader-election-namespace`.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+
+use crate::webhooks::tls::TlsVersion;
 
 #[derive(clap::Parser, Debug, Clone)]
 #[command(name = "manager", version, about = "Cluster API IPAM provider for in-cluster pools")]
 pub struct Args {
+    /// The address the probe endpoints (/healthz, /readyz) bind to; "0" disables them.
+    #[arg(long, default_value = ":8081")]
+    pub health_probe_bind_address: String,
+
+    /// Enable leader election: only the holder of the Lease `7bb7acb4.ipam.cluster.x-k8s.io` reconciles; every
+    /// replica serves webhooks, probes and metrics.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// The namespace of the leader-election Lease (default: the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Only watch this namespace (default: all namespaces).
+    #[arg(long, default_value = "")]
+    pub namespace: String,
+
+    /// Only reconcile objects labelled cluster.x-k8s.io/watch-filter=<value>.
+    #[arg(long, default_value = "")]
+    pub watch_filter: String,
+
+    /// The webhook server port; 0 disables the webhook server.
+    #[arg(long, default_value_t = 9443)]
+    pub webhook_port: u16,
+
+    /// The address the webhook server binds to (default: all interfaces).
+    #[arg(long, default_value = "")]
+    pub webhook_host: String,
+
+    /// The folder holding the webhook serving certificate (default /tmp/k8s-webhook-server/serving-certs).
+    #[arg(long, default_value = "")]
+    pub webhook_cert_dir: String,
+
+    /// The certificate file in --webhook-cert-dir (default tls.crt).
+    #[arg(long, default_value = "")]
+    pub webhook_cert_name: String,
+
+    /// The key file in --webhook-cert-dir (default tls.key).
+    #[arg(long, default_value = "")]
+    pub webhook_key_name: String,
+
+    /// The address the metrics endpoint binds to; "0" disables it.
+    #[arg(long, default_value = ":8443")]
+    pub diagnostics_address: String,
+
+    /// Serve metrics over plain HTTP without authentication (default: HTTPS with TokenReview and
+    /// SubjectAccessReview authorization).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub insecure_diagnostics: bool,
+
+    /// The minimum TLS version of the webhook and metrics servers: VersionTLS12 or VersionTLS13.
+    #[arg(long, default_value = "VersionTLS12")]
+    pub tls_min_version: TlsVersion,
+
+    /// Comma-separated TLS 1.2 cipher suites (IANA names) for the webhook and metrics servers; empty: defaults.
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub tls_cipher_suites: Vec<String>,
+
     /// Path to a kubeconfig. Only required if out-of-cluster.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -12,10 +74,110 @@ pub struct Args {
     /// Log format: json (ISO-8601 UTC timestamps, for log aggregators) or text (human-readable).
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
+
+    /// Log filter (tracing EnvFilter syntax, e.g. "info" or "debug,kube=info"); RUST_LOG overrides it.
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+
+    /// Reject a pool whose addresses overlap another pool of the same kind and scope (default: warn).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub reject_overlapping_pools: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Json,
     Text,
+}
+
+impl Args {
+    pub fn webhook_cert_dir(&self) -> PathBuf {
+        if self.webhook_cert_dir.is_empty() {
+            PathBuf::from("/tmp/k8s-webhook-server/serving-certs")
+        } else {
+            PathBuf::from(&self.webhook_cert_dir)
+        }
+    }
+
+    pub fn webhook_cert_name(&self) -> &str {
+        if self.webhook_cert_name.is_empty() { "tls.crt" } else { &self.webhook_cert_name }
+    }
+
+    pub fn webhook_key_name(&self) -> &str {
+        if self.webhook_key_name.is_empty() { "tls.key" } else { &self.webhook_key_name }
+    }
+
+    /// The webhook server's socket address, `None` when --webhook-port is 0.
+    pub fn webhook_addr(&self) -> Result<Option<SocketAddr>, String> {
+        if self.webhook_port == 0 {
+            return Ok(None);
+        }
+        let ip: IpAddr = if self.webhook_host.is_empty() {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        } else {
+            self.webhook_host
+                .parse()
+                .map_err(|_| format!("--webhook-host: {:?} is not an IP address", self.webhook_host))?
+        };
+        Ok(Some(SocketAddr::new(ip, self.webhook_port)))
+    }
+}
+
+/// Parses a Go-style bind address: ":8081" (all interfaces), "127.0.0.1:8081", "[::1]:8081"; "0" or "" disables.
+pub fn bind_address(flag: &str, value: &str) -> Result<Option<SocketAddr>, String> {
+    if value.is_empty() || value == "0" {
+        return Ok(None);
+    }
+    if let Some(port) = value.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| format!("--{flag}: {value:?} has no valid port"))?;
+        return Ok(Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)));
+    }
+    value.parse::<SocketAddr>().map(Some).or_else(|_| {
+        // host:port with a host name such as localhost
+        match value.rsplit_once(':') {
+            Some(("localhost", port)) => port
+                .parse()
+                .map(|p| Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), p)))
+                .map_err(|_| format!("--{flag}: {value:?} has no valid port")),
+            _ => Err(format!("--{flag}: {value:?} is not an address like :8081 or 127.0.0.1:8081")),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn defaults_match_the_go_provider() {
+        let a = Args::parse_from(["manager"]);
+        assert_eq!(a.health_probe_bind_address, ":8081");
+        assert_eq!(a.diagnostics_address, ":8443");
+        assert_eq!(a.webhook_port, 9443);
+        assert!(!a.leader_elect && !a.insecure_diagnostics && !a.reject_overlapping_pools);
+        assert_eq!(a.webhook_cert_dir(), PathBuf::from("/tmp/k8s-webhook-server/serving-certs"));
+        assert_eq!((a.webhook_cert_name(), a.webhook_key_name()), ("tls.crt", "tls.key"));
+        assert_eq!(a.tls_min_version, TlsVersion::Tls12);
+        assert_eq!(a.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn go_style_booleans_and_lists() {
+        let a =
+            Args::parse_from(["manager", "--leader-elect", "--insecure-diagnostics=true", "--tls-cipher-suites=A,B"]);
+        assert!(a.leader_elect && a.insecure_diagnostics);
+        assert_eq!(a.tls_cipher_suites, ["A", "B"]);
+        let a = Args::parse_from(["manager", "--leader-elect=false"]);
+        assert!(!a.leader_elect);
+    }
+
+    #[test]
+    fn bind_addresses() {
+        assert_eq!(bind_address("x", ":8081").unwrap().unwrap().port(), 8081);
+        assert_eq!(bind_address("x", "127.0.0.1:9").unwrap().unwrap().to_string(), "127.0.0.1:9");
+        assert_eq!(bind_address("x", "localhost:9").unwrap().unwrap().to_string(), "127.0.0.1:9");
+        assert_eq!(bind_address("x", "0").unwrap(), None);
+        assert!(bind_address("x", "nope").unwrap_err().contains("--x"));
+    }
 }

@@ -2,7 +2,13 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod api;
+pub mod capi;
 pub mod cli;
+pub mod controllers;
+pub mod diagnostics;
 pub mod ipam;
 pub mod manager;
+pub mod metrics;
 pub mod telemetry;
+pub mod webhooks;

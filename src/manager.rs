@@ -1,16 +1,36 @@
-//! The manager process: connects to the API server and runs until it is told to stop.
+//! The manager process: every replica serves webhooks, probes and metrics; only the leader (with `--leader-elect`)
+//! runs the controllers. Every long-running task is supervised: if one ends unexpectedly, or leadership is lost, the
+//! process exits non-zero so that Kubernetes restarts it. SIGTERM and Ctrl-C shut down gracefully and release the
+//! lease so that a standby takes over at once.
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tracing::{error, info};
+use kube_lease_manager::LeaseManagerBuilder;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
 
-use crate::cli::Args;
+use crate::cli::{Args, bind_address};
+use crate::controllers::{self, ControllerOptions};
+use crate::diagnostics::{self, MetricsAuth, Readiness};
+use crate::metrics::Metrics;
+use crate::webhooks::{self, admission::AdmissionContext, tls};
+
+/// The Lease the Go provider uses too, so a migration never runs two allocators at once (decision D1).
+pub const LEADER_ELECTION_ID: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
+const LEASE_DURATION_SECONDS: u64 = 15;
+const LEASE_GRACE_SECONDS: u64 = 5;
+const CERT_POLL: Duration = Duration::from_secs(2);
 
 pub async fn main(args: Args) -> ExitCode {
-    crate::telemetry::init(args.log_format);
+    crate::telemetry::init(args.log_format, &args.log_level);
+    tls::install_crypto_provider();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -21,7 +41,7 @@ pub async fn main(args: Args) -> ExitCode {
 }
 
 async fn client(args: &Args) -> anyhow::Result<Client> {
-    let config = match &args.kubeconfig {
+    let mut config = match &args.kubeconfig {
         Some(path) => {
             let kubeconfig =
                 Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -29,14 +49,240 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
         }
         None => kube::Config::infer().await?,
     };
+    // Bursts of allocations are bound by the API server, not by a client-side timeout.
+    config.read_timeout = Some(Duration::from_secs(60));
     Ok(Client::try_from(config)?)
+}
+
+fn leader_election_namespace(args: &Args) -> String {
+    args.leader_election_namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
+        .map(|n| n.trim().to_owned())
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+fn identity() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "manager".to_owned());
+    format!("{host}_{:016x}", RandomState::new().hash_one(std::process::id()))
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => info!("SIGTERM received"),
+                    _ = tokio::signal::ctrl_c() => info!("interrupt received"),
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let client = client(&args).await?;
     let version = client.apiserver_version().await.context("reading the API server version")?;
     info!(server_version = version.git_version, "connected to the API server");
-    tokio::signal::ctrl_c().await?;
-    info!("shutting down");
-    Ok(())
+    let capi = crate::capi::discover(&client).await?;
+    info!(ipam = capi.ipam.version(), cluster = capi.cluster.map(|v| v.version()), "Cluster API versions in use");
+
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Arc::new(Readiness::default());
+    let stop = CancellationToken::new();
+    let tls_options = tls::TlsOptions {
+        min_version: args.tls_min_version,
+        cipher_suites: args.tls_cipher_suites.iter().filter(|s| !s.is_empty()).cloned().collect(),
+    };
+    let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
+
+    if let Some(addr) =
+        bind_address("health-probe-bind-address", &args.health_probe_bind_address).map_err(anyhow::Error::msg)?
+    {
+        let (router, stop) = (diagnostics::probe_router(readiness.clone()), stop.clone());
+        tasks.spawn(async move { ("probe server", diagnostics::serve_http(addr, router, stop).await) });
+        info!(%addr, "serving /healthz and /readyz");
+    }
+    if let Some(addr) = bind_address("diagnostics-address", &args.diagnostics_address).map_err(anyhow::Error::msg)? {
+        let stop = stop.clone();
+        if args.insecure_diagnostics {
+            let router = diagnostics::metrics_router(metrics.clone(), None);
+            tasks.spawn(async move { ("metrics server", diagnostics::serve_http(addr, router, stop).await) });
+            info!(%addr, "serving /metrics over plain HTTP (--insecure-diagnostics)");
+        } else {
+            let router = diagnostics::metrics_router(metrics.clone(), Some(Arc::new(MetricsAuth::new(client.clone()))));
+            let tls_options = tls_options.clone();
+            tasks.spawn(
+                async move { ("metrics server", diagnostics::serve_https(addr, router, &tls_options, stop).await) },
+            );
+            info!(%addr, "serving /metrics over HTTPS with TokenReview/SubjectAccessReview authorization");
+        }
+    }
+    match args.webhook_addr().map_err(anyhow::Error::msg)? {
+        Some(addr) => {
+            let files =
+                tls::CertFiles::new(&args.webhook_cert_dir(), args.webhook_cert_name(), args.webhook_key_name());
+            let rustls = tls::load_and_watch(files, tls_options.clone(), CERT_POLL, stop.clone())
+                .await
+                .context("loading the webhook serving certificate")?;
+            let ctx = Arc::new(AdmissionContext {
+                client: client.clone(),
+                capi: capi.ipam,
+                reject_overlapping_pools: args.reject_overlapping_pools,
+            });
+            let router = webhooks::router(ctx, metrics.clone());
+            let (stop, ready) = (stop.clone(), readiness.clone());
+            tasks.spawn(async move {
+                let result = webhooks::serve(addr, rustls, router, stop, move |bound| {
+                    info!(addr = %bound, "serving webhooks");
+                    ready.webhooks_serving.store(true, Ordering::Release);
+                })
+                .await;
+                ("webhook server", result)
+            });
+        }
+        None => {
+            info!("webhook server disabled (--webhook-port=0)");
+            readiness.webhooks_serving.store(true, Ordering::Release);
+        }
+    }
+
+    let options = ControllerOptions {
+        namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
+        watch_filter: Some(args.watch_filter.clone()).filter(|f| !f.is_empty()),
+        capi,
+    };
+    if args.leader_elect {
+        // A replica that does not lead has no caches to wait for.
+        readiness.caches_synced.store(true, Ordering::Release);
+        let namespace = leader_election_namespace(&args);
+        let (client, metrics, readiness, stop) = (client.clone(), metrics.clone(), readiness.clone(), stop.clone());
+        tasks.spawn(
+            async move { ("leader election", lead(client, namespace, options, metrics, readiness, stop).await) },
+        );
+    } else {
+        let (client, metrics, readiness, stop) = (client.clone(), metrics.clone(), readiness.clone(), stop.clone());
+        tasks.spawn(async move { ("controllers", controllers::run(client, options, metrics, readiness, stop).await) });
+    }
+
+    supervise(tasks, stop).await
+}
+
+/// Waits for a signal or for the first task to end. A task that ends before shutdown is a failure.
+async fn supervise(
+    mut tasks: JoinSet<(&'static str, anyhow::Result<()>)>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let failure = tokio::select! {
+        _ = shutdown_signal() => None,
+        Some(joined) = tasks.join_next() => Some(match joined {
+            Ok((name, Ok(()))) => anyhow::anyhow!("{name} stopped unexpectedly"),
+            Ok((name, Err(e))) => e.context(name),
+            Err(e) => anyhow::anyhow!("a task panicked: {e}"),
+        }),
+    };
+    if let Some(e) = &failure {
+        error!(error = format!("{e:#}"), "shutting down");
+    }
+    stop.cancel();
+    let drained = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(joined) = tasks.join_next().await {
+            if let Ok((name, Err(e))) = joined {
+                warn!(task = name, error = format!("{e:#}"), "task ended with an error during shutdown");
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        warn!("tasks did not stop within 10s");
+    }
+    info!("stopped");
+    failure.map_or(Ok(()), Err)
+}
+
+/// Runs the controllers while this replica holds the lease. Losing the lease is an error (crash-only, like
+/// controller-runtime); on shutdown the lease is released.
+async fn lead(
+    client: Client,
+    namespace: String,
+    options: ControllerOptions,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let identity = identity();
+    let manager = LeaseManagerBuilder::new(client.clone(), LEADER_ELECTION_ID)
+        .with_namespace(&namespace)
+        .with_identity(&identity)
+        .with_duration(LEASE_DURATION_SECONDS)
+        .with_grace(LEASE_GRACE_SECONDS)
+        .build()
+        .await
+        .context("setting up leader election")?;
+    let (mut leading, mut lease_task) = manager.watch().await;
+    info!(lease = LEADER_ELECTION_ID, %namespace, %identity, "waiting for leadership");
+    while !*leading.borrow_and_update() {
+        tokio::select! {
+            changed = leading.changed() => changed.context("the leader election task stopped")?,
+            _ = stop.cancelled() => {
+                drop(leading);
+                let _ = lease_task.await;
+                return Ok(());
+            }
+        }
+    }
+    info!(lease = LEADER_ELECTION_ID, %identity, "became the leader");
+    readiness.caches_synced.store(false, Ordering::Release);
+    let controllers_stop = stop.child_token();
+    let mut controllers = tokio::spawn(controllers::run(client, options, metrics, readiness, controllers_stop.clone()));
+    let result = loop {
+        tokio::select! {
+            changed = leading.changed() => {
+                if changed.is_err() || !*leading.borrow_and_update() {
+                    break Err(anyhow::anyhow!("lost the leader election lease {LEADER_ELECTION_ID}"));
+                }
+            }
+            ended = &mut lease_task => break Err(anyhow::anyhow!("the leader election task ended: {ended:?}")),
+            ended = &mut controllers => break match ended {
+                Ok(Ok(())) if stop.is_cancelled() => Ok(()),
+                Ok(Ok(())) => Err(anyhow::anyhow!("the controllers stopped unexpectedly")),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(anyhow::anyhow!("the controllers panicked: {e}")),
+            },
+            _ = stop.cancelled() => {
+                let _ = (&mut controllers).await;
+                break Ok(());
+            }
+        }
+    };
+    controllers_stop.cancel();
+    if !controllers.is_finished() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut controllers).await;
+    }
+    // Closing the channel makes the lease task release the lease.
+    drop(leading);
+    if !lease_task.is_finished() {
+        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
+            Ok(Ok(Ok(_))) => info!(lease = LEADER_ELECTION_ID, "released the lease"),
+            other => warn!(?other, "releasing the lease"),
+        }
+    }
+    result
 }

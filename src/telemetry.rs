@@ -4,10 +4,14 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use crate::cli::LogFormat;
 
-/// Installs the global subscriber. The filter comes from `RUST_LOG`, defaulting to `info` for us and `warn` for kube.
-pub fn init(format: LogFormat) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
+/// Installs the global subscriber. The filter is `RUST_LOG` when set, else `--log-level`; the kube client's and the
+/// lease manager's own chatter stays at warn unless the filter names them.
+pub fn init(format: LogFormat, level: &str) {
+    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| format!("kube=warn,kube_lease_manager=warn,{level}"));
+    let filter = EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+        eprintln!("invalid log filter {directives:?} ({e}); using info");
+        EnvFilter::new("info")
+    });
     let registry = tracing_subscriber::registry().with(filter);
     // The default timer prints RFC 3339 UTC with microseconds (2026-11-30T12:00:00.123456Z).
     match format {

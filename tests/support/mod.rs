@@ -3,6 +3,8 @@
 //! log tail on failure.
 #![allow(dead_code)]
 
+pub mod manager;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -126,6 +128,22 @@ impl Plane {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Runs kubectl as admin with `input` on stdin (e.g. `apply -f -`).
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> std::process::Output {
+        use std::io::Write;
+        let mut child = Command::new(self.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running kubectl");
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("writing to kubectl");
+        child.wait_with_output().expect("kubectl")
+    }
+
     pub fn kubectl_output(&self, args: &[&str]) -> std::process::Output {
         Command::new(self.bin_dir().join("kubectl"))
             .arg("--kubeconfig")
@@ -168,7 +186,25 @@ pub struct TestEnv {
     pub namespace: String,
 }
 
+/// The manager of this test binary, on the shared control plane with the CAPI v1.14.0 CRDs (v1beta2 storage),
+/// started on first use. Test binaries run one after another, so only one manager reconciles at a time.
+static MANAGER: OnceLock<manager::Manager> = OnceLock::new();
+
+pub fn shared_manager() -> &'static manager::Manager {
+    MANAGER.get_or_init(|| manager::Manager::start(Plane::shared(), "v1.14.0", &["--insecure-diagnostics"]))
+}
+
 impl TestEnv {
+    /// A fresh namespace on the shared control plane, with this binary's manager running.
+    pub async fn with_manager(prefix: &str) -> TestEnv {
+        tokio::task::spawn_blocking(|| {
+            shared_manager();
+        })
+        .await
+        .expect("starting the manager");
+        Self::new(prefix).await
+    }
+
     /// A fresh namespace `<prefix>-<random>` on the shared control plane.
     pub async fn new(prefix: &str) -> TestEnv {
         let plane = Plane::shared();
@@ -182,6 +218,9 @@ impl Drop for TestEnv {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("--- API server log (last 40 lines) ---\n{}", self.plane.apiserver_log_tail(40));
+            if let Some(m) = MANAGER.get() {
+                eprintln!("--- manager log (last 80 lines) ---\n{}", m.log_tail(80));
+            }
         }
     }
 }

@@ -1,0 +1,120 @@
+//! The Kubernetes API: our pool CRDs (v1alpha1, v1alpha2), conversion between their versions, the CRD manifests, and
+//! the names (group, finalizers, annotations, labels) we share with the Go provider and with Cluster API.
+
+/// Declares one pool kind: a spec wrapper that flattens the shared spec, with the kind's CRD attributes.
+macro_rules! pool_kind {
+    ($(#[$attr:meta])* $wrapper:ident($shared:ty)) => {
+        #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+        $(#[$attr])*
+        pub struct $wrapper {
+            #[serde(flatten)]
+            pub fields: $shared,
+        }
+
+        impl std::ops::Deref for $wrapper {
+            type Target = $shared;
+            fn deref(&self) -> &$shared {
+                &self.fields
+            }
+        }
+
+        impl std::ops::DerefMut for $wrapper {
+            fn deref_mut(&mut self) -> &mut $shared {
+                &mut self.fields
+            }
+        }
+
+        impl From<$shared> for $wrapper {
+            fn from(fields: $shared) -> Self {
+                Self { fields }
+            }
+        }
+    };
+}
+
+pub mod conversion;
+pub mod crds;
+pub mod v1alpha1;
+pub mod v1alpha2;
+
+/// The API group of our pools, shared with Cluster API's IPAddress and IPAddressClaim.
+pub const GROUP: &str = "ipam.cluster.x-k8s.io";
+
+/// Finalizer on claims: the address is released before the claim goes.
+pub const RELEASE_ADDRESS_FINALIZER: &str = "ipam.cluster.x-k8s.io/ReleaseAddress";
+/// Finalizer on IPAddresses: only the claim's release removes it.
+pub const PROTECT_ADDRESS_FINALIZER: &str = "ipam.cluster.x-k8s.io/ProtectAddress";
+/// Finalizer on pools: removed once no IPAddress references the pool.
+pub const PROTECT_POOL_FINALIZER: &str = "ipam.cluster.x-k8s.io/ProtectPool";
+
+/// On a pool: lets it be deleted while addresses are allocated.
+pub const SKIP_DELETE_VALIDATION_ANNOTATION: &str = "ipam.cluster.x-k8s.io/skip-validate-delete-webhook";
+/// Set by `clusterctl move` on every object it deletes from the source cluster.
+pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
+/// Cluster API's pause annotation, honoured on claims, pools and Clusters.
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// A claim may ask for a specific address (decision D14).
+pub const REQUESTED_ADDRESS_ANNOTATION: &str = "ipam.cluster.x-k8s.io/requested-address";
+/// The hub annotation carrying a v1alpha1 spec across a conversion (Cluster API's conversion-data convention).
+pub const CONVERSION_DATA_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";
+
+/// Links a claim to its Cluster when `spec.clusterName` is empty; copied onto IPAddresses.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// `--watch-filter` selects objects carrying this label with the given value.
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+/// The clusterctl provider label on every object we ship.
+pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";
+pub const PROVIDER_NAME: &str = "ipam-in-cluster";
+/// On our CRDs: clusterctl move treats every pool as the root of a move hierarchy.
+pub const MOVE_HIERARCHY_LABEL: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
+
+/// The four pool kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PoolKind {
+    InClusterIPPool,
+    GlobalInClusterIPPool,
+    InClusterPrefixPool,
+    GlobalInClusterPrefixPool,
+}
+
+impl PoolKind {
+    pub const ALL: [PoolKind; 4] = [
+        PoolKind::InClusterIPPool,
+        PoolKind::GlobalInClusterIPPool,
+        PoolKind::InClusterPrefixPool,
+        PoolKind::GlobalInClusterPrefixPool,
+    ];
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            PoolKind::InClusterIPPool => "InClusterIPPool",
+            PoolKind::GlobalInClusterIPPool => "GlobalInClusterIPPool",
+            PoolKind::InClusterPrefixPool => "InClusterPrefixPool",
+            PoolKind::GlobalInClusterPrefixPool => "GlobalInClusterPrefixPool",
+        }
+    }
+
+    pub fn from_kind(kind: &str) -> Option<PoolKind> {
+        PoolKind::ALL.into_iter().find(|k| k.kind() == kind)
+    }
+
+    /// The plural resource name (`inclusterippools`).
+    pub fn plural(self) -> String {
+        format!("{}s", self.kind().to_ascii_lowercase())
+    }
+
+    /// Cluster-scoped kinds serve claims of every namespace.
+    pub fn is_global(self) -> bool {
+        matches!(self, PoolKind::GlobalInClusterIPPool | PoolKind::GlobalInClusterPrefixPool)
+    }
+
+    pub fn is_prefix_pool(self) -> bool {
+        matches!(self, PoolKind::InClusterPrefixPool | PoolKind::GlobalInClusterPrefixPool)
+    }
+}
+
+impl std::fmt::Display for PoolKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind())
+    }
+}

@@ -1,0 +1,173 @@
+//! The probe server (`/healthz`, `/readyz`, plain HTTP) and the metrics server (`/metrics`: HTTPS with TokenReview and
+//! SubjectAccessReview authorization by default, plain HTTP with `--insecure-diagnostics`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::metrics::Metrics;
+use crate::webhooks::tls::{TlsOptions, server_config};
+
+/// Readiness: the webhook server serves (when enabled) and, on the leader, the controllers' caches are synced.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    pub webhooks_serving: AtomicBool,
+    pub caches_synced: AtomicBool,
+}
+
+impl Readiness {
+    pub fn is_ready(&self) -> bool {
+        self.webhooks_serving.load(Ordering::Acquire) && self.caches_synced.load(Ordering::Acquire)
+    }
+}
+
+pub fn probe_router(readiness: Arc<Readiness>) -> Router {
+    Router::new().route("/healthz", get(|| async { "ok" })).route(
+        "/readyz",
+        get(move || {
+            let readiness = readiness.clone();
+            async move {
+                if readiness.is_ready() {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready: webhook server or caches not up yet")
+                }
+            }
+        }),
+    )
+}
+
+/// Serves plain HTTP until `stop`.
+pub async fn serve_http(addr: SocketAddr, router: Router, stop: CancellationToken) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("binding {addr}: {e}"))?;
+    axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await?;
+    Ok(())
+}
+
+/// Decides who may read `/metrics`: authenticated through a TokenReview, authorized through a SubjectAccessReview
+/// for `get` on the non-resource URL `/metrics` (as controller-runtime's secure metrics do). Decisions are cached
+/// for a minute per token.
+pub struct MetricsAuth {
+    client: Client,
+    cache: Mutex<HashMap<String, (bool, Instant)>>,
+}
+
+const AUTH_CACHE_TTL: Duration = Duration::from_secs(60);
+
+impl MetricsAuth {
+    pub fn new(client: Client) -> Self {
+        Self { client, cache: Mutex::new(HashMap::new()) }
+    }
+
+    async fn allowed(&self, token: &str) -> Result<bool, kube::Error> {
+        if let Some((ok, at)) = self.cache.lock().await.get(token)
+            && at.elapsed() < AUTH_CACHE_TTL
+        {
+            return Ok(*ok);
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: token.to_owned(), ..Default::default() },
+            ..Default::default()
+        };
+        let reviewed = Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await?;
+        let status = reviewed.status.unwrap_or_default();
+        let ok = if status.authenticated == Some(true) {
+            let user = status.user.unwrap_or_default();
+            let sar = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: user.username,
+                    groups: user.groups,
+                    uid: user.uid,
+                    extra: user.extra,
+                    non_resource_attributes: Some(NonResourceAttributes {
+                        path: Some("/metrics".to_owned()),
+                        verb: Some("get".to_owned()),
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let decided =
+                Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &sar).await?;
+            decided.status.is_some_and(|s| s.allowed)
+        } else {
+            false
+        };
+        let mut cache = self.cache.lock().await;
+        cache.retain(|_, (_, at)| at.elapsed() < AUTH_CACHE_TTL);
+        cache.insert(token.to_owned(), (ok, Instant::now()));
+        Ok(ok)
+    }
+}
+
+#[derive(Clone)]
+struct MetricsState {
+    metrics: Arc<Metrics>,
+    auth: Option<Arc<MetricsAuth>>,
+}
+
+async fn metrics_handler(State(state): State<MetricsState>, headers: HeaderMap) -> Response {
+    if let Some(auth) = &state.auth {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            return (StatusCode::UNAUTHORIZED, "Unauthorized: a bearer token is required").into_response();
+        };
+        match auth.allowed(token).await {
+            Ok(true) => {}
+            Ok(false) => return (StatusCode::FORBIDDEN, "Forbidden: get on /metrics is not allowed").into_response(),
+            Err(e) => {
+                warn!(error = %e, "authorizing a metrics request");
+                return (StatusCode::INTERNAL_SERVER_ERROR, "Authorization error").into_response();
+            }
+        }
+    }
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
+        .into_response()
+}
+
+pub fn metrics_router(metrics: Arc<Metrics>, auth: Option<Arc<MetricsAuth>>) -> Router {
+    Router::new().route("/metrics", get(metrics_handler)).with_state(MetricsState { metrics, auth })
+}
+
+/// Serves the metrics router over HTTPS with a self-signed certificate made at start (as controller-runtime does when
+/// no certificate is given), until `stop`.
+pub async fn serve_https(
+    addr: SocketAddr,
+    router: Router,
+    tls: &TlsOptions,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+    let config = server_config(generated.cert.pem().as_bytes(), generated.signing_key.serialize_pem().as_bytes(), tls)?;
+    let handle = axum_server::Handle::new();
+    let shutdown = handle.clone();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        shutdown.graceful_shutdown(Some(Duration::from_secs(2)));
+    });
+    axum_server::bind_rustls(addr, axum_server::tls_rustls::RustlsConfig::from_config(config))
+        .handle(handle)
+        .serve(router.into_make_service())
+        .await
+        .map_err(|e| anyhow::anyhow!("metrics server on {addr}: {e}"))
+}

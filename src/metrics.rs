@@ -1,0 +1,196 @@
+//! Prometheus metrics (decision D16). Labels stay bounded: pool kind, namespace and name, controller, webhook path and
+//! result, error kind. Nothing is labelled per claim or per address.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::api::PoolKind;
+use crate::ipam::PoolCounts;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolKindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum ReconcileResult {
+    Success,
+    Error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub controller: &'static str,
+    pub result: ReconcileResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: &'static str,
+    pub error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub path: String,
+    pub result: &'static str,
+}
+
+/// Every metric of the process, registered once.
+pub struct Metrics {
+    registry: Registry,
+    pool_total: Family<PoolLabels, Gauge>,
+    pool_used: Family<PoolLabels, Gauge>,
+    pool_free: Family<PoolLabels, Gauge>,
+    pool_out_of_range: Family<PoolLabels, Gauge>,
+    allocations: Family<PoolKindLabels, Counter>,
+    releases: Family<PoolKindLabels, Counter>,
+    allocation_latency: Histogram,
+    reconciles: Family<ReconcileLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: Family<ControllerLabels, Histogram>,
+    webhook_requests: Family<WebhookLabels, Counter>,
+    webhook_duration: Family<WebhookLabels, Histogram>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 1 ms to ~65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("capi_ipam");
+        let m = Metrics {
+            pool_total: Family::default(),
+            pool_used: Family::default(),
+            pool_free: Family::default(),
+            pool_out_of_range: Family::default(),
+            allocations: Family::default(),
+            releases: Family::default(),
+            allocation_latency: latency_histogram(),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(latency_histogram),
+            webhook_requests: Family::default(),
+            webhook_duration: Family::new_with_constructor(latency_histogram),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "pool_addresses_total",
+            "Allocatable addresses (prefix pools: child prefixes) of a pool",
+            m.pool_total.clone(),
+        );
+        registry.register("pool_addresses_used", "IPAddresses that reference a pool", m.pool_used.clone());
+        registry.register("pool_addresses_free", "Addresses a pool can still hand out", m.pool_free.clone());
+        registry.register(
+            "pool_addresses_out_of_range",
+            "IPAddresses of a pool that its current spec can no longer hand out",
+            m.pool_out_of_range.clone(),
+        );
+        registry.register("allocations", "Addresses handed out", m.allocations.clone());
+        registry.register("releases", "Addresses released", m.releases.clone());
+        registry.register(
+            "allocation_duration_seconds",
+            "Time from a claim's first reconcile to its bound address",
+            m.allocation_latency.clone(),
+        );
+        registry.register("reconcile", "Reconciles by controller and result", m.reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconcile errors by controller and error kind",
+            m.reconcile_errors.clone(),
+        );
+        registry.register("reconcile_time_seconds", "Duration of reconciles", m.reconcile_duration.clone());
+        registry.register("webhook_requests", "Webhook requests by path and result", m.webhook_requests.clone());
+        registry.register(
+            "webhook_request_duration_seconds",
+            "Duration of webhook requests",
+            m.webhook_duration.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+
+    pub fn set_pool(&self, kind: PoolKind, namespace: &str, name: &str, counts: PoolCounts) {
+        let labels =
+            PoolLabels { kind: kind.kind().to_owned(), namespace: namespace.to_owned(), name: name.to_owned() };
+        self.pool_total.get_or_create(&labels).set(counts.total);
+        self.pool_used.get_or_create(&labels).set(counts.used);
+        self.pool_free.get_or_create(&labels).set(counts.free);
+        self.pool_out_of_range.get_or_create(&labels).set(counts.out_of_range);
+    }
+
+    pub fn forget_pool(&self, kind: PoolKind, namespace: &str, name: &str) {
+        let labels =
+            PoolLabels { kind: kind.kind().to_owned(), namespace: namespace.to_owned(), name: name.to_owned() };
+        for family in [&self.pool_total, &self.pool_used, &self.pool_free, &self.pool_out_of_range] {
+            family.remove(&labels);
+        }
+    }
+
+    pub fn allocated(&self, kind: PoolKind, latency: Option<Duration>) {
+        self.allocations.get_or_create(&PoolKindLabels { kind: kind.kind().to_owned() }).inc();
+        if let Some(l) = latency {
+            self.allocation_latency.observe(l.as_secs_f64());
+        }
+    }
+
+    pub fn released(&self, kind: PoolKind) {
+        self.releases.get_or_create(&PoolKindLabels { kind: kind.kind().to_owned() }).inc();
+    }
+
+    pub fn reconciled(&self, controller: &'static str, duration: Duration, error: Option<&'static str>) {
+        let result = if error.is_some() { ReconcileResult::Error } else { ReconcileResult::Success };
+        self.reconciles.get_or_create(&ReconcileLabels { controller, result }).inc();
+        if let Some(error) = error {
+            self.reconcile_errors.get_or_create(&ErrorLabels { controller, error }).inc();
+        }
+        self.reconcile_duration.get_or_create(&ControllerLabels { controller }).observe(duration.as_secs_f64());
+    }
+
+    pub fn webhook(&self, path: &str, result: &'static str, duration: Duration) {
+        let labels = WebhookLabels { path: path.to_owned(), result };
+        self.webhook_requests.get_or_create(&labels).inc();
+        self.webhook_duration.get_or_create(&labels).observe(duration.as_secs_f64());
+    }
+}
+
+pub type SharedMetrics = Arc<Metrics>;

@@ -1,0 +1,480 @@
+//! Admission for the four pool kinds: defaulting, validation with the Go provider's rules and texts (the rules
+//! themselves live in `crate::ipam::validate`), the update and delete guards, and the overlap warning of D12.
+//!
+//! Reviews are parsed leniently: whatever the body, the answer is a well-formed AdmissionReview in the request's
+//! version (`admission.k8s.io/v1` or `v1beta1`), and a rejection names the field at fault.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::core::response::{StatusCause, StatusDetails};
+use kube::core::{GroupVersionKind, Status};
+use kube::{Api, Client};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::routes::{AdmissionRoute, Purpose};
+use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
+use crate::api::{DELETE_FOR_MOVE_ANNOTATION, GROUP, PoolKind, SKIP_DELETE_VALIDATION_ANNOTATION};
+use crate::capi::{self, CapiVersion};
+use crate::ipam::address::Family;
+use crate::ipam::prefix_pool::effective_allocation_length;
+use crate::ipam::validate::{
+    FieldError, IpPoolExtras, first_overlap, ip_pool_stranded_addresses, prefix_pool_non_allocatable,
+    prefix_pool_warnings, quote_list, validate_ip_pool, validate_prefix_pool,
+};
+use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
+
+/// What the admission handlers need from the outside.
+#[derive(Clone)]
+pub struct AdmissionContext {
+    pub client: Client,
+    /// The IPAddress version to list for the update and delete guards.
+    pub capi: CapiVersion,
+    /// Reject pools that overlap another pool of the same kind and scope, instead of warning (D12).
+    pub reject_overlapping_pools: bool,
+}
+
+pub const POOL_IN_USE_MESSAGE: &str =
+    "Pool has IPAddresses allocated. Cannot delete Pool until all IPAddresses have been removed.";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Review {
+    #[serde(default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    request: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    #[serde(default)]
+    uid: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    operation: String,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    old_object: Option<Value>,
+}
+
+/// The decision on one request.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub allowed: bool,
+    pub status: Option<Status>,
+    pub patch: Option<Value>,
+    pub warnings: Vec<String>,
+}
+
+impl Outcome {
+    fn allow() -> Self {
+        Outcome { allowed: true, ..Default::default() }
+    }
+
+    fn deny(status: Status) -> Self {
+        Outcome { allowed: false, status: Some(status), ..Default::default() }
+    }
+
+    /// A short label for metrics: allowed, denied or error.
+    pub fn result_label(&self) -> &'static str {
+        match (&self.allowed, self.status.as_ref().map(|s| s.code)) {
+            (true, _) => "allowed",
+            (false, Some(code)) if code >= 500 => "error",
+            (false, _) => "denied",
+        }
+    }
+}
+
+/// 422 Invalid with one cause per field error, as Kubernetes' `apierrors.NewInvalid` builds it.
+pub fn invalid(kind: &str, name: &str, errs: &[FieldError]) -> Status {
+    let texts: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    let aggregate = if texts.len() == 1 { texts[0].clone() } else { format!("[{}]", texts.join(", ")) };
+    Status::failure(&format!("{kind}.{GROUP} {name:?} is invalid: {aggregate}"), "Invalid").with_code(422).with_details(
+        StatusDetails {
+            name: name.to_owned(),
+            group: GROUP.to_owned(),
+            kind: kind.to_owned(),
+            causes: errs
+                .iter()
+                .map(|e| StatusCause {
+                    reason: e.kind.reason().to_owned(),
+                    message: e.to_string().trim_start_matches(&format!("{}: ", e.field)).to_owned(),
+                    field: e.field.clone(),
+                })
+                .collect(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+        },
+    )
+}
+
+/// 400 BadRequest with the Go provider's message, plus a cause that names the field at fault.
+pub fn bad_request(kind: &str, name: &str, field: &str, message: &str) -> Status {
+    Status::failure(message, "BadRequest").with_code(400).with_details(StatusDetails {
+        name: name.to_owned(),
+        group: GROUP.to_owned(),
+        kind: kind.to_owned(),
+        causes: vec![StatusCause {
+            reason: "FieldValueInvalid".to_owned(),
+            message: message.to_owned(),
+            field: field.to_owned(),
+        }],
+        uid: String::new(),
+        retry_after_seconds: 0,
+    })
+}
+
+/// A review we cannot read: `field` is the JSON path inside the AdmissionReview.
+fn malformed(field: &str, message: &str) -> Status {
+    bad_request("AdmissionReview", "", field, &format!("malformed AdmissionReview: {message}"))
+}
+
+fn internal(message: &str) -> Status {
+    Status::failure(message, "InternalError").with_code(500)
+}
+
+/// Handles one AdmissionReview body for `route` and returns the response review.
+pub async fn review(ctx: &AdmissionContext, route: AdmissionRoute, body: &[u8]) -> (Value, Outcome) {
+    let parsed: Result<Review, _> = serde_json::from_slice(body);
+    let (api_version, request) = match parsed {
+        Ok(r) => (r.api_version.unwrap_or_else(|| "admission.k8s.io/v1".to_owned()), r.request),
+        Err(e) => {
+            let outcome = Outcome::deny(malformed("body", &e.to_string()));
+            return (response("admission.k8s.io/v1", "", &outcome), outcome);
+        }
+    };
+    let request: Request = match request.map(serde_path_to_error::deserialize::<_, Request>) {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => {
+            let field = format!("request.{}", e.path());
+            let outcome = Outcome::deny(malformed(&field, &format!("{field}: {}", e.inner())));
+            return (response(&api_version, "", &outcome), outcome);
+        }
+        None => {
+            let outcome = Outcome::deny(malformed("request", "request is required"));
+            return (response(&api_version, "", &outcome), outcome);
+        }
+    };
+    let outcome = match route.purpose {
+        Purpose::Default => default(route.kind, &request),
+        Purpose::Validate => validate(ctx, route.kind, &request).await,
+    };
+    (response(&api_version, &request.uid, &outcome), outcome)
+}
+
+fn response(api_version: &str, uid: &str, outcome: &Outcome) -> Value {
+    let mut response = json!({"uid": uid, "allowed": outcome.allowed});
+    if let Some(status) = &outcome.status {
+        response["status"] = serde_json::to_value(status).expect("Status serializes");
+    }
+    if let Some(patch) = &outcome.patch {
+        let bytes = serde_json::to_vec(patch).expect("patches serialize");
+        response["patch"] = serde_json::to_value(ByteString(bytes)).expect("bytes serialize");
+        response["patchType"] = json!("JSONPatch");
+    }
+    if !outcome.warnings.is_empty() {
+        response["warnings"] = json!(outcome.warnings);
+    }
+    json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})
+}
+
+/// Defaulting. IP pools: a missing `spec.prefix` becomes 0 (the Go webhook's serialization does the same, and the
+/// schema requires the field). Prefix pools: `allocationPrefixLength` 0 or missing becomes 64.
+fn default(kind: PoolKind, request: &Request) -> Outcome {
+    if request.operation == "DELETE" {
+        return Outcome::allow();
+    }
+    let Some(spec) = request.object.as_ref().and_then(|o| o.get("spec")).and_then(Value::as_object) else {
+        return Outcome::allow();
+    };
+    let patch = if kind.is_prefix_pool() {
+        match spec.get("allocationPrefixLength") {
+            None => Some(json!([{"op": "add", "path": "/spec/allocationPrefixLength", "value": 64}])),
+            Some(v) if v.as_i64() == Some(0) => {
+                Some(json!([{"op": "replace", "path": "/spec/allocationPrefixLength", "value": 64}]))
+            }
+            Some(_) => None,
+        }
+    } else {
+        (!spec.contains_key("prefix")).then(|| json!([{"op": "add", "path": "/spec/prefix", "value": 0}]))
+    };
+    Outcome { allowed: true, patch, ..Default::default() }
+}
+
+/// Parses `object.spec` into a typed spec; a failure names the field.
+fn parse_spec<T: serde::de::DeserializeOwned>(object: Option<&Value>) -> Result<T, FieldError> {
+    let spec = object.and_then(|o| o.get("spec")).cloned().unwrap_or_else(|| json!({}));
+    serde_path_to_error::deserialize(spec).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { "spec".to_owned() } else { format!("spec.{path}") };
+        FieldError::invalid(field, "", e.inner().to_string())
+    })
+}
+
+fn annotations_of(object: Option<&Value>) -> BTreeMap<String, String> {
+    object
+        .and_then(|o| o.pointer("/metadata/annotations"))
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .unwrap_or_default()
+}
+
+async fn validate(ctx: &AdmissionContext, kind: PoolKind, request: &Request) -> Outcome {
+    let namespace = request.namespace.as_deref().filter(|_| !kind.is_global());
+    match request.operation.as_str() {
+        "DELETE" => delete_guard(ctx, kind, &request.name, namespace, request.old_object.as_ref()).await,
+        "CREATE" | "UPDATE" => {
+            let update = request.operation == "UPDATE";
+            if kind.is_prefix_pool() {
+                validate_prefix(ctx, kind, request, namespace, update).await
+            } else {
+                validate_ip(ctx, kind, request, namespace, update).await
+            }
+        }
+        other => Outcome::deny(malformed("request.operation", &format!("unsupported operation {other:?}"))),
+    }
+}
+
+async fn delete_guard(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    namespace: Option<&str>,
+    old: Option<&Value>,
+) -> Outcome {
+    let annotations = annotations_of(old);
+    if annotations.contains_key(SKIP_DELETE_VALIDATION_ANNOTATION)
+        || annotations.contains_key(DELETE_FOR_MOVE_ANNOTATION)
+    {
+        return Outcome::allow();
+    }
+    match capi::list_pool_addresses(&ctx.client, ctx.capi, kind, name, namespace).await {
+        Ok(addresses) if addresses.is_empty() => Outcome::allow(),
+        Ok(_) => Outcome::deny(bad_request(
+            kind.kind(),
+            name,
+            &format!("metadata.annotations[{SKIP_DELETE_VALIDATION_ANNOTATION}]"),
+            POOL_IN_USE_MESSAGE,
+        )),
+        Err(e) => Outcome::deny(internal(&format!("listing the IPAddresses of the pool: {e}"))),
+    }
+}
+
+async fn validate_ip(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    request: &Request,
+    namespace: Option<&str>,
+    update: bool,
+) -> Outcome {
+    let new: IPPoolSpec = match parse_spec(request.object.as_ref()) {
+        Ok(s) => s,
+        Err(e) => return Outcome::deny(invalid(kind.kind(), &request.name, &[e])),
+    };
+    let old: Option<IPPoolSpec> = if update { parse_spec(request.old_object.as_ref()).ok() } else { None };
+    let extras = IpPoolExtras {
+        address_reuse_grace_period_seconds: new.address_reuse_grace_period_seconds.map(i64::from),
+        pre_allocations: new.pre_allocations.as_ref(),
+        check_gateway_in_subnet: old.as_ref().is_none_or(|o| o.gateway != new.gateway),
+    };
+    let errs = validate_ip_pool(&new.to_ipam(), &extras);
+    if !errs.is_empty() {
+        return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
+    }
+    let config = match IpPoolConfig::new(&new.to_ipam()) {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome::deny(invalid(
+                kind.kind(),
+                &request.name,
+                &[FieldError::invalid("spec", "", e.to_string())],
+            ));
+        }
+    };
+    if update {
+        match capi::list_pool_addresses(&ctx.client, ctx.capi, kind, &request.name, namespace).await {
+            Ok(addresses) => {
+                let allocated: Vec<&str> = addresses.iter().map(|(_, s)| s.address.as_str()).collect();
+                if let Some(message) = ip_pool_stranded_addresses(&config, &allocated) {
+                    return Outcome::deny(bad_request(kind.kind(), &request.name, "spec.addresses", &message));
+                }
+            }
+            Err(e) => return Outcome::deny(internal(&format!("listing the IPAddresses of the pool: {e}"))),
+        }
+    }
+    let changed = old.as_ref().is_none_or(|o| o.to_ipam() != new.to_ipam());
+    let mut outcome = Outcome::allow();
+    if changed {
+        let overlaps = match ip_pool_overlaps(ctx, kind, &request.name, namespace, &config).await {
+            Ok(o) => o,
+            Err(e) => return Outcome::deny(internal(&format!("listing the other pools: {e}"))),
+        };
+        if let Some(denied) = overlap_outcome(ctx, kind, &request.name, "spec.addresses", &new.addresses, &overlaps) {
+            return denied;
+        }
+        outcome.warnings =
+            overlaps.iter().map(|(other, range)| overlap_warning(kind, "addresses", other, range)).collect();
+    }
+    outcome
+}
+
+/// The overlap warning of D12, naming the other pool.
+fn overlap_warning(kind: PoolKind, field: &str, other: &str, range: &str) -> String {
+    format!("spec.{field} overlaps {kind} {other:?} ({range}): the two pools can hand out the same addresses")
+}
+
+/// Rejects the overlaps with `--reject-overlapping-pools`; `None` when the request may go on (with warnings).
+fn overlap_outcome(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    field: &str,
+    value: &[String],
+    overlaps: &[(String, String)],
+) -> Option<Outcome> {
+    if !ctx.reject_overlapping_pools || overlaps.is_empty() {
+        return None;
+    }
+    let errs: Vec<FieldError> = overlaps
+        .iter()
+        .map(|(other, range)| {
+            FieldError::invalid(
+                field,
+                quote_list(value),
+                format!("overlaps {kind} {other:?} ({range}), and --reject-overlapping-pools is set"),
+            )
+        })
+        .collect();
+    Some(Outcome::deny(invalid(kind.kind(), name, &errs)))
+}
+
+/// The other pools of the same kind and scope (same namespace, or all global pools), read live, as (name, spec).
+async fn other_pools(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<Vec<(String, Value)>, kube::Error> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1alpha2", kind.kind()), &kind.plural());
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
+        None => Api::all_with(ctx.client.clone(), &resource),
+    };
+    let list = api.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.name.as_deref() != Some(name))
+        .filter_map(|p| Some((p.metadata.name?, p.data.get("spec")?.clone())))
+        .collect())
+}
+
+async fn ip_pool_overlaps(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    namespace: Option<&str>,
+    config: &IpPoolConfig,
+) -> Result<Vec<(String, String)>, kube::Error> {
+    let mut found = Vec::new();
+    for (other, spec) in other_pools(ctx, kind, name, namespace).await? {
+        let Ok(spec) = serde_json::from_value::<IPPoolSpec>(spec) else { continue };
+        let Ok(other_config) = IpPoolConfig::new(&spec.to_ipam()) else { continue };
+        if other_config.family() != config.family() {
+            continue;
+        }
+        if let Some(range) = first_overlap(config.family(), config.allocatable(), other_config.allocatable()) {
+            found.push((other, range));
+        }
+    }
+    Ok(found)
+}
+
+async fn validate_prefix(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    request: &Request,
+    namespace: Option<&str>,
+    update: bool,
+) -> Outcome {
+    let new: PrefixPoolSpec = match parse_spec(request.object.as_ref()) {
+        Ok(s) => s,
+        Err(e) => return Outcome::deny(invalid(kind.kind(), &request.name, &[e])),
+    };
+    let errs = validate_prefix_pool(&new.to_ipam());
+    if !errs.is_empty() {
+        return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
+    }
+    let config = match PrefixPoolConfig::new(&new.to_ipam()) {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome::deny(invalid(
+                kind.kind(),
+                &request.name,
+                &[FieldError::invalid("spec", "", e.to_string())],
+            ));
+        }
+    };
+    let old: Option<PrefixPoolSpec> = if update { parse_spec(request.old_object.as_ref()).ok() } else { None };
+    if let Some(old) = &old {
+        let before = effective_allocation_length(i64::from(old.allocation_prefix_length));
+        let after = effective_allocation_length(i64::from(new.allocation_prefix_length));
+        if before != after {
+            return Outcome::deny(bad_request(
+                kind.kind(),
+                &request.name,
+                "spec.allocationPrefixLength",
+                "spec.allocationPrefixLength is immutable",
+            ));
+        }
+        match capi::list_pool_addresses(&ctx.client, ctx.capi, kind, &request.name, namespace).await {
+            Ok(addresses) => {
+                let allocations: Vec<(String, Option<i64>)> =
+                    addresses.into_iter().map(|(_, s)| (s.address, s.prefix)).collect();
+                if let Some(message) = prefix_pool_non_allocatable(&config, &allocations) {
+                    return Outcome::deny(bad_request(kind.kind(), &request.name, "spec.prefixes", &message));
+                }
+            }
+            Err(e) => return Outcome::deny(internal(&format!("listing the IPAddresses of the pool: {e}"))),
+        }
+    }
+    let mut outcome = Outcome::allow();
+    outcome.warnings = prefix_pool_warnings(&config);
+    if old.as_ref().is_none_or(|o| o.to_ipam() != new.to_ipam()) {
+        let overlaps = match prefix_pool_overlaps(ctx, kind, &request.name, namespace, &config).await {
+            Ok(o) => o,
+            Err(e) => return Outcome::deny(internal(&format!("listing the other pools: {e}"))),
+        };
+        if let Some(denied) = overlap_outcome(ctx, kind, &request.name, "spec.prefixes", &new.prefixes, &overlaps) {
+            return denied;
+        }
+        outcome.warnings.extend(overlaps.iter().map(|(other, range)| overlap_warning(kind, "prefixes", other, range)));
+    }
+    outcome
+}
+
+async fn prefix_pool_overlaps(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    namespace: Option<&str>,
+    config: &PrefixPoolConfig,
+) -> Result<Vec<(String, String)>, kube::Error> {
+    let mut found = Vec::new();
+    for (other, spec) in other_pools(ctx, kind, name, namespace).await? {
+        let Ok(spec) = serde_json::from_value::<PrefixPoolSpec>(spec) else { continue };
+        let Ok(other_config) = PrefixPoolConfig::new(&spec.to_ipam()) else { continue };
+        if let Some(range) = first_overlap(Family::V6, config.prefixes(), other_config.prefixes()) {
+            found.push((other, range));
+        }
+    }
+    Ok(found)
+}

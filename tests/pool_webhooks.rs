@@ -1,0 +1,605 @@
+//! The pool API against the real API server with our webhooks registered over TLS: the Go provider's valid and
+//! invalid scenarios (messages, field paths, warnings), defaulting, the update and delete guards, lossless
+//! conversion between v1alpha1 and v1alpha2, and the printer columns of both versions.
+
+mod support;
+
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use support::{TestEnv, unique_name};
+
+const GROUP: &str = "ipam.cluster.x-k8s.io";
+const IP_KINDS: [&str; 2] = ["InClusterIPPool", "GlobalInClusterIPPool"];
+const PREFIX_KINDS: [&str; 2] = ["InClusterPrefixPool", "GlobalInClusterPrefixPool"];
+
+fn resource(kind: &str, version: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(GROUP, version, kind),
+        &format!("{}s", kind.to_lowercase()),
+    )
+}
+
+fn is_global(kind: &str) -> bool {
+    kind.starts_with("Global")
+}
+
+fn pools(env: &TestEnv, kind: &str, version: &str) -> Api<DynamicObject> {
+    let r = resource(kind, version);
+    if is_global(kind) {
+        Api::all_with(env.client.clone(), &r)
+    } else {
+        Api::namespaced_with(env.client.clone(), &env.namespace, &r)
+    }
+}
+
+fn pool(kind: &str, version: &str, name: &str, spec: Value) -> DynamicObject {
+    let mut p = DynamicObject::new(name, &resource(kind, version));
+    p.data = json!({ "spec": spec });
+    p
+}
+
+async fn create(env: &TestEnv, kind: &str, name: &str, spec: Value) -> Result<DynamicObject, kube::Error> {
+    pools(env, kind, "v1alpha2").create(&PostParams::default(), &pool(kind, "v1alpha2", name, spec)).await
+}
+
+async fn update_spec(env: &TestEnv, kind: &str, name: &str, spec: Value) -> Result<DynamicObject, kube::Error> {
+    let api = pools(env, kind, "v1alpha2");
+    let mut current = api.get(name).await.expect("the pool exists");
+    current.data["spec"] = spec;
+    api.replace(name, &PostParams::default(), &current).await
+}
+
+/// Asserts an API error with `code` whose message contains `text` and whose causes name `field`.
+fn assert_rejected(result: Result<DynamicObject, kube::Error>, code: u16, field: &str, text: &str) {
+    let err = result.expect_err(&format!("expected a rejection naming {field}: {text}"));
+    let kube::Error::Api(status) = err else { panic!("expected an API error, got {err:?}") };
+    assert_eq!(status.code, code, "{status:?}");
+    assert!(status.message.contains(text), "message {:?} lacks {text:?}", status.message);
+    let causes = status.details.as_ref().map(|d| d.causes.clone()).unwrap_or_default();
+    assert!(causes.iter().any(|c| c.field == field), "no cause names {field}: {causes:?} ({})", status.message);
+}
+
+fn ip_address(namespace: &str, name: &str, kind: &str, pool: &str, address: &str, prefix: i64) -> DynamicObject {
+    let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1beta2", "IPAddress"), "ipaddresses");
+    let mut a = DynamicObject::new(name, &r).within(namespace);
+    a.data = json!({"spec": {
+        "address": address, "prefix": prefix,
+        "claimRef": {"name": name},
+        "poolRef": {"apiGroup": GROUP, "kind": kind, "name": pool}
+    }});
+    a
+}
+
+fn addresses_api(env: &TestEnv) -> Api<DynamicObject> {
+    let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1beta2", "IPAddress"), "ipaddresses");
+    Api::namespaced_with(env.client.clone(), &env.namespace, &r)
+}
+
+#[tokio::test]
+async fn invalid_ip_pools_are_rejected_with_the_go_messages_and_field_paths() {
+    let env = TestEnv::with_manager("ip-invalid").await;
+    let cases = [
+        (json!({"addresses": [], "prefix": 24}), "spec.addresses", "addresses is required"),
+        (
+            json!({"addresses": ["10.0.0.1-10.0.0.0"], "prefix": 24}),
+            "spec.addresses[0]",
+            "provided address is not a valid IP, range, nor CIDR",
+        ),
+        (
+            json!({"addresses": ["10.0.0.1/33"], "prefix": 24}),
+            "spec.addresses[0]",
+            "provided address is not a valid IP, range, nor CIDR",
+        ),
+        (
+            json!({"addresses": ["nope"], "prefix": 24}),
+            "spec.addresses[0]",
+            "provided address is not a valid IP, range, nor CIDR",
+        ),
+        (
+            json!({"addresses": ["10.0.0.1", "fd00::1"], "prefix": 24}),
+            "spec.addresses",
+            "provided addresses are of mixed IP families",
+        ),
+        (
+            json!({"addresses": ["10.0.0.2"], "prefix": 24, "gateway": "invalid"}),
+            "spec.gateway",
+            "ParseAddr(\"invalid\"): unable to parse IP",
+        ),
+        (
+            json!({"addresses": ["10.0.0.2"], "prefix": 24, "gateway": "fd00::1"}),
+            "spec.gateway",
+            "provided gateway and addresses are of mixed IP families",
+        ),
+        (
+            json!({"addresses": ["10.0.0.2"], "prefix": 24, "excludedAddresses": ["x"]}),
+            "spec.excludedAddresses[0]",
+            "provided address is not a valid IP, range, nor CIDR",
+        ),
+        (
+            json!({"addresses": ["10.0.0.2"], "prefix": 24, "excludedAddresses": ["10.0.0.3", "fd00::3"]}),
+            "spec.excludedAddresses",
+            "provided addresses are of mixed IP families",
+        ),
+        (
+            json!({"addresses": ["10.0.0.2"], "prefix": 24, "excludedAddresses": ["fd00::3"]}),
+            "spec.excludedAddresses",
+            "addresses and excluded addresses are of mixed IP families",
+        ),
+        (json!({"addresses": ["10.0.0.2"], "prefix": 33}), "spec.prefix", "provided prefix is not valid"),
+        (
+            json!({"addresses": ["10.0.0.5", "10.0.1.5"], "prefix": 24}),
+            "spec.addresses[1]",
+            "provided address belongs to a different subnet than others",
+        ),
+        (
+            json!({"addresses": ["10.0.0.5", "10.0.0.250-10.0.1.3"], "prefix": 24}),
+            "spec.addresses[1]",
+            "provided address belongs to a different subnet than others",
+        ),
+        (
+            json!({"addresses": ["10.0.0.5", "10.0.0.0/23"], "prefix": 24}),
+            "spec.addresses[1]",
+            "provided address belongs to a different subnet than others",
+        ),
+        // D12: an IPv4 gateway must lie in the pool's subnet.
+        (
+            json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.1.1"}),
+            "spec.gateway",
+            "provided gateway is not in the pool's subnet 10.0.0.0/24",
+        ),
+        // D14: pre-allocations must be allocatable.
+        (
+            json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.12", "preAllocations": {"c": "10.0.0.12"}}),
+            "spec.preAllocations[c]",
+            "is the pool's gateway",
+        ),
+    ];
+    for kind in IP_KINDS {
+        for (i, (spec, field, text)) in cases.iter().enumerate() {
+            let name = unique_name(&format!("bad{i}"));
+            assert_rejected(create(&env, kind, &name, spec.clone()).await, 422, field, text);
+        }
+        // The same rules apply on update; a valid pool stays unchanged.
+        let name = unique_name("upd");
+        create(&env, kind, &name, json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24}))
+            .await
+            .expect("valid pool");
+        for (spec, field, text) in &cases {
+            assert_rejected(update_spec(&env, kind, &name, spec.clone()).await, 422, field, text);
+        }
+        let stored = pools(&env, kind, "v1alpha2").get(&name).await.expect("get");
+        assert_eq!(stored.data["spec"]["addresses"], json!(["10.0.0.10-10.0.0.20"]));
+        pools(&env, kind, "v1alpha2").delete(&name, &DeleteParams::default()).await.expect("delete always passes");
+    }
+}
+
+#[tokio::test]
+async fn schema_bounds_are_enforced_by_the_api_server() {
+    let env = TestEnv::with_manager("ip-schema").await;
+    let err = create(&env, "InClusterIPPool", "too-long", json!({"addresses": ["10.0.0.1"], "prefix": 9999}))
+        .await
+        .expect_err("prefix 9999 exceeds the schema maximum");
+    let kube::Error::Api(status) = err else { panic!("{err:?}") };
+    assert_eq!(status.code, 422);
+    assert!(status.message.contains("spec.prefix"), "{}", status.message);
+    let err = create(
+        &env,
+        "InClusterIPPool",
+        "neg",
+        json!({"addresses": ["10.0.0.1"], "prefix": 24, "addressReuseGracePeriodSeconds": -1}),
+    )
+    .await
+    .expect_err("negative grace period");
+    assert!(err.to_string().contains("spec.addressReuseGracePeriodSeconds"), "{err}");
+}
+
+#[tokio::test]
+async fn valid_ip_pools_are_accepted_and_a_missing_prefix_defaults_to_zero() {
+    let env = TestEnv::with_manager("ip-valid").await;
+    let valid = [
+        json!({"addresses": ["10.0.0.1-10.0.0.100"], "prefix": 24, "gateway": "10.0.0.254"}),
+        json!({"addresses": ["10.0.0.0/24", "10.0.0.3"], "prefix": 24}),
+        json!({"addresses": ["fd00::1-fd00::ff"], "prefix": 64, "gateway": "fe80::1"}),
+        json!({"addresses": ["fd00::/120"], "prefix": 120, "excludedAddresses": ["fd00::10-fd00::1f"]}),
+        json!({"addresses": ["10.0.0.0/24"], "prefix": 24, "excludedAddresses": ["10.0.0.7"], "addressReuseGracePeriodSeconds": 30}),
+        json!({"addresses": ["1.2.3.4", "200.1.1.1"], "prefix": 0}),
+        json!({"addresses": ["10.0.0.0/31"], "prefix": 31, "allocateReservedIPAddresses": true}),
+    ];
+    for kind in IP_KINDS {
+        for (i, spec) in valid.iter().enumerate() {
+            let name = unique_name(&format!("ok{i}"));
+            let created =
+                create(&env, kind, &name, spec.clone()).await.unwrap_or_else(|e| panic!("{kind} {spec}: {e}"));
+            assert_eq!(created.data["spec"]["addresses"], spec["addresses"]);
+            update_spec(&env, kind, &name, spec.clone()).await.expect("an unchanged update passes");
+            pools(&env, kind, "v1alpha2").delete(&name, &DeleteParams::default()).await.expect("delete");
+        }
+        let name = unique_name("noprefix");
+        let created = create(&env, kind, &name, json!({"addresses": ["10.0.0.1"]})).await.expect("prefix omitted");
+        assert_eq!(created.data["spec"]["prefix"], json!(0), "the defaulting webhook adds prefix 0");
+    }
+}
+
+#[tokio::test]
+async fn overlapping_pools_get_a_warning_naming_the_other_pool() {
+    let env = TestEnv::with_manager("overlap").await;
+    let a = unique_name("a");
+    let b = unique_name("b");
+    let manifest = |name: &str, range: &str| {
+        json!({"apiVersion": format!("{GROUP}/v1alpha2"), "kind": "InClusterIPPool",
+               "metadata": {"name": name, "namespace": env.namespace},
+               "spec": {"addresses": [range], "prefix": 24}})
+        .to_string()
+    };
+    let out = env.plane.kubectl_stdin(&["apply", "-f", "-"], &manifest(&a, "10.9.0.10-10.9.0.20"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("Warning"), "no overlap yet");
+    let out = env.plane.kubectl_stdin(&["apply", "-f", "-"], &manifest(&b, "10.9.0.18-10.9.0.30"));
+    assert!(out.status.success(), "an overlap is only a warning by default");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("Warning: spec.addresses overlaps InClusterIPPool \"{a}\" (10.9.0.18-10.9.0.20)")),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn the_update_guard_keeps_allocated_addresses_allocatable() {
+    let env = TestEnv::with_manager("guard").await;
+    for kind in IP_KINDS {
+        let name = unique_name("pool");
+        create(
+            &env,
+            kind,
+            &name,
+            json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "allocateReservedIPAddresses": true}),
+        )
+        .await
+        .expect("pool");
+        let addr = ip_address(&env.namespace, &unique_name("addr"), kind, &name, "10.0.0.10", 24);
+        addresses_api(&env).create(&PostParams::default(), &addr).await.expect("IPAddress");
+        let stranded = "pool addresses do not contain allocated addresses: [10.0.0.10-10.0.0.10]";
+        let cases = [
+            json!({"addresses": ["10.0.0.15-10.0.0.20"], "prefix": 24, "allocateReservedIPAddresses": true}),
+            json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "allocateReservedIPAddresses": true, "excludedAddresses": ["10.0.0.10"]}),
+            json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "allocateReservedIPAddresses": true, "gateway": "10.0.0.10"}),
+        ];
+        for spec in cases {
+            assert_rejected(update_spec(&env, kind, &name, spec).await, 400, "spec.addresses", stranded);
+        }
+        update_spec(&env, kind, &name, json!({"addresses": ["10.0.0.10-10.0.0.30"], "prefix": 24}))
+            .await
+            .expect("growing is fine");
+    }
+}
+
+#[tokio::test]
+async fn the_delete_guard_honours_both_skip_annotations() {
+    let env = TestEnv::with_manager("delete").await;
+    for kind in IP_KINDS.into_iter().chain(PREFIX_KINDS) {
+        let prefix_pool = kind.contains("Prefix");
+        let spec = if prefix_pool {
+            json!({"prefixes": ["fd00::/56"], "allocationPrefixLength": 64})
+        } else {
+            json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24})
+        };
+        let address = if prefix_pool { "fd00::" } else { "10.0.0.10" };
+        let api = pools(&env, kind, "v1alpha2");
+        for annotation in [
+            None,
+            Some("ipam.cluster.x-k8s.io/skip-validate-delete-webhook"),
+            Some("clusterctl.cluster.x-k8s.io/delete-for-move"),
+        ] {
+            let name = unique_name("pool");
+            create(&env, kind, &name, spec.clone()).await.expect("pool");
+            let addr_name = unique_name("addr");
+            addresses_api(&env)
+                .create(
+                    &PostParams::default(),
+                    &ip_address(&env.namespace, &addr_name, kind, &name, address, if prefix_pool { 64 } else { 24 }),
+                )
+                .await
+                .expect("IPAddress");
+            match annotation {
+                None => {
+                    let err = api.delete(&name, &DeleteParams::default()).await.expect_err("addresses are allocated");
+                    let kube::Error::Api(status) = err else { panic!("{err:?}") };
+                    assert_eq!(status.code, 400);
+                    assert!(status.message.contains(
+                        "Pool has IPAddresses allocated. Cannot delete Pool until all IPAddresses have been removed."
+                    ), "{}", status.message);
+                    addresses_api(&env).delete(&addr_name, &DeleteParams::default()).await.expect("delete IPAddress");
+                    api.delete(&name, &DeleteParams::default()).await.expect("no addresses left: the delete passes");
+                }
+                Some(key) => {
+                    let patch = json!({"metadata": {"annotations": {key: ""}}});
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("annotate");
+                    api.delete(&name, &DeleteParams::default()).await.unwrap_or_else(|e| panic!("{kind} {key}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn invalid_prefix_pools_are_rejected() {
+    let env = TestEnv::with_manager("prefix-invalid").await;
+    let cases = [
+        (json!({"prefixes": []}), "spec.prefixes", "prefixes is required"),
+        (json!({"prefixes": ["fd00::1"]}), "spec.prefixes[0]", "provided entry is not a valid IPv6 CIDR"),
+        (json!({"prefixes": ["fd00::1/64"]}), "spec.prefixes[0]", "CIDR must be network-aligned"),
+        (
+            json!({"prefixes": ["fd00::/65"]}),
+            "spec.prefixes[0]",
+            "CIDR prefix length must be <= allocationPrefixLength (64)",
+        ),
+        (json!({"prefixes": ["10.0.0.0/8"]}), "spec.prefixes[0]", "only IPv6 prefixes are supported"),
+        (json!({"prefixes": ["fd00::/48"], "gateway": "10.0.0.1"}), "spec.gateway", "provided gateway must be IPv6"),
+        (
+            json!({"prefixes": ["fd00::/48"], "excludedPrefixes": ["10.0.0.1"]}),
+            "spec.excludedPrefixes[0]",
+            "only IPv6 excluded prefixes are supported",
+        ),
+    ];
+    for kind in PREFIX_KINDS {
+        for (i, (spec, field, text)) in cases.iter().enumerate() {
+            assert_rejected(create(&env, kind, &unique_name(&format!("bad{i}")), spec.clone()).await, 422, field, text);
+        }
+        for len in [56, 96, 128, 64] {
+            let spec = json!({"prefixes": ["fd00::/48", "fd01::/48"], "allocationPrefixLength": len});
+            create(&env, kind, &unique_name("ok"), spec).await.expect("valid prefix pool");
+        }
+        let created =
+            create(&env, kind, &unique_name("dflt"), json!({"prefixes": ["fd02::/48"]})).await.expect("default");
+        assert_eq!(created.data["spec"]["allocationPrefixLength"], json!(64));
+    }
+}
+
+#[tokio::test]
+async fn prefix_pool_updates_keep_allocations_valid() {
+    let env = TestEnv::with_manager("prefix-update").await;
+    for kind in PREFIX_KINDS {
+        let name = unique_name("pp");
+        create(&env, kind, &name, json!({"prefixes": ["fd01::/62"]})).await.expect("pool");
+        addresses_api(&env)
+            .create(&PostParams::default(), &ip_address(&env.namespace, &unique_name("a"), kind, &name, "fd01::", 64))
+            .await
+            .expect("allocation");
+        assert_rejected(
+            update_spec(&env, kind, &name, json!({"prefixes": ["fd01::/62"], "allocationPrefixLength": 63})).await,
+            400,
+            "spec.allocationPrefixLength",
+            "spec.allocationPrefixLength is immutable",
+        );
+        assert_rejected(
+            update_spec(&env, kind, &name, json!({"prefixes": ["fd01:0:0:1::/64"]})).await,
+            400,
+            "spec.prefixes",
+            "existing allocations become non-allocatable: [fd01::]",
+        );
+        assert_rejected(
+            update_spec(&env, kind, &name, json!({"prefixes": ["fd01::/62"], "excludedPrefixes": ["fd01::/64"]})).await,
+            400,
+            "spec.prefixes",
+            "existing allocations become non-allocatable: [fd01::]",
+        );
+        update_spec(
+            &env,
+            kind,
+            &name,
+            json!({"prefixes": ["fd01::/62"], "excludedPrefixes": ["fd01:0:0:3::/64"], "gateway": "fd01::1"}),
+        )
+        .await
+        .expect("exclusions and gateway that keep the allocation valid");
+    }
+}
+
+#[tokio::test]
+async fn prefix_pool_warnings_for_128() {
+    let env = TestEnv::with_manager("prefix-warn").await;
+    let apply = |name: &str, gateway: Option<&str>| {
+        let mut spec = json!({"prefixes": ["fd00::/120"], "allocationPrefixLength": 128});
+        if let Some(g) = gateway {
+            spec["gateway"] = json!(g);
+        }
+        let manifest = json!({"apiVersion": format!("{GROUP}/v1alpha2"), "kind": "InClusterPrefixPool",
+            "metadata": {"name": name, "namespace": env.namespace}, "spec": spec});
+        let out = env.plane.kubectl_stdin(&["apply", "-f", "-"], &manifest.to_string());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let host = "spec.allocationPrefixLength=128 behaves like host-address allocation";
+    let gw = "spec.gateway is within spec.prefixes and is not reserved";
+    let w = apply(&unique_name("inside"), Some("fd00::1"));
+    assert!(w.contains(host) && w.contains(gw), "{w}");
+    let w = apply(&unique_name("outside"), Some("fd01::1"));
+    assert!(w.contains(host) && !w.contains(gw), "{w}");
+    let w = apply(&unique_name("none"), None);
+    assert!(w.contains(host) && !w.contains(gw), "{w}");
+}
+
+#[tokio::test]
+async fn a_v1alpha1_pool_reads_as_v1alpha2_and_back() {
+    let env = TestEnv::with_manager("conv-up").await;
+    for kind in IP_KINDS {
+        let name = unique_name("v1");
+        let spec = json!({"subnet": "10.5.0.0/24", "start": "10.5.0.10", "end": "10.5.0.20", "gateway": "10.5.0.1"});
+        pools(&env, kind, "v1alpha1")
+            .create(&PostParams::default(), &pool(kind, "v1alpha1", &name, spec))
+            .await
+            .expect("create v1alpha1");
+        let v2 = pools(&env, kind, "v1alpha2").get(&name).await.expect("read as v1alpha2");
+        assert_eq!(v2.data["spec"]["addresses"], json!(["10.5.0.10-10.5.0.20"]));
+        assert_eq!(v2.data["spec"]["prefix"], json!(24));
+        assert_eq!(v2.data["spec"]["gateway"], json!("10.5.0.1"));
+        let v1 = pools(&env, kind, "v1alpha1").get(&name).await.expect("read as v1alpha1");
+        assert_eq!(
+            v1.data["spec"],
+            json!({"subnet": "10.5.0.0/24", "start": "10.5.0.10", "end": "10.5.0.20", "prefix": 24, "gateway": "10.5.0.1"})
+        );
+        // Defaults from the subnet alone, as the Go provider does.
+        let name = unique_name("v1s");
+        let spec = json!({"subnet": "10.6.0.0/24", "gateway": "10.6.0.1"});
+        pools(&env, kind, "v1alpha1")
+            .create(&PostParams::default(), &pool(kind, "v1alpha1", &name, spec))
+            .await
+            .expect("create");
+        let v2 = pools(&env, kind, "v1alpha2").get(&name).await.expect("read as v1alpha2");
+        assert_eq!(v2.data["spec"]["addresses"], json!(["10.6.0.1-10.6.0.254"]));
+    }
+}
+
+#[tokio::test]
+async fn a_v1alpha2_pool_survives_a_v1alpha1_read_modify_write() {
+    let env = TestEnv::with_manager("conv-down").await;
+    for kind in IP_KINDS {
+        let name = unique_name("v2");
+        let spec = json!({
+            "addresses": ["10.7.0.10-10.7.0.20"], "prefix": 24, "gateway": "10.7.0.1",
+            "excludedAddresses": ["10.7.0.15"], "allocateReservedIPAddresses": true,
+            "addressReuseGracePeriodSeconds": 45
+        });
+        let before = create(&env, kind, &name, spec.clone()).await.expect("create v1alpha2");
+        let mut v1 = pools(&env, kind, "v1alpha1").get(&name).await.expect("read as v1alpha1");
+        assert_eq!(v1.data["spec"]["addresses"], json!(["10.7.0.10-10.7.0.20"]));
+        assert!(v1.data["spec"].get("excludedAddresses").is_none(), "v1alpha1 has no such field");
+        // A v1alpha1 client writes back what it read, with a label of its own.
+        v1.metadata.labels.get_or_insert_with(Default::default).insert("touched".into(), "yes".into());
+        pools(&env, kind, "v1alpha1")
+            .replace(&name, &PostParams::default(), &v1)
+            .await
+            .expect("write back as v1alpha1");
+        let after = pools(&env, kind, "v1alpha2").get(&name).await.expect("read as v1alpha2");
+        assert_eq!(after.data["spec"], before.data["spec"], "{kind}: nothing lost");
+        assert_eq!(after.metadata.labels.as_ref().and_then(|l| l.get("touched")).map(String::as_str), Some("yes"));
+        assert_eq!(after.metadata.annotations, before.metadata.annotations, "{kind}: no annotation left behind");
+    }
+}
+
+#[tokio::test]
+async fn printer_columns_of_both_versions() {
+    let env = TestEnv::with_manager("columns").await;
+    let name = unique_name("cols");
+    create(
+        &env,
+        "InClusterIPPool",
+        &name,
+        json!({"addresses": ["10.8.0.10-10.8.0.20"], "prefix": 24, "gateway": "10.8.0.1"}),
+    )
+    .await
+    .expect("pool");
+    let v2 =
+        env.plane.kubectl(&["get", "inclusterippools.v1alpha2.ipam.cluster.x-k8s.io", "-n", &env.namespace, &name]);
+    let header: Vec<&str> = v2.lines().next().expect("header").split_whitespace().collect();
+    assert_eq!(header, ["NAME", "ADDRESSES", "PREFIX", "GATEWAY", "TOTAL", "FREE", "USED", "OUTOFRANGE", "AGE"]);
+    let row: Vec<&str> = v2.lines().nth(1).expect("row").split_whitespace().collect();
+    assert_eq!(&row[..4], [name.as_str(), "[\"10.8.0.10-10.8.0.20\"]", "24", "10.8.0.1"]);
+
+    let v1name = unique_name("cols1");
+    let spec = json!({"subnet": "10.8.1.0/24", "start": "10.8.1.10", "end": "10.8.1.20"});
+    pools(&env, "InClusterIPPool", "v1alpha1")
+        .create(&PostParams::default(), &pool("InClusterIPPool", "v1alpha1", &v1name, spec))
+        .await
+        .expect("v1alpha1");
+    let v1 =
+        env.plane.kubectl(&["get", "inclusterippools.v1alpha1.ipam.cluster.x-k8s.io", "-n", &env.namespace, &v1name]);
+    let header: Vec<&str> = v1.lines().next().expect("header").split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SUBNET", "START", "END", "ADDRESSES", "TOTAL", "FREE", "USED"]);
+    let row: Vec<&str> = v1.lines().nth(1).expect("row").split_whitespace().collect();
+    assert_eq!(&row[..4], [v1name.as_str(), "10.8.1.0/24", "10.8.1.10", "10.8.1.20"]);
+
+    let pp = unique_name("pp");
+    create(&env, "InClusterPrefixPool", &pp, json!({"prefixes": ["fd09::/48"]})).await.expect("prefix pool");
+    let out = env.plane.kubectl(&["get", "inclusterprefixpools", "-n", &env.namespace, &pp]);
+    let header: Vec<&str> = out.lines().next().expect("header").split_whitespace().collect();
+    assert_eq!(header, ["NAME", "PREFIXES", "LENGTH", "GATEWAY", "TOTAL", "FREE", "USED", "OUTOFRANGE", "AGE"]);
+    // `kubectl get cluster-api` lists the pools through the category.
+    let all = env.plane.kubectl(&["get", "cluster-api", "-n", &env.namespace]);
+    assert!(all.contains(&name) && all.contains(&pp), "{all}");
+}
+
+/// Every path in the committed webhook configuration (and /convert) is served by the running manager over TLS: a
+/// webhook can never point at a path the server does not serve.
+#[tokio::test]
+async fn every_registered_path_is_served() {
+    let env = TestEnv::with_manager("paths").await;
+    let manager = support::shared_manager();
+    let manifests =
+        std::fs::read_to_string(support::repo_root().join("config/webhook/manifests.yaml")).expect("manifests");
+    let mut paths: Vec<String> =
+        manifests.lines().filter_map(|l| l.trim().strip_prefix("path: ").map(str::to_owned)).collect();
+    assert_eq!(paths.len(), 8, "{paths:?}");
+    paths.push("/convert".to_owned());
+    let ca = env.plane.dir.join("webhook-certs/ca.crt");
+    for path in paths {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--max-time", "5", "--cacert"])
+            .arg(&ca)
+            .args(["-X", "POST", "-H", "content-type: application/json", "-d", "{}"])
+            .arg(format!("https://127.0.0.1:{}{path}", manager.webhook_port))
+            .output()
+            .expect("curl");
+        let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let kind = body["kind"].as_str().unwrap_or_default();
+        assert!(kind == "AdmissionReview" || kind == "ConversionReview", "{path}: {body}");
+    }
+}
+
+/// With `--reject-overlapping-pools` the overlap is a rejection instead of a warning (the router in-process, with a
+/// client of the real API server to find the other pool).
+#[tokio::test]
+async fn overlapping_pools_are_rejected_when_asked() {
+    use capi_ipam::webhooks::admission::{AdmissionContext, review};
+    use capi_ipam::webhooks::routes::{AdmissionRoute, Purpose};
+    let env = TestEnv::with_manager("overlap-reject").await;
+    let a = unique_name("a");
+    create(&env, "InClusterIPPool", &a, json!({"addresses": ["10.9.1.0/24"], "prefix": 24})).await.expect("pool a");
+    let ctx = AdmissionContext {
+        client: env.client.clone(),
+        capi: capi_ipam::capi::CapiVersion::V1Beta2,
+        reject_overlapping_pools: true,
+    };
+    let request = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u1", "name": "b", "namespace": env.namespace, "operation": "CREATE",
+        "object": {"metadata": {"name": "b"}, "spec": {"addresses": ["10.9.1.200-10.9.1.210"], "prefix": 24}}}});
+    let route = AdmissionRoute { kind: capi_ipam::api::PoolKind::InClusterIPPool, purpose: Purpose::Validate };
+    let (answer, _) = review(&ctx, route, request.to_string().as_bytes()).await;
+    let response = &answer["response"];
+    assert_eq!(response["allowed"], json!(false), "{answer}");
+    assert_eq!(response["status"]["code"], json!(422));
+    assert_eq!(response["status"]["details"]["causes"][0]["field"], json!("spec.addresses"));
+    let message = response["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&format!("overlaps InClusterIPPool \"{a}\" (10.9.1.200-10.9.1.210)")), "{message}");
+    // Another namespace is another scope: no overlap there.
+    let elsewhere = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u2", "name": "b", "namespace": "other-namespace", "operation": "CREATE",
+        "object": {"metadata": {"name": "b"}, "spec": {"addresses": ["10.9.1.200-10.9.1.210"], "prefix": 24}}}});
+    let (answer, _) = review(&ctx, route, elsewhere.to_string().as_bytes()).await;
+    assert_eq!(answer["response"]["allowed"], json!(true), "{answer}");
+}
+
+/// A v1beta1 AdmissionReview gets a v1beta1 answer; the defaulting patch sets allocationPrefixLength 0 to 64.
+#[tokio::test]
+async fn v1beta1_reviews_and_the_defaulting_patch() {
+    use capi_ipam::webhooks::admission::{AdmissionContext, review};
+    use capi_ipam::webhooks::routes::{AdmissionRoute, Purpose};
+    let env = TestEnv::with_manager("v1beta1").await;
+    let ctx = AdmissionContext {
+        client: env.client.clone(),
+        capi: capi_ipam::capi::CapiVersion::V1Beta2,
+        reject_overlapping_pools: false,
+    };
+    let request = json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {
+        "uid": "u9", "name": "p", "namespace": env.namespace, "operation": "CREATE",
+        "object": {"metadata": {"name": "p"}, "spec": {"prefixes": ["fd00::/48"], "allocationPrefixLength": 0}}}});
+    let route = AdmissionRoute { kind: capi_ipam::api::PoolKind::InClusterPrefixPool, purpose: Purpose::Default };
+    let (answer, _) = review(&ctx, route, request.to_string().as_bytes()).await;
+    assert_eq!(answer["apiVersion"], json!("admission.k8s.io/v1beta1"));
+    assert_eq!(answer["response"]["uid"], json!("u9"));
+    assert_eq!(answer["response"]["patchType"], json!("JSONPatch"));
+    let patch = k8s_openapi::ByteString::deserialize(answer["response"]["patch"].clone()).expect("base64 patch");
+    let patch: Value = serde_json::from_slice(&patch.0).expect("JSON patch");
+    assert_eq!(patch, json!([{"op": "replace", "path": "/spec/allocationPrefixLength", "value": 64}]));
+}

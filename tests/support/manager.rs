@@ -1,0 +1,249 @@
+//! Runs the real `manager` binary against a control plane, with our CRDs and webhooks registered in the API server
+//! over TLS (tests/tools/dev-install.py, the same code `make run` uses).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Plane, repo_root, tail, unique_name};
+
+/// A running manager process. It is killed when dropped, and also when the test process exits (it watches its stdin).
+pub struct Manager {
+    pub dir: PathBuf,
+    pub webhook_port: u16,
+    pub health_port: u16,
+    pub metrics_port: u16,
+    pub log: PathBuf,
+    args: Vec<String>,
+    kubeconfig: PathBuf,
+    wrapper: Option<Child>,
+    pid: Option<u32>,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Which CAPI CRDs the tests install: `../shared/capi-crds/<release>` when it exists beside the repository, else the
+/// test CRDs generated from our types (`config/crd/capi-test/<release>`).
+pub fn capi_crd_dir(release: &str) -> PathBuf {
+    let shared = repo_root().join("../shared/capi-crds").join(release);
+    if shared.is_dir() { shared } else { repo_root().join("config/crd/capi-test").join(release) }
+}
+
+impl Manager {
+    /// Installs the CAPI CRDs of `capi_release` and ours, registers the webhooks at a new port, starts the manager and
+    /// waits until it is ready and the API server reaches its webhooks.
+    pub fn start(plane: &Plane, capi_release: &str, extra_args: &[&str]) -> Manager {
+        let dir = plane.dir.join("managers").join(unique_name("m"));
+        std::fs::create_dir_all(&dir).expect("manager folder");
+        let certs = plane.dir.join("webhook-certs");
+        run(Command::new("bash").arg(repo_root().join("tests/tools/dev-certs.sh")).arg(&certs), "dev-certs.sh");
+        let kubectl = plane.bin_dir().join("kubectl");
+        run(
+            Command::new(&kubectl)
+                .arg("--kubeconfig")
+                .arg(plane.kubeconfig())
+                .args(["apply", "--server-side", "--force-conflicts", "-f"])
+                .arg(capi_crd_dir(capi_release)),
+            "installing the CAPI CRDs",
+        );
+        let (webhook_port, health_port, metrics_port) = (free_port(), free_port(), free_port());
+        let mut args: Vec<String> = vec![
+            "--kubeconfig".into(),
+            plane.kubeconfig().to_string_lossy().into_owned(),
+            "--log-format=text".into(),
+            "--log-level=debug,kube=info,hyper=info,tower=info,rustls=info".into(),
+            "--webhook-host=127.0.0.1".into(),
+            format!("--webhook-port={webhook_port}"),
+            format!("--webhook-cert-dir={}", certs.display()),
+            format!("--health-probe-bind-address=127.0.0.1:{health_port}"),
+            format!("--diagnostics-address=127.0.0.1:{metrics_port}"),
+        ];
+        args.extend(extra_args.iter().map(|s| s.to_string()));
+        let mut m = Manager {
+            log: dir.join("manager.log"),
+            dir,
+            webhook_port,
+            health_port,
+            metrics_port,
+            args,
+            kubeconfig: plane.kubeconfig(),
+            wrapper: None,
+            pid: None,
+        };
+        m.register(plane, &certs);
+        m.spawn();
+        m.wait_ready(plane);
+        m
+    }
+
+    fn register(&self, plane: &Plane, certs: &std::path::Path) {
+        run(
+            Command::new("python3")
+                .arg(repo_root().join("tests/tools/dev-install.py"))
+                .arg("--kubectl")
+                .arg(plane.bin_dir().join("kubectl"))
+                .arg("--kubeconfig")
+                .arg(plane.kubeconfig())
+                .arg("--url")
+                .arg(format!("https://127.0.0.1:{}", self.webhook_port))
+                .arg("--ca")
+                .arg(certs.join("ca.crt")),
+            "dev-install.py",
+        );
+    }
+
+    /// Starts the process (again), with the same ports and flags.
+    pub fn spawn(&mut self) {
+        // bash starts the manager in the background, prints its pid, and kills it when stdin closes: the test process
+        // holds the other end, so the manager never outlives the test binary.
+        let mut wrapper = Command::new("bash")
+            .arg("-c")
+            .arg(r#"log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & pid=$!; echo "$pid"; cat >/dev/null; kill -9 "$pid" 2>/dev/null; wait"#)
+            .arg("manager-wrapper")
+            .arg(&self.log)
+            .arg(env!("CARGO_BIN_EXE_manager"))
+            .args(&self.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the manager");
+        let mut line = String::new();
+        BufReader::new(wrapper.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("manager pid");
+        self.pid = Some(line.trim().parse().expect("a pid"));
+        self.wrapper = Some(wrapper);
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// GET a path on the probe server; returns the status code.
+    pub fn probe(&self, path: &str) -> Option<u16> {
+        http_get(self.health_port, path).map(|(code, _)| code)
+    }
+
+    /// GET /metrics on the metrics server (plain HTTP with --insecure-diagnostics).
+    pub fn metrics(&self) -> Option<String> {
+        http_get(self.metrics_port, "/metrics").map(|(_, body)| body)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.pid.is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid))
+    }
+
+    /// Waits until /readyz is 200 and the API server's calls reach the validating webhook.
+    pub fn wait_ready(&self, plane: &Plane) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while self.probe("/readyz") != Some(200) {
+            assert!(self.is_running(), "the manager exited:\n{}", self.log_tail(60));
+            assert!(Instant::now() < deadline, "the manager did not become ready:\n{}", self.log_tail(60));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // An invalid pool, created as a server-side dry run, must come back with our webhook's message.
+        let probe = r#"{"apiVersion":"ipam.cluster.x-k8s.io/v1alpha2","kind":"GlobalInClusterIPPool","metadata":{"name":"webhook-probe"},"spec":{"addresses":[],"prefix":24}}"#;
+        loop {
+            let mut child = Command::new(plane.bin_dir().join("kubectl"))
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .args(["create", "--dry-run=server", "-f", "-"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("kubectl");
+            child.stdin.take().expect("stdin").write_all(probe.as_bytes()).expect("write");
+            let out = child.wait_with_output().expect("kubectl");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if stderr.contains("addresses is required") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the API server does not reach the webhooks: {stderr}\n{}",
+                self.log_tail(40)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Kills the manager with SIGKILL (no cleanup, no lease release).
+    pub fn kill(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::path::Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if let Some(mut w) = self.wrapper.take() {
+            drop(w.stdin.take());
+            let _ = w.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns whether it exited within the timeout.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        let Some(pid) = self.pid else { return true };
+        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        let deadline = Instant::now() + timeout;
+        while self.is_running() {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.pid = None;
+        if let Some(mut w) = self.wrapper.take() {
+            drop(w.stdin.take());
+            let _ = w.wait();
+        }
+        true
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        tail(&self.log, lines)
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- manager log (last 60 lines) ---\n{}", self.log_tail(60));
+        }
+        self.kill();
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// A minimal HTTP/1.0 GET on 127.0.0.1 (the probe and insecure metrics servers are plain HTTP).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    s.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((code, body))
+}
