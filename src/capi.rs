@@ -3,8 +3,6 @@
 //! CAPI 1.6–1.10; the version is chosen once at start-up by discovery (decision D6), so these are handled as dynamic
 //! objects of that version and parsed into the small typed views below.
 
-use std::collections::BTreeMap;
-
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
@@ -158,20 +156,6 @@ pub fn spec_of<T: serde::de::DeserializeOwned>(obj: &DynamicObject) -> Option<T>
     obj.data.get("spec").and_then(|s| serde_json::from_value(s.clone()).ok())
 }
 
-/// The name of the Cluster a claim belongs to: `spec.clusterName`, else the cluster-name label.
-pub fn claim_cluster_name(claim: &DynamicObject, spec: &IpAddressClaimSpec) -> Option<String> {
-    spec.cluster_name
-        .clone()
-        .filter(|n| !n.is_empty())
-        .or_else(|| claim.labels().get(CLUSTER_NAME_LABEL).filter(|n| !n.is_empty()).cloned())
-}
-
-/// Whether a Cluster is paused: `spec.paused` or the paused annotation (decision D8).
-pub fn cluster_is_paused(cluster: &DynamicObject) -> bool {
-    cluster.annotations().contains_key(crate::api::PAUSED_ANNOTATION)
-        || cluster.data.get("spec").and_then(|s| s.get("paused")).and_then(|p| p.as_bool()).unwrap_or(false)
-}
-
 /// The IPAddresses that reference a pool, read live from the API server (the webhooks must not trust a cache).
 /// `namespace` is the pool's namespace, `None` for a global pool (all namespaces).
 pub async fn list_pool_addresses(
@@ -210,7 +194,106 @@ pub async fn list_pool_addresses(
     }
 }
 
-/// Labels as a sorted map, for the copied cluster-name label.
-pub fn cluster_label(labels: &BTreeMap<String, String>) -> Option<(String, String)> {
-    labels.get(CLUSTER_NAME_LABEL).map(|v| (CLUSTER_NAME_LABEL.to_owned(), v.clone()))
+/// Implements `kube::Resource` for a compact object whose version is chosen at run time (like `DynamicObject`).
+macro_rules! dynamic_resource {
+    ($t:ty) => {
+        impl kube::Resource for $t {
+            type DynamicType = ApiResource;
+            type Scope = kube::core::DynamicResourceScope;
+
+            fn group(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.group.as_str().into()
+            }
+            fn version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.version.as_str().into()
+            }
+            fn kind(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.kind.as_str().into()
+            }
+            fn api_version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.api_version.as_str().into()
+            }
+            fn plural(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.plural.as_str().into()
+            }
+            fn meta(&self) -> &kube::api::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+/// An `IPAddressClaim` as the controller keeps it: metadata (without managed fields), spec, and the status fields
+/// we read. Unknown fields are dropped, which keeps 100,000 cached claims small.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Claim {
+    #[serde(default)]
+    pub metadata: kube::api::ObjectMeta,
+    #[serde(default)]
+    pub spec: IpAddressClaimSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ClaimStatus>,
+}
+
+/// The claim status fields we read: `addressRef` and the conditions (kept raw, so other owners' entries survive).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_ref: Option<NameRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<serde_json::Value>>,
+    /// v1beta1 only: `status.v1beta2.conditions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v1beta2: Option<serde_json::Value>,
+}
+
+dynamic_resource!(Claim);
+
+/// The parts of a `Cluster` we read: metadata and `spec.paused`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Cluster {
+    #[serde(default)]
+    pub metadata: kube::api::ObjectMeta,
+    #[serde(default)]
+    pub spec: ClusterSpec,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+dynamic_resource!(Cluster);
+
+impl Cluster {
+    /// Paused: `spec.paused` or the paused annotation (decision D8).
+    pub fn is_paused(&self) -> bool {
+        self.spec.paused == Some(true)
+            || self.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::api::PAUSED_ANNOTATION))
+    }
+}
+
+/// An `IPAddress`: metadata (without managed fields) and spec.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IpAddress {
+    #[serde(default)]
+    pub metadata: kube::api::ObjectMeta,
+    #[serde(default)]
+    pub spec: IpAddressSpec,
+}
+
+dynamic_resource!(IpAddress);
+
+impl Claim {
+    /// The Cluster this claim belongs to: `spec.clusterName`, else the cluster-name label.
+    pub fn cluster_name(&self) -> Option<String> {
+        self.spec.cluster_name.clone().filter(|n| !n.is_empty()).or_else(|| {
+            self.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)).filter(|n| !n.is_empty()).cloned()
+        })
+    }
 }

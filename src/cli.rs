@@ -79,6 +79,16 @@ pub struct Args {
     #[arg(long, default_value = "info")]
     pub log_level: String,
 
+    /// Claims reconciled at once. Allocation decisions are serialized per pool whatever this is; it bounds how many
+    /// API writes are in flight.
+    #[arg(long, default_value_t = 32)]
+    pub max_concurrent_reconciles: u16,
+
+    /// Seconds an IPAddress made by us must have had no claim before it is released (a safety net against leaks;
+    /// claims normally release their address through their finalizer).
+    #[arg(long, default_value_t = 60)]
+    pub orphan_release_delay: u64,
+
     /// Reject a pool whose addresses overlap another pool of the same kind and scope (default: warn).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub reject_overlapping_pools: bool,

@@ -168,6 +168,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
         watch_filter: Some(args.watch_filter.clone()).filter(|f| !f.is_empty()),
         capi,
+        concurrency: args.max_concurrent_reconciles.max(1),
+        orphan_release_delay: Duration::from_secs(args.orphan_release_delay),
     };
     if args.leader_elect {
         // A replica that does not lead has no caches to wait for.

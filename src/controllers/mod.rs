@@ -1,34 +1,761 @@
-//! The controllers: claims get addresses, pools get status.
+//! The controllers: claims get addresses (`claim`), pools get their status and finalizer (`pool`), both sharing one
+//! allocator (`registry`) that is fed by the IPAddress watch and by our own writes.
+//!
+//! Start-up allocates nothing before every pool's state is loaded: reconciles wait until the IPAddress, pool, claim
+//! and Cluster caches have listed everything once.
 
-use std::sync::Arc;
+mod claim;
+mod events;
+mod pool;
+pub mod registry;
+pub mod status;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
-use kube::Client;
+use futures::channel::mpsc;
+use futures::{FutureExt, StreamExt, TryStreamExt, future};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::GroupVersionKind;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
 
-use crate::capi::CapiApis;
+use crate::api::{GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind, WATCH_FILTER_LABEL};
+use crate::capi::{CapiApis, Claim, Cluster, IpAddress, IpAddressSpec};
 use crate::diagnostics::Readiness;
 use crate::metrics::Metrics;
+use registry::{Held, ObjectKey, PoolKey, Registry};
+use status::Ready;
 
-/// What the controllers watch.
+/// The field manager of our server-side applies.
+pub const FIELD_MANAGER: &str = "capi-ipam-in-cluster";
+
+/// What the controllers watch and how.
 #[derive(Clone, Debug)]
 pub struct ControllerOptions {
     /// `--namespace`: only this namespace (None: all).
     pub namespace: Option<String>,
-    /// `--watch-filter`: only objects labelled `cluster.x-k8s.io/watch-filter=<value>`.
+    /// `--watch-filter`: only claims labelled `cluster.x-k8s.io/watch-filter=<value>`.
     pub watch_filter: Option<String>,
     pub capi: CapiApis,
+    /// Claims reconciled at once (allocation itself is serialized per pool).
+    pub concurrency: u16,
+    /// How long an IPAddress must have had no claim before it is released (decision D11).
+    pub orphan_release_delay: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Kube {
+        what: &'static str,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("{0}")]
+    Rejected(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn kube(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
+        move |source| Error::Kube { what, source: Box::new(source) }
+    }
+
+    pub fn internal(e: impl std::fmt::Display) -> Error {
+        Error::Internal(e.to_string())
+    }
+
+    /// A bounded label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube { source, .. } => match source.as_ref() {
+                kube::Error::Api(s) if s.code == 409 => "conflict",
+                kube::Error::Api(s) if s.code == 404 => "not_found",
+                kube::Error::Api(s) if s.code == 429 => "throttled",
+                kube::Error::Api(_) => "api",
+                _ => "transport",
+            },
+            Error::Rejected(_) => "rejected",
+            Error::Internal(_) => "internal",
+        }
+    }
+}
+
+/// An IPAddress as the controllers keep it.
+#[derive(Clone, Debug)]
+pub struct AddressRecord {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub spec: IpAddressSpec,
+    pub finalizers: Vec<String>,
+    pub owner_references: Vec<OwnerReference>,
+    pub cluster_label: Option<String>,
+    pub deleting: bool,
+    pub pool: Option<PoolKey>,
+}
+
+impl AddressRecord {
+    fn of(object: &IpAddress) -> Self {
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        Self {
+            uid: object.metadata.uid.clone(),
+            resource_version: object.metadata.resource_version.clone(),
+            pool: object.spec.pool_ref.our_kind().map(|k| PoolKey::new(k, &namespace, &object.spec.pool_ref.name)),
+            spec: object.spec.clone(),
+            finalizers: object.metadata.finalizers.clone().unwrap_or_default(),
+            owner_references: object.metadata.owner_references.clone().unwrap_or_default(),
+            cluster_label: object.metadata.labels.as_ref().and_then(|l| l.get(crate::api::CLUSTER_NAME_LABEL)).cloned(),
+            deleting: object.metadata.deletion_timestamp.is_some(),
+        }
+    }
+
+    fn owned_by_a_claim(&self) -> bool {
+        self.owner_references.iter().any(|o| o.kind == "IPAddressClaim")
+            && self.finalizers.iter().any(|f| f == PROTECT_ADDRESS_FINALIZER)
+    }
+}
+
+/// Everything the reconcilers share.
+pub struct Context {
+    pub client: Client,
+    pub capi: CapiApis,
+    pub options: ControllerOptions,
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<Metrics>,
+    events: events::Events,
+    addresses: RwLock<HashMap<ObjectKey, AddressRecord>>,
+    pools: HashMap<PoolKind, (Store<DynamicObject>, ApiResource)>,
+    clusters: Option<(Store<Cluster>, ApiResource)>,
+    claims: Store<Claim>,
+    claim_resource: ApiResource,
+    triggers: mpsc::UnboundedSender<ObjectRef<Claim>>,
+    pool_triggers: HashMap<PoolKind, mpsc::UnboundedSender<ObjectRef<DynamicObject>>>,
+    synced: watch::Receiver<bool>,
+    /// The Ready state we last wrote per claim UID: a stale cached claim does not trigger a second write.
+    written: Mutex<HashMap<String, (Ready, Option<String>)>>,
+    /// When each claim was first seen without an address (for the allocation latency histogram).
+    first_seen: Mutex<HashMap<String, Instant>>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Context {
+    pub async fn wait_synced(&self) {
+        let mut synced = self.synced.clone();
+        let _ = synced.wait_for(|s| *s).await;
+    }
+
+    pub fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
+        let (store, resource) = self.clusters.as_ref()?;
+        store.get(&ObjectRef::new_with(name, resource.clone()).within(namespace))
+    }
+
+    pub fn pool(&self, key: &PoolKey) -> Option<Arc<DynamicObject>> {
+        let (store, resource) = self.pools.get(&key.kind)?;
+        let mut r = ObjectRef::new_with(&key.name, resource.clone());
+        if !key.kind.is_global() {
+            r = r.within(&key.namespace);
+        }
+        store.get(&r)
+    }
+
+    pub fn address(&self, key: &ObjectKey) -> Option<AddressRecord> {
+        self.addresses.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+    }
+
+    /// Records an IPAddress we just wrote (the watch will confirm it).
+    pub fn remember_address(&self, key: &ObjectKey, object: &DynamicObject) -> AddressRecord {
+        let typed = IpAddress {
+            metadata: object.metadata.clone(),
+            spec: crate::capi::spec_of(object).unwrap_or_default(),
+        };
+        let record = AddressRecord::of(&typed);
+        if let Some(pool) = &record.pool {
+            self.registry.record(pool, key, Held::of(pool.kind, &record.spec));
+        }
+        self.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record.clone());
+        record
+    }
+
+    pub fn forget_address(&self, key: &ObjectKey) {
+        self.addresses.write().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+
+    pub fn claims_api(&self, namespace: &str) -> Api<Claim> {
+        Api::namespaced_with(self.client.clone(), namespace, &self.claim_resource)
+    }
+
+    fn claim_ref(&self, key: &ObjectKey) -> ObjectRef<Claim> {
+        ObjectRef::new_with(&key.name, self.claim_resource.clone()).within(&key.namespace)
+    }
+
+    /// Reconciles these claims soon.
+    pub fn wake(&self, claims: Vec<ObjectKey>) {
+        for c in claims {
+            let _ = self.triggers.unbounded_send(self.claim_ref(&c));
+        }
+    }
+
+    fn wake_claims_where(&self, predicate: impl Fn(&Claim) -> bool) {
+        for claim in self.claims.state() {
+            if predicate(&claim) {
+                let key = ObjectKey::new(&claim.namespace().unwrap_or_default(), &claim.name_any());
+                let _ = self.triggers.unbounded_send(self.claim_ref(&key));
+            }
+        }
+    }
+
+    pub fn already_written(&self, uid: &str, ready: &Ready, address_ref: Option<&str>) -> bool {
+        lock(&self.written).get(uid).is_some_and(|(r, a)| r == ready && a.as_deref() == address_ref)
+    }
+
+    pub fn remember_written(&self, uid: &str, ready: &Ready, address_ref: Option<&str>) {
+        lock(&self.written).insert(uid.to_owned(), (ready.clone(), address_ref.map(str::to_owned)));
+    }
+
+    pub fn forget_claim(&self, uid: &str) {
+        lock(&self.written).remove(uid);
+        lock(&self.first_seen).remove(uid);
+        lock(&self.failures).remove(uid);
+    }
+
+    /// Time since the claim was first seen, once: the allocation latency.
+    pub fn allocation_latency(&self, claim: &Claim) -> Option<Duration> {
+        let uid = claim.metadata.uid.as_deref()?;
+        lock(&self.first_seen).remove(uid).map(|t| t.elapsed())
+    }
+
+    fn first_seen(&self, claim: &Claim) {
+        if let Some(uid) = &claim.metadata.uid {
+            lock(&self.first_seen).entry(uid.clone()).or_insert_with(Instant::now);
+        }
+    }
+}
+
+/// Per-object exponential backoff: 200 ms doubling to 5 minutes, reset on success.
+fn backoff(ctx: &Context, uid: &str) -> Action {
+    let mut failures = lock(&ctx.failures);
+    let n = failures.entry(uid.to_owned()).or_insert(0);
+    *n = (*n + 1).min(12);
+    let delay = Duration::from_millis(200).saturating_mul(1 << (*n - 1)).min(Duration::from_secs(300));
+    // Spread retries of a burst a little.
+    let jitter = Duration::from_millis(u64::from(uid.bytes().fold(0u8, |a, b| a.wrapping_add(b))) % 100);
+    Action::requeue(delay + jitter)
+}
+
+fn reset_backoff(ctx: &Context, uid: Option<&str>) {
+    if let Some(uid) = uid {
+        lock(&ctx.failures).remove(uid);
+    }
+}
+
+/// Drops what the controllers never read, so that 100,000 cached objects stay small.
+fn slim(meta: &mut kube::api::ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+fn api_for<K>(client: &Client, namespace: Option<&str>, resource: &ApiResource) -> Api<K>
+where
+    K: Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+fn pool_resource(kind: PoolKind) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1alpha2", kind.kind()), &kind.plural())
 }
 
 /// Runs the controllers until `stop`.
 pub async fn run(
-    _client: Client,
-    _options: ControllerOptions,
-    _metrics: Arc<Metrics>,
+    client: Client,
+    options: ControllerOptions,
+    metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    readiness.caches_synced.store(true, Ordering::Release);
-    stop.cancelled().await;
+    let capi = options.capi;
+    let namespace = options.namespace.clone();
+    let (triggers, trigger_stream) = mpsc::unbounded();
+    // Claims that vanished: their IPAddress, if any, is checked at once (decision D11).
+    let (vanished_tx, mut vanished) = mpsc::unbounded::<ObjectKey>();
+    let (synced_tx, synced) = watch::channel(false);
+
+    // Claims: only those pointing at our pool kinds are cached and reconciled.
+    let claim_resource = capi.ipam.ip_address_claim();
+    let claim_writer = Writer::<Claim>::new(claim_resource.clone());
+    let claim_reader = claim_writer.as_reader();
+    let mut claim_watch = watcher::Config::default();
+    if let Some(filter) = &options.watch_filter {
+        claim_watch = claim_watch.labels(&format!("{WATCH_FILTER_LABEL}={filter}"));
+    }
+    let claim_stream = watcher(api_for::<Claim>(&client, namespace.as_deref(), &claim_resource), claim_watch)
+        .default_backoff()
+        .try_filter(move |event| {
+            future::ready(match event {
+                watcher::Event::Delete(c) if c.spec.pool_ref.our_kind().is_some() => {
+                    let _ = vanished_tx.unbounded_send(ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any()));
+                    true
+                }
+                watcher::Event::Apply(c) | watcher::Event::Delete(c) | watcher::Event::InitApply(c) => {
+                    c.spec.pool_ref.our_kind().is_some()
+                }
+                watcher::Event::Init | watcher::Event::InitDone => true,
+            })
+        })
+        .modify(|c: &mut Claim| slim(&mut c.metadata))
+        .reflect(claim_writer)
+        .applied_objects();
+
+    // Pools: one cached stream per kind.
+    let mut pools = HashMap::new();
+    let mut pool_streams = Vec::new();
+    let mut pool_triggers = HashMap::new();
+    let mut pool_trigger_streams = Vec::new();
+    for kind in PoolKind::ALL {
+        let resource = pool_resource(kind);
+        let writer = Writer::<DynamicObject>::new(resource.clone());
+        pools.insert(kind, (writer.as_reader(), resource.clone()));
+        let scope = if kind.is_global() { None } else { namespace.as_deref() };
+        let stream = watcher(api_for::<DynamicObject>(&client, scope, &resource), watcher::Config::default())
+            .default_backoff()
+            .modify(|p: &mut DynamicObject| slim(&mut p.metadata))
+            .reflect(writer);
+        pool_streams.push((kind, stream));
+        let (tx, rx) = mpsc::unbounded();
+        pool_triggers.insert(kind, tx);
+        pool_trigger_streams.push(rx);
+    }
+
+    // Clusters, when the API server serves them.
+    let cluster_parts = capi.cluster_resource().map(|resource| {
+        let writer = Writer::<Cluster>::new(resource.clone());
+        let reader = writer.as_reader();
+        let stream = watcher(api_for::<Cluster>(&client, namespace.as_deref(), &resource), watcher::Config::default())
+            .default_backoff()
+            .modify(|c: &mut Cluster| slim(&mut c.metadata))
+            .reflect(writer);
+        (reader, resource, stream)
+    });
+
+    let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        capi,
+        registry: Arc::new(Registry::new()),
+        metrics: metrics.clone(),
+        events: events::Events::new(client.clone(), identity),
+        addresses: RwLock::new(HashMap::new()),
+        pools,
+        clusters: cluster_parts.as_ref().map(|(reader, resource, _)| (reader.clone(), resource.clone())),
+        claims: claim_reader.clone(),
+        claim_resource: claim_resource.clone(),
+        triggers,
+        pool_triggers,
+        synced,
+        written: Mutex::new(HashMap::new()),
+        first_seen: Mutex::new(HashMap::new()),
+        failures: Mutex::new(HashMap::new()),
+        options: options.clone(),
+    });
+
+    let mut tasks: Vec<futures::future::BoxFuture<'static, (&'static str, anyhow::Result<()>)>> = Vec::new();
+
+    // IPAddresses feed the allocator and the index.
+    let (addresses_synced_tx, mut addresses_synced) = watch::channel(false);
+    {
+        let ctx = ctx.clone();
+        let stream = watcher(
+            api_for::<IpAddress>(&client, namespace.as_deref(), &capi.ipam.ip_address()),
+            watcher::Config::default(),
+        )
+        .default_backoff();
+        tasks.push(
+            async move {
+                let result = watch_addresses(ctx, stream, addresses_synced_tx).await;
+                ("IPAddress watch", result)
+            }
+            .boxed(),
+        );
+    }
+
+    // Pool streams: apply specs to the allocator and wake the claims a pool change concerns; then hand the
+    // objects to the pool controllers.
+    let mut pool_controllers = Vec::new();
+    for ((kind, stream), trigger) in pool_streams.into_iter().zip(pool_trigger_streams) {
+        let hook_ctx = ctx.clone();
+        let mut seen: HashMap<PoolKey, (Option<i64>, bool)> = HashMap::new();
+        let stream = stream
+            .inspect_ok(move |event| on_pool_event(&hook_ctx, kind, event, &mut seen))
+            .applied_objects();
+        let (reader, resource) = ctx.pools[&kind].clone();
+        let controller = Controller::for_stream_with(stream, reader, resource)
+            .with_config(ControllerConfig::default().concurrency(4))
+            .reconcile_on(trigger)
+            .graceful_shutdown_on(stop.clone().cancelled_owned())
+            .run(move |p, ctx| pool::reconcile(kind, p, ctx), pool::error_policy, ctx.clone())
+            .for_each(|r| {
+                if let Err(e) = r {
+                    debug!(error = %e, "pool controller");
+                }
+                future::ready(())
+            });
+        pool_controllers.push(controller);
+    }
+    tasks.push(async move { ("pool controllers", Ok(futures::future::join_all(pool_controllers).await).map(|_| ())) }.boxed());
+
+    let cluster_reader = cluster_parts.as_ref().map(|(reader, _, _)| reader.clone());
+    if let Some((_, _, stream)) = cluster_parts {
+        let ctx = ctx.clone();
+        tasks.push(
+            async move {
+                let mut paused: HashMap<(String, String), bool> = HashMap::new();
+                let mut stream = std::pin::pin!(stream);
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => {
+                            let key = (c.namespace().unwrap_or_default(), c.name_any());
+                            let now_paused = c.is_paused();
+                            let was = paused.insert(key.clone(), now_paused);
+                            // A Cluster that appears, or is unpaused, wakes its claims (decision D9).
+                            if !now_paused && was != Some(false) {
+                                ctx.wake_claims_where(|claim| {
+                                    claim.namespace().as_deref() == Some(key.0.as_str())
+                                        && claim.cluster_name().as_deref() == Some(key.1.as_str())
+                                });
+                            }
+                        }
+                        Ok(watcher::Event::Delete(c)) => {
+                            paused.remove(&(c.namespace().unwrap_or_default(), c.name_any()));
+                        }
+                        Ok(_) => {}
+                        Err(e) => warn!(error = %e, "Cluster watch"),
+                    }
+                }
+                ("Cluster watch", Ok(()))
+            }
+            .boxed(),
+        );
+    }
+
+    // Start-up gate: nothing allocates before every cache listed everything once.
+    {
+        let ctx = ctx.clone();
+        let readiness = readiness.clone();
+        let claim_reader = claim_reader.clone();
+        tasks.push(
+            async move {
+                let _ = addresses_synced.wait_for(|s| *s).await;
+                for (store, _) in ctx.pools.values() {
+                    let _ = store.wait_until_ready().await;
+                }
+                if let Some(r) = &cluster_reader {
+                    let _ = r.wait_until_ready().await;
+                }
+                let _ = claim_reader.wait_until_ready().await;
+                info!(
+                    claims = claim_reader.state().len(),
+                    addresses = ctx.addresses.read().map(|a| a.len()).unwrap_or(0),
+                    "caches synced; allocating"
+                );
+                let _ = synced_tx.send(true);
+                readiness.caches_synced.store(true, Ordering::Release);
+                // Keep the sender alive: dropping it would not unset `synced`, but this task must not end early.
+                future::pending::<()>().await;
+                ("start-up gate", Ok(()))
+            }
+            .boxed(),
+        );
+    }
+
+    // Pool status: written at most every 250 ms per pool, however many addresses change (decision D4).
+    {
+        let ctx = ctx.clone();
+        tasks.push(
+            async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(250));
+                loop {
+                    tick.tick().await;
+                    for key in ctx.registry.take_dirty() {
+                        if let Some(tx) = ctx.pool_triggers.get(&key.kind) {
+                            let (_, resource) = &ctx.pools[&key.kind];
+                            let mut r = ObjectRef::new_with(&key.name, resource.clone());
+                            if !key.kind.is_global() {
+                                r = r.within(&key.namespace);
+                            }
+                            let _ = tx.unbounded_send(r);
+                        }
+                    }
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    // IPAddresses whose claim is gone are released (decision D11).
+    {
+        let ctx = ctx.clone();
+        tasks.push(
+            async move {
+                let delay = ctx.options.orphan_release_delay;
+                let mut orphaned_since: HashMap<ObjectKey, Instant> = HashMap::new();
+                let mut tick = tokio::time::interval((delay / 2).max(Duration::from_millis(500)));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {
+                            if *ctx.synced.borrow() {
+                                sweep_orphans(&ctx, &mut orphaned_since, delay).await;
+                            }
+                        }
+                        Some(key) = vanished.next() => release_if_orphaned(&ctx, &key).await,
+                    }
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    // The claim controller.
+    {
+        let ctx = ctx.clone();
+        let stop = stop.clone();
+        let controller = Controller::for_stream_with(claim_stream, claim_reader, claim_resource)
+            .with_config(ControllerConfig::default().concurrency(options.concurrency))
+            .reconcile_on(trigger_stream)
+            .graceful_shutdown_on(stop.cancelled_owned())
+            .run(
+                move |claim: Arc<Claim>, ctx: Arc<Context>| {
+                    if claim.status.as_ref().and_then(|s| s.address_ref.as_ref()).is_none() {
+                        ctx.first_seen(&claim);
+                    }
+                    async move {
+                        let uid = claim.metadata.uid.clone();
+                        let result = claim::reconcile(claim, ctx.clone()).await;
+                        if result.is_ok() {
+                            reset_backoff(&ctx, uid.as_deref());
+                        }
+                        result
+                    }
+                },
+                |claim: Arc<Claim>, error: &Error, ctx: Arc<Context>| {
+                    debug!(claim = %claim.name_any(), error = %error, "claim reconcile failed; retrying");
+                    backoff(&ctx, claim.metadata.uid.as_deref().unwrap_or_default())
+                },
+                ctx.clone(),
+            )
+            .for_each(|r| {
+                if let Err(e) = r {
+                    debug!(error = %e, "claim controller");
+                }
+                future::ready(())
+            });
+        tasks.push(async move { ("claim controller", Ok(controller.await)) }.boxed());
+    }
+
+    // Run until stop; any task ending earlier is a failure of the controllers.
+    let mut tasks = futures::future::select_all(tasks);
+    tokio::select! {
+        _ = stop.cancelled() => Ok(()),
+        ((name, result), _, _) = &mut tasks => {
+            if stop.is_cancelled() {
+                return Ok(());
+            }
+            Err(result.err().unwrap_or_else(|| anyhow::anyhow!("{name} stopped unexpectedly")))
+        }
+    }
+}
+
+fn on_pool_event(
+    ctx: &Context,
+    kind: PoolKind,
+    event: &watcher::Event<DynamicObject>,
+    seen: &mut HashMap<PoolKey, (Option<i64>, bool)>,
+) {
+    match event {
+        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+            let key = PoolKey::new(kind, &p.namespace().unwrap_or_default(), &p.name_any());
+            if let Some(spec) = p.data.get("spec") {
+                let woken = ctx.registry.apply_spec(&key, spec);
+                ctx.wake(woken);
+            }
+            let paused = p.annotations().contains_key(PAUSED_ANNOTATION);
+            let state = (p.metadata.generation, paused);
+            let before = seen.insert(key.clone(), state);
+            // Created, changed or unpaused: the claims that reference the pool get another look.
+            if !paused && before != Some(state) {
+                wake_pool_claims(ctx, &key);
+            }
+        }
+        watcher::Event::Delete(p) => {
+            let key = PoolKey::new(kind, &p.namespace().unwrap_or_default(), &p.name_any());
+            seen.remove(&key);
+            ctx.registry.remove_spec(&key);
+            ctx.metrics.forget_pool(kind, &key.namespace, &key.name);
+            wake_pool_claims(ctx, &key);
+        }
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
+}
+
+fn wake_pool_claims(ctx: &Context, key: &PoolKey) {
+    ctx.wake_claims_where(|claim| {
+        claim.spec.pool_ref.our_kind() == Some(key.kind)
+            && claim.spec.pool_ref.name == key.name
+            && (key.kind.is_global() || claim.namespace().as_deref() == Some(key.namespace.as_str()))
+    });
+}
+
+/// Consumes the IPAddress watch: every change goes into the index and the allocator; a relist replaces both.
+async fn watch_addresses(
+    ctx: Arc<Context>,
+    stream: impl futures::Stream<Item = Result<watcher::Event<IpAddress>, watcher::Error>>,
+    synced: watch::Sender<bool>,
+) -> anyhow::Result<()> {
+    let mut stream = std::pin::pin!(stream);
+    let mut relisted: Option<HashSet<ObjectKey>> = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => relisted = Some(HashSet::new()),
+            Ok(watcher::Event::InitApply(mut a)) => {
+                slim(&mut a.metadata);
+                let key = apply_address(&ctx, &a);
+                if let Some(set) = relisted.as_mut() {
+                    set.insert(key);
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(listed) = relisted.take() {
+                    // Whatever vanished while the watch was down is gone now.
+                    let gone: Vec<ObjectKey> = ctx
+                        .addresses
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .keys()
+                        .filter(|k| !listed.contains(*k))
+                        .cloned()
+                        .collect();
+                    for key in gone {
+                        delete_address(&ctx, &key);
+                    }
+                }
+                let _ = synced.send(true);
+            }
+            Ok(watcher::Event::Apply(mut a)) => {
+                slim(&mut a.metadata);
+                apply_address(&ctx, &a);
+            }
+            Ok(watcher::Event::Delete(a)) => {
+                let key = ObjectKey::new(&a.namespace().unwrap_or_default(), &a.name_any());
+                delete_address(&ctx, &key);
+            }
+            Err(e) => warn!(error = %e, "IPAddress watch"),
+        }
+    }
     Ok(())
+}
+
+fn apply_address(ctx: &Context, address: &IpAddress) -> ObjectKey {
+    let key = ObjectKey::new(&address.namespace().unwrap_or_default(), &address.name_any());
+    let record = AddressRecord::of(address);
+    let previous = ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record.clone());
+    if let Some(old_pool) = previous.and_then(|p| p.pool).filter(|p| Some(p) != record.pool.as_ref()) {
+        let woken = ctx.registry.forget(&old_pool, &key);
+        ctx.wake(woken);
+    }
+    if let Some(pool) = &record.pool {
+        ctx.registry.record(pool, &key, Held::of(pool.kind, &record.spec));
+        // The claim of the same name may need its finalizer, owner references or status (restore, move).
+        ctx.wake(vec![key.clone()]);
+    }
+    key
+}
+
+fn delete_address(ctx: &Context, key: &ObjectKey) {
+    let removed = ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).remove(key);
+    if let Some(pool) = removed.and_then(|r| r.pool) {
+        let woken = ctx.registry.forget(&pool, key);
+        ctx.metrics.released(pool.kind);
+        ctx.wake(woken);
+        // If its claim still lives, it gets a new IPAddress.
+        ctx.wake(vec![key.clone()]);
+    }
+}
+
+/// A claim's Delete event is authoritative: an IPAddress we made for it goes now, unless its Cluster is paused.
+async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
+    let Some(record) = ctx.address(key).filter(|r| r.pool.is_some() && r.owned_by_a_claim() && !r.deleting) else {
+        return;
+    };
+    if let Some(cluster) = &record.cluster_label
+        && ctx.cluster(&key.namespace, cluster).is_some_and(|c| c.is_paused())
+    {
+        return;
+    }
+    match ctx.claims_api(&key.namespace).get_opt(&key.name).await {
+        Ok(None) => {
+            if let Err(e) = claim::release_orphan(ctx, key, &record).await {
+                warn!(address = %key, error = %e, "releasing the IPAddress of a vanished claim");
+            }
+        }
+        Ok(Some(_)) => {}
+        Err(e) => warn!(address = %key, error = %e, "checking a vanished claim"),
+    }
+}
+
+async fn sweep_orphans(ctx: &Context, orphaned_since: &mut HashMap<ObjectKey, Instant>, delay: Duration) {
+    let candidates: Vec<(ObjectKey, AddressRecord)> = ctx
+        .addresses
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(_, r)| r.pool.is_some() && r.owned_by_a_claim() && !r.deleting)
+        .map(|(k, r)| (k.clone(), r.clone()))
+        .collect();
+    let mut still = HashSet::new();
+    for (key, record) in candidates {
+        if ctx.claims.get(&ctx.claim_ref(&key)).is_some() {
+            continue;
+        }
+        // A paused Cluster (a move in progress) keeps its addresses.
+        if let Some(cluster) = &record.cluster_label
+            && ctx.cluster(&key.namespace, cluster).is_some_and(|c| c.is_paused())
+        {
+            continue;
+        }
+        still.insert(key.clone());
+        let since = *orphaned_since.entry(key.clone()).or_insert_with(Instant::now);
+        if since.elapsed() < delay {
+            continue;
+        }
+        // The cache says the claim is gone; the API server must agree.
+        match ctx.claims_api(&key.namespace).get_opt(&key.name).await {
+            Ok(None) => {
+                if let Err(e) = claim::release_orphan(ctx, &key, &record).await {
+                    warn!(address = %key, error = %e, "releasing an orphaned IPAddress");
+                }
+            }
+            Ok(Some(_)) => {}
+            Err(e) => warn!(address = %key, error = %e, "checking the claim of an IPAddress"),
+        }
+        orphaned_since.remove(&key);
+    }
+    orphaned_since.retain(|k, _| still.contains(k));
 }

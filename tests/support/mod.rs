@@ -3,6 +3,7 @@
 //! log tail on failure.
 #![allow(dead_code)]
 
+pub mod claims;
 pub mod manager;
 
 use std::path::{Path, PathBuf};
@@ -191,7 +192,9 @@ pub struct TestEnv {
 static MANAGER: OnceLock<manager::Manager> = OnceLock::new();
 
 pub fn shared_manager() -> &'static manager::Manager {
-    MANAGER.get_or_init(|| manager::Manager::start(Plane::shared(), "v1.14.0", &["--insecure-diagnostics"]))
+    MANAGER.get_or_init(|| {
+        manager::Manager::start(Plane::shared(), "v1.14.0", &["--insecure-diagnostics", "--orphan-release-delay=2"])
+    })
 }
 
 impl TestEnv {

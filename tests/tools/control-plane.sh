@@ -112,6 +112,17 @@ start_etcd() {
 start_apiserver() {
   pid_alive "$dir/apiserver.pid" && return
   mkdir -p "$dir/logs"
+  # An audit log of every write to the ipam.cluster.x-k8s.io group (who changed what, when), for debugging tests.
+  cat >"$dir/audit-policy.yaml" <<'EOF_POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete]
+  resources: [{group: ipam.cluster.x-k8s.io}]
+- level: None
+EOF_POLICY
   # Flags after envtest's defaults (docs/testing.md): RBAC, token users, no ServiceAccount admission, no endpoint
   # reconciler (a loopback advertise address would make it log errors forever).
   "$BIN_DIR/kube-apiserver" \
@@ -125,6 +136,8 @@ start_apiserver() {
     --service-cluster-ip-range=10.0.0.0/24 \
     --disable-admission-plugins=ServiceAccount \
     --allow-privileged=true --endpoint-reconciler-type=none \
+    --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/logs/audit.log" \
+    --audit-log-maxsize=100 --audit-log-maxbackup=1 \
     --profiling=false --v=1 >>"$dir/logs/apiserver.log" 2>&1 &
   echo $! >"$dir/apiserver.pid"
   wait_ready
@@ -187,7 +200,7 @@ case $cmd in
       stop_pid "$dir/apiserver.pid" kube-apiserver
       stop_pid "$dir/etcd.pid" etcd
     fi
-    rm -rf "$dir/pki" "$dir/etcd" "$dir/logs" "$dir/tokens.csv" "$dir/kubeconfig" "$dir/kubeconfig-restricted" "$env_file"
+    rm -rf "$dir/pki" "$dir/etcd" "$dir/logs" "$dir/audit-policy.yaml" "$dir/tokens.csv" "$dir/kubeconfig" "$dir/kubeconfig-restricted" "$env_file"
     log "removed the control plane in $dir"
     ;;
   status)

@@ -1,0 +1,501 @@
+//! The IPAddressClaim controller: claims get an IPAddress and `status.addressRef`, exactly once, with a `Ready`
+//! condition and an Event on every transition; deleted claims release their address.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{debug, info, warn};
+
+use super::events::EventType;
+use super::registry::{AllocateError, Assigned, ObjectKey, PoolKey};
+use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition};
+use super::{AddressRecord, Context, Error, FIELD_MANAGER};
+use crate::api::{
+    CLUSTER_NAME_LABEL, GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind, RELEASE_ADDRESS_FINALIZER,
+    REQUESTED_ADDRESS_ANNOTATION,
+};
+use crate::capi::{CapiVersion, Claim, IpAddressSpec, PoolRef};
+
+/// A claim that found its pool exhausted is woken by a release; this requeue is only a safety net.
+const EXHAUSTED_RECHECK: Duration = Duration::from_secs(300);
+
+fn has_annotation(meta: &kube::api::ObjectMeta, key: &str) -> bool {
+    meta.annotations.as_ref().is_some_and(|a| a.contains_key(key))
+}
+
+fn has_finalizer(meta: &kube::api::ObjectMeta, finalizer: &str) -> bool {
+    meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == finalizer))
+}
+
+pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.wait_synced().await;
+    let started = std::time::Instant::now();
+    let result = reconcile_claim(&claim, &ctx).await;
+    ctx.metrics.reconciled("ipaddressclaim", started.elapsed(), result.as_ref().err().map(Error::kind));
+    result
+}
+
+async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Action, Error> {
+    let (namespace, name) = (claim.namespace().unwrap_or_default(), claim.name_any());
+    let key = ObjectKey::new(&namespace, &name);
+    let Some(kind) = claim.spec.pool_ref.our_kind() else { return Ok(Action::await_change()) };
+    let pool_key = PoolKey::new(kind, &namespace, &claim.spec.pool_ref.name);
+    let deleting = claim.metadata.deletion_timestamp.is_some();
+
+    // Pause (decision D8), checked the same way on every event: the claim, its Cluster, its pool.
+    if has_annotation(&claim.metadata, PAUSED_ANNOTATION) {
+        ctx.registry.stop_waiting(&pool_key, &key);
+        debug!(claim = %key, "paused by annotation");
+        return Ok(Action::await_change());
+    }
+    if let Some(cluster_name) = claim.cluster_name() {
+        match ctx.cluster(&namespace, &cluster_name) {
+            None if !deleting => {
+                // Velero restores Clusters last: wait, the Cluster's creation wakes this claim.
+                ctx.registry.stop_waiting(&pool_key, &key);
+                debug!(claim = %key, cluster = cluster_name, "waiting for the Cluster to exist");
+                return Ok(Action::await_change());
+            }
+            Some(c) if c.is_paused() => {
+                ctx.registry.stop_waiting(&pool_key, &key);
+                debug!(claim = %key, cluster = cluster_name, "the Cluster is paused");
+                return Ok(Action::await_change());
+            }
+            _ => {}
+        }
+    }
+    let pool = ctx.pool(&pool_key);
+    if pool.as_ref().is_some_and(|p| has_annotation(&p.metadata, PAUSED_ANNOTATION)) {
+        ctx.registry.stop_waiting(&pool_key, &key);
+        debug!(claim = %key, pool = %pool_key, "the pool is paused");
+        return Ok(Action::await_change());
+    }
+    if deleting {
+        return release(claim, ctx, &key, &pool_key, pool.as_deref()).await;
+    }
+
+    // The finalizer is persisted before any address exists, so a deleted claim never leaves an IPAddress behind.
+    if !has_finalizer(&claim.metadata, RELEASE_ADDRESS_FINALIZER) {
+        add_claim_finalizer(claim, ctx).await?;
+    }
+
+    if let Some(record) = ctx.address(&key) {
+        return adopt(claim, ctx, &key, &pool_key, pool.as_deref(), &record).await;
+    }
+
+    let Some(pool) = pool else {
+        let message = format!("{pool_key} not found");
+        set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
+        return Ok(Action::await_change());
+    };
+    if pool.metadata.deletion_timestamp.is_some() {
+        let message = format!("{pool_key} is being deleted");
+        set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
+        return Ok(Action::await_change());
+    }
+    if let Some(spec) = pool.data.get("spec") {
+        let woken = ctx.registry.apply_spec(&pool_key, spec);
+        ctx.wake(woken);
+    }
+    let requested = requested_address(claim, &pool);
+    match ctx.registry.allocate(&pool_key, &key, requested.as_deref()) {
+        Ok(assigned) => create_address(claim, ctx, &key, &pool_key, &pool, &assigned).await,
+        Err(AllocateError::Exhausted { .. }) => {
+            ctx.registry.wait(&pool_key, &key);
+            set_ready(claim, ctx, ClaimReason::PoolExhausted, format!("{pool_key} has no free address"), None).await?;
+            Ok(Action::requeue(EXHAUSTED_RECHECK))
+        }
+        Err(e @ (AllocateError::InvalidPool { .. } | AllocateError::Unknown { .. })) => {
+            set_ready(claim, ctx, ClaimReason::PoolNotReady, e.to_string(), None).await?;
+            Ok(Action::await_change())
+        }
+        Err(e @ AllocateError::Requested { .. }) => {
+            // Retried when an address of the pool frees up (it may be the requested one) or the pool changes.
+            ctx.registry.wait(&pool_key, &key);
+            set_ready(claim, ctx, ClaimReason::AllocationFailed, e.to_string(), None).await?;
+            Ok(Action::requeue(EXHAUSTED_RECHECK))
+        }
+    }
+}
+
+/// The requested address of decision D14: the claim's annotation, else the pool's `preAllocations` entry.
+fn requested_address(claim: &Claim, pool: &DynamicObject) -> Option<String> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION))
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .or_else(|| {
+            pool.data
+                .pointer("/spec/preAllocations")
+                .and_then(|p| p.get(claim.name_any()))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+}
+
+fn claim_reference(claim: &Claim, version: CapiVersion) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(format!("{GROUP}/{}", version.version())),
+        kind: Some("IPAddressClaim".to_owned()),
+        name: claim.metadata.name.clone(),
+        namespace: claim.metadata.namespace.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+async fn add_claim_finalizer(claim: &Claim, ctx: &Context) -> Result<(), Error> {
+    // Server-side apply of one set element: idempotent, and it never touches other owners' finalizers.
+    let patch = json!({
+        "apiVersion": format!("{GROUP}/{}", ctx.capi.ipam.version()),
+        "kind": "IPAddressClaim",
+        "metadata": {"name": claim.name_any(), "namespace": claim.namespace(), "finalizers": [RELEASE_ADDRESS_FINALIZER]},
+    });
+    let patched = ctx
+        .claims_api(&claim.namespace().unwrap_or_default())
+        .patch(&claim.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(Error::kube("adding the claim finalizer"))?;
+    debug!(claim = %claim.name_any(), finalizers = ?patched.metadata.finalizers, deleting = ?patched.metadata.deletion_timestamp, uid = ?patched.metadata.uid, rv = ?patched.metadata.resource_version, "finalizer added");
+    Ok(())
+}
+
+/// Creates the IPAddress for a freshly assigned address.
+async fn create_address(
+    claim: &Claim,
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    pool: &DynamicObject,
+    assigned: &Assigned,
+) -> Result<Action, Error> {
+    let mut metadata = json!({
+        "name": key.name,
+        "namespace": key.namespace,
+        "finalizers": [PROTECT_ADDRESS_FINALIZER],
+        "ownerReferences": [claim_owner(claim, ctx.capi.ipam), pool_owner(pool_key.kind, pool)],
+    });
+    if let Some(v) = claim.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)) {
+        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: v });
+    }
+    let mut spec = json!({
+        "address": assigned.address.to_string(),
+        "prefix": assigned.prefix,
+        "claimRef": {"name": key.name},
+        "poolRef": {"apiGroup": GROUP, "kind": pool_key.kind.kind(), "name": pool_key.name},
+    });
+    if let Some(g) = &assigned.gateway {
+        spec["gateway"] = json!(g);
+    }
+    let resource = ctx.capi.ipam.ip_address();
+    let mut object = DynamicObject::new(&key.name, &resource).within(&key.namespace);
+    object.metadata = serde_json::from_value(metadata).map_err(Error::internal)?;
+    object.data = json!({ "spec": spec });
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &resource);
+    match api.create(&PostParams::default(), &object).await {
+        Ok(created) => {
+            ctx.registry.confirm(pool_key, key);
+            let record = ctx.remember_address(key, &created);
+            ctx.metrics.allocated(pool_key.kind, ctx.allocation_latency(claim));
+            info!(claim = %key, address = %assigned.address, pool = %pool_key, "allocated");
+            let message = format!("allocated {} from {pool_key}", assigned.address);
+            match set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await {
+                // A DELETE that raced our finalizer can remove the claim anyway (the API server does not look at
+                // finalizers again when it retries a delete): give the address back at once.
+                Err(Error::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404) => {
+                    warn!(claim = %key, "the claim vanished while its address was being created; releasing it");
+                    release_orphan(ctx, key, &record).await?;
+                    Ok(Action::await_change())
+                }
+                other => other.map(|()| Action::await_change()),
+            }
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            // An IPAddress of this name exists that we have not seen yet (a move or restore): adopt it instead.
+            let woken = ctx.registry.abandon(pool_key, key);
+            ctx.wake(woken);
+            let existing = api.get(&key.name).await.map_err(Error::kube("reading the existing IPAddress"))?;
+            let record = ctx.remember_address(key, &existing);
+            adopt(claim, ctx, key, pool_key, Some(pool), &record).await
+        }
+        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 404 | 422) => {
+            // A definitive rejection: nothing was created, so the address is free again.
+            let woken = ctx.registry.abandon(pool_key, key);
+            ctx.wake(woken);
+            let message = format!("creating IPAddress {key}: {}", s.message);
+            set_ready(claim, ctx, ClaimReason::AllocationFailed, message.clone(), None).await?;
+            Err(Error::Rejected(message))
+        }
+        // Anything else may or may not have created it: keep the hold, the retry reuses the same address.
+        Err(e) => Err(Error::kube("creating the IPAddress")(e)),
+    }
+}
+
+fn claim_owner(claim: &Claim, version: CapiVersion) -> Value {
+    json!({
+        "apiVersion": format!("{GROUP}/{}", version.version()),
+        "kind": "IPAddressClaim",
+        "name": claim.name_any(),
+        "uid": claim.metadata.uid.clone().unwrap_or_default(),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+fn pool_owner(kind: PoolKind, pool: &DynamicObject) -> Value {
+    json!({
+        "apiVersion": format!("{GROUP}/v1alpha2"),
+        "kind": kind.kind(),
+        "name": pool.name_any(),
+        "uid": pool.metadata.uid.clone().unwrap_or_default(),
+        "controller": false,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// Adopts an existing IPAddress of the claim's name: its spec is never touched (it is immutable); missing
+/// finalizers, owner references and the cluster-name label are put back (decision D7).
+async fn adopt(
+    claim: &Claim,
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    pool: Option<&DynamicObject>,
+    record: &AddressRecord,
+) -> Result<Action, Error> {
+    let wanted = PoolRef {
+        api_group: Some(GROUP.to_owned()),
+        kind: pool_key.kind.kind().to_owned(),
+        name: pool_key.name.clone(),
+    };
+    let theirs = &record.spec.pool_ref;
+    if theirs.kind != wanted.kind || theirs.name != wanted.name || theirs.api_group.as_deref().unwrap_or(GROUP) != GROUP {
+        let message = format!(
+            "IPAddress {key} already exists and belongs to {} {:?}, not to {pool_key}",
+            theirs.kind, theirs.name
+        );
+        set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
+        return Ok(Action::await_change());
+    }
+    ctx.registry.stop_waiting(pool_key, key);
+    let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
+    let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
+    let owners = &record.owner_references;
+    let has_claim_owner = owners.iter().any(|o| o.kind == "IPAddressClaim" && o.uid == claim_uid);
+    let has_pool_owner =
+        pool_uid.as_ref().is_none_or(|uid| owners.iter().any(|o| o.kind == pool_key.kind.kind() && &o.uid == uid));
+    let has_finalizer = record.finalizers.iter().any(|f| f == PROTECT_ADDRESS_FINALIZER);
+    let cluster_label = claim.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
+    let has_label = cluster_label.is_none_or(|v| record.cluster_label.as_ref() == Some(v));
+    if !(has_claim_owner && has_pool_owner && has_finalizer && has_label) && !record.deleting {
+        // Unrelated owners stay first; stale references to this claim or pool (other UIDs, from a restore) go.
+        let mut references: Vec<Value> = owners
+            .iter()
+            .filter(|o| !(o.kind == "IPAddressClaim" && o.name == key.name))
+            .filter(|o| !(o.kind == pool_key.kind.kind() && o.name == pool_key.name))
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+            .collect();
+        references.push(claim_owner(claim, ctx.capi.ipam));
+        if let Some(p) = pool {
+            references.push(pool_owner(pool_key.kind, p));
+        }
+        let mut finalizers = record.finalizers.clone();
+        if !has_finalizer {
+            finalizers.push(PROTECT_ADDRESS_FINALIZER.to_owned());
+        }
+        let mut metadata = json!({
+            "resourceVersion": record.resource_version,
+            "ownerReferences": references,
+            "finalizers": finalizers,
+        });
+        if let Some(v) = cluster_label {
+            metadata["labels"] = json!({ CLUSTER_NAME_LABEL: v });
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
+        let patched = api
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(json!({ "metadata": metadata })))
+            .await
+            .map_err(Error::kube("adopting the IPAddress"))?;
+        ctx.remember_address(key, &patched);
+        info!(claim = %key, address = record.spec.address, "adopted the existing IPAddress");
+    }
+    if record.deleting {
+        debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
+    }
+    let message = format!("allocated {} from {pool_key}", record.spec.address);
+    set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
+    Ok(Action::await_change())
+}
+
+/// Writes the Ready condition (and addressRef) when it changed, and publishes an Event on a transition.
+async fn set_ready(
+    claim: &Claim,
+    ctx: &Context,
+    reason: ClaimReason,
+    message: String,
+    address_ref: Option<&str>,
+) -> Result<(), Error> {
+    let ready = Ready { reason, message };
+    let status = claim.status.clone().unwrap_or_default();
+    let conditions = status.conditions.clone().unwrap_or_default();
+    let v1beta2_conditions: Vec<Value> = status
+        .v1beta2
+        .as_ref()
+        .and_then(|v| v.get("conditions"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    // v1beta1 claims show Ready in status.conditions too; either view tells whether the claim is current.
+    let stored_ref = status.address_ref.as_ref().map(|r| r.name.as_str());
+    let address_ref = address_ref.or(stored_ref);
+    let current = is_current(&conditions, &ready) && stored_ref == address_ref;
+    let uid = claim.metadata.uid.clone().unwrap_or_default();
+    if current || ctx.already_written(&uid, &ready, address_ref) {
+        return Ok(());
+    }
+    let now = Timestamp::now();
+    let body = claim_status(
+        ctx.capi.ipam,
+        &conditions,
+        &v1beta2_conditions,
+        &ready,
+        address_ref,
+        claim.metadata.generation,
+        now,
+    );
+    let namespace = claim.namespace().unwrap_or_default();
+    let api = ctx.claims_api(&namespace);
+    let result = match ctx.capi.ipam {
+        CapiVersion::V1Beta2 => {
+            let patch = json!({
+                "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                "metadata": {"name": claim.name_any(), "namespace": namespace},
+                "status": body,
+            });
+            api.patch_status(&claim.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await
+        }
+        // v1beta1 keeps conditions in atomic lists: replace them whole, guarded by the version we read.
+        CapiVersion::V1Beta1 => {
+            let patch = json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": body});
+            api.patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+        }
+    };
+    result.map_err(Error::kube("writing the claim status"))?;
+    ctx.remember_written(&uid, &ready, address_ref);
+    if is_transition(&conditions, &ready) {
+        let type_ = if reason.is_ready() { EventType::Normal } else { EventType::Warning };
+        ctx.events.publish(&claim_reference(claim, ctx.capi.ipam), type_, reason.as_str(), "Allocate", &ready.message).await;
+    }
+    Ok(())
+}
+
+/// Deletion: the grace period, then the IPAddress (finalizer off, deleted), then the claim's finalizer.
+async fn release(
+    claim: &Claim,
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    pool: Option<&DynamicObject>,
+) -> Result<Action, Error> {
+    ctx.registry.stop_waiting(pool_key, key);
+    if !has_finalizer(&claim.metadata, RELEASE_ADDRESS_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    // addressReuseGracePeriodSeconds (IP pools): hold the address, unless the pool is gone or going.
+    if let Some(pool) = pool.filter(|p| p.metadata.deletion_timestamp.is_none())
+        && !pool_key.kind.is_prefix_pool()
+        && let Some(grace) = pool.data.pointer("/spec/addressReuseGracePeriodSeconds").and_then(Value::as_i64)
+        && grace > 0
+        && let Some(deleted_at) = &claim.metadata.deletion_timestamp
+    {
+        let release_at = deleted_at.0 + jiff::SignedDuration::from_secs(grace);
+        let remaining = Timestamp::now().duration_until(release_at);
+        if remaining.is_positive() {
+            let wait = Duration::try_from(remaining).unwrap_or(Duration::from_secs(1));
+            debug!(claim = %key, seconds = wait.as_secs_f64(), "holding the address for the reuse grace period");
+            return Ok(Action::requeue(wait + Duration::from_millis(50)));
+        }
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
+    match api.get(&key.name).await {
+        Ok(address) => {
+            let held_pool = crate::capi::spec_of::<IpAddressSpec>(&address)
+                .and_then(|s| s.pool_ref.our_kind().map(|k| (k, s)))
+                .map(|(k, s)| PoolKey::new(k, &key.namespace, &s.pool_ref.name));
+            remove_finalizer(&api, &address.metadata, &key.name, PROTECT_ADDRESS_FINALIZER).await?;
+            match api.delete(&key.name, &DeleteParams::default()).await {
+                // Gone now: the address is free at once (the watch event confirms it later).
+                Ok(either::Either::Right(_)) => {
+                    if let Some(p) = held_pool {
+                        let woken = ctx.registry.forget(&p, key);
+                        ctx.wake(woken);
+                        ctx.metrics.released(p.kind);
+                    }
+                    ctx.forget_address(key);
+                }
+                Ok(either::Either::Left(_)) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(Error::kube("deleting the IPAddress")(e)),
+            }
+            info!(claim = %key, "released");
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(Error::kube("reading the IPAddress")(e)),
+    }
+    ctx.events
+        .publish(&claim_reference(claim, ctx.capi.ipam), EventType::Normal, "Released", "Release", "the address was released")
+        .await;
+    remove_finalizer(&ctx.claims_api(&key.namespace), &claim.metadata, &key.name, RELEASE_ADDRESS_FINALIZER).await?;
+    ctx.forget_claim(claim.metadata.uid.as_deref().unwrap_or_default());
+    Ok(Action::await_change())
+}
+
+/// Removes one finalizer with a JSON patch that first tests it is still at that index.
+pub async fn remove_finalizer<K>(api: &Api<K>, meta: &kube::api::ObjectMeta, name: &str, finalizer: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Some(index) = meta.finalizers.as_ref().and_then(|f| f.iter().position(|x| x == finalizer)) else {
+        return Ok(());
+    };
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
+        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+    ]))
+    .map_err(Error::internal)?;
+    match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => {
+            warn!(object = name, finalizer, error = %e, "removing a finalizer");
+            Err(Error::kube("removing a finalizer")(e))
+        }
+    }
+}
+
+/// Releases an IPAddress whose claim no longer exists (decision D11).
+pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> Result<(), Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
+    let Ok(address) = api.get(&key.name).await else { return Ok(()) };
+    if address.metadata.uid != record.uid {
+        return Ok(());
+    }
+    remove_finalizer(&api, &address.metadata, &key.name, PROTECT_ADDRESS_FINALIZER).await?;
+    match api.delete(&key.name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(Error::kube("deleting an orphaned IPAddress")(e)),
+    }
+    warn!(address = %key, value = record.spec.address, "released an IPAddress whose claim is gone");
+    Ok(())
+}

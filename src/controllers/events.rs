@@ -1,0 +1,63 @@
+//! Kubernetes Events on claims, one per transition (decision D5). Best effort: a failed Event is logged, never
+//! retried, and never fails a reconcile.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tracing::debug;
+
+pub const REPORTING_CONTROLLER: &str = "ipam.cluster.x-k8s.io/capi-ipam-in-cluster";
+
+#[derive(Clone)]
+pub struct Events {
+    client: Client,
+    instance: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl Events {
+    pub fn new(client: Client, instance: String) -> Self {
+        Self { client, instance }
+    }
+
+    /// Publishes an Event about `regarding` (which must have a namespace).
+    pub async fn publish(&self, regarding: &ObjectReference, type_: EventType, reason: &str, action: &str, note: &str) {
+        let Some(namespace) = regarding.namespace.clone() else { return };
+        let now = Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                // Unique per publish, like client-go's recorder: <object>.<nanoseconds in hex>.
+                name: Some(format!(
+                    "{}.{:x}",
+                    regarding.name.as_deref().unwrap_or("ipam"),
+                    now.as_nanosecond()
+                )),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            action: Some(action.to_owned()),
+            reason: Some(reason.to_owned()),
+            note: Some(note.chars().take(1024).collect()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some(REPORTING_CONTROLLER.to_owned()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some(match type_ {
+                EventType::Normal => "Normal".to_owned(),
+                EventType::Warning => "Warning".to_owned(),
+            }),
+            ..Default::default()
+        };
+        if let Err(e) = Api::<Event>::namespaced(self.client.clone(), &namespace).create(&PostParams::default(), &event).await {
+            debug!(error = %e, reason, "publishing an event failed");
+        }
+    }
+}

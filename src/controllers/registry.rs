@@ -1,0 +1,594 @@
+//! The shared allocator state of every pool: the allocator of `crate::ipam`, the IPAddresses holding its addresses,
+//! and the claims waiting for a free address. It is fed by the IPAddress watch and by our own writes the moment they
+//! succeed, so allocation never re-lists and never waits for a cache to catch up. Each pool has its own lock:
+//! allocations in one pool are serialized, different pools allocate in parallel. No I/O happens under a lock.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::api::PoolKind;
+use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
+use crate::capi::IpAddressSpec;
+use crate::ipam::{
+    Allocation, IpPoolAllocator, IpPoolConfig, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig, ReserveError,
+    prefix_pool::PrefixReserveError,
+};
+
+/// A pool: its kind, namespace ("" for global pools) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub kind: PoolKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl PoolKey {
+    pub fn new(kind: PoolKind, namespace: &str, name: &str) -> Self {
+        let namespace = if kind.is_global() { String::new() } else { namespace.to_owned() };
+        Self { kind, namespace, name: name.to_owned() }
+    }
+}
+
+impl std::fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {:?}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// An IPAddress (and the claim of the same name and namespace).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self { namespace: namespace.to_owned(), name: name.to_owned() }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What an IPAddress holds in its pool: an address (IP pools) or a prefix (prefix pools); `None` when unparsable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    Ip(Option<IpAddr>),
+    Prefix(Option<Allocation>),
+}
+
+impl Held {
+    /// Parses the address an IPAddress spec holds, for a pool of `kind`.
+    pub fn of(kind: PoolKind, spec: &IpAddressSpec) -> Held {
+        if kind.is_prefix_pool() {
+            let allocation = spec
+                .address
+                .parse::<Ipv6Addr>()
+                .ok()
+                .zip(spec.prefix.and_then(|p| u8::try_from(p).ok()))
+                .and_then(|(a, len)| Allocation::new(a, len));
+            Held::Prefix(allocation)
+        } else {
+            Held::Ip(spec.address.parse().ok())
+        }
+    }
+}
+
+/// A new address for a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assigned {
+    /// The address (IP pools) or the child prefix's base address (prefix pools).
+    pub address: IpAddr,
+    /// `IPAddress.spec.prefix`: the pool's prefix, or the allocation length of a prefix pool.
+    pub prefix: i64,
+    pub gateway: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AllocateError {
+    #[error("{pool} has no free address")]
+    Exhausted { pool: PoolKey },
+    #[error("{pool} has an invalid spec: {reason}")]
+    InvalidPool { pool: PoolKey, reason: String },
+    #[error("{pool} is not loaded yet")]
+    Unknown { pool: PoolKey },
+    #[error("requested address {requested} cannot be allocated from {pool}: {reason}")]
+    Requested { pool: PoolKey, requested: String, reason: String },
+}
+
+enum Allocator {
+    Ip(IpPoolAllocator),
+    Prefix(PrefixPoolAllocator),
+}
+
+/// The configuration a pool spec parses to.
+#[derive(Clone, Debug, PartialEq)]
+enum Config {
+    Ip(IpPoolConfig, Option<String>),
+    Prefix(PrefixPoolConfig, Option<String>),
+}
+
+struct Holding {
+    held: Held,
+    /// Seen in the API server (watch or a successful create); false while our create is in flight.
+    confirmed: bool,
+}
+
+/// The state of one pool.
+#[derive(Default)]
+struct PoolState {
+    /// The spec we built the allocator from (to notice changes cheaply).
+    spec_json: Option<String>,
+    config_error: Option<String>,
+    allocator: Option<Allocator>,
+    prefix: i64,
+    gateway: Option<String>,
+    holders: HashMap<ObjectKey, Holding>,
+    /// Claims that found the pool exhausted, oldest first.
+    waiters: VecDeque<ObjectKey>,
+}
+
+impl PoolState {
+    fn rebuild(&mut self, config: Config) {
+        let held: Vec<Held> = self.holders.values().map(|h| h.held).collect();
+        self.allocator = Some(match config {
+            Config::Ip(c, gateway) => {
+                self.prefix = i64::from(c.prefix());
+                self.gateway = gateway;
+                Allocator::Ip(IpPoolAllocator::rebuild(
+                    c,
+                    held.iter().map(|h| match h {
+                        Held::Ip(a) => *a,
+                        Held::Prefix(_) => None,
+                    }),
+                ))
+            }
+            Config::Prefix(c, gateway) => {
+                self.prefix = i64::from(c.allocation_length());
+                self.gateway = gateway;
+                Allocator::Prefix(PrefixPoolAllocator::rebuild(
+                    c,
+                    held.iter().map(|h| match h {
+                        Held::Prefix(a) => *a,
+                        Held::Ip(_) => None,
+                    }),
+                ))
+            }
+        });
+    }
+
+    fn record(&mut self, held: Held) {
+        match (&mut self.allocator, held) {
+            (Some(Allocator::Ip(a)), Held::Ip(ip)) => a.record(ip),
+            (Some(Allocator::Prefix(a)), Held::Prefix(p)) => a.record(p),
+            (Some(Allocator::Ip(a)), Held::Prefix(_)) => a.record(None),
+            (Some(Allocator::Prefix(a)), Held::Ip(_)) => a.record(None),
+            (None, _) => {}
+        }
+    }
+
+    fn release(&mut self, held: Held) {
+        match (&mut self.allocator, held) {
+            (Some(Allocator::Ip(a)), Held::Ip(ip)) => a.release(ip),
+            (Some(Allocator::Prefix(a)), Held::Prefix(p)) => a.release(p),
+            (Some(Allocator::Ip(a)), Held::Prefix(_)) => a.release(None),
+            (Some(Allocator::Prefix(a)), Held::Ip(_)) => a.release(None),
+            (None, _) => {}
+        }
+    }
+
+    fn counts(&self) -> PoolCounts {
+        match &self.allocator {
+            Some(Allocator::Ip(a)) => a.counts(),
+            Some(Allocator::Prefix(a)) => a.counts(),
+            // Without a valid spec nothing is allocatable: every IPAddress is out of range.
+            None => PoolCounts::new(0, self.holders.len() as u64, self.holders.len() as u64),
+        }
+    }
+
+    fn is_exhausted(&self) -> bool {
+        match &self.allocator {
+            Some(Allocator::Ip(a)) => a.is_exhausted(),
+            Some(Allocator::Prefix(a)) => a.is_exhausted(),
+            None => true,
+        }
+    }
+}
+
+/// The allocator state of all pools.
+#[derive(Default)]
+pub struct Registry {
+    pools: Mutex<HashMap<PoolKey, Arc<Mutex<PoolState>>>>,
+    /// Pools whose counts changed since the status writer last looked.
+    dirty: Mutex<HashSet<PoolKey>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a pool lock would be a bug; the state it guards is still consistent (every mutation
+    // completes before the guard drops), so keep going rather than poisoning every later allocation.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What waking after a change found: claims to reconcile now.
+pub type Woken = Vec<ObjectKey>;
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn pool(&self, key: &PoolKey) -> Arc<Mutex<PoolState>> {
+        lock(&self.pools).entry(key.clone()).or_default().clone()
+    }
+
+    fn existing(&self, key: &PoolKey) -> Option<Arc<Mutex<PoolState>>> {
+        lock(&self.pools).get(key).cloned()
+    }
+
+    fn mark_dirty(&self, key: &PoolKey) {
+        lock(&self.dirty).insert(key.clone());
+    }
+
+    /// The pools whose counts changed since the last call.
+    pub fn take_dirty(&self) -> Vec<PoolKey> {
+        lock(&self.dirty).drain().collect()
+    }
+
+    /// Applies a pool's spec (a JSON `spec` of the pool object). Addresses in use are kept. Returns the claims to wake
+    /// when the change may have freed addresses.
+    pub fn apply_spec(&self, key: &PoolKey, spec: &serde_json::Value) -> Woken {
+        let spec_json = spec.to_string();
+        let pool = self.pool(key);
+        let mut guard = lock(&pool);
+        let state = &mut *guard;
+        if state.spec_json.as_deref() == Some(spec_json.as_str()) {
+            return Vec::new();
+        }
+        state.spec_json = Some(spec_json);
+        let config = parse_config(key.kind, spec);
+        match config {
+            Err(reason) => {
+                state.config_error = Some(reason);
+                state.allocator = None;
+            }
+            Ok(config) => {
+                state.config_error = None;
+                match (&mut state.allocator, config) {
+                    (Some(Allocator::Ip(a)), Config::Ip(c, gateway)) => {
+                        state.prefix = i64::from(c.prefix());
+                        a.apply_config(c);
+                        state.gateway = gateway;
+                    }
+                    (Some(Allocator::Prefix(a)), Config::Prefix(c, gateway)) => {
+                        state.prefix = i64::from(c.allocation_length());
+                        a.apply_config(c);
+                        state.gateway = gateway;
+                    }
+                    (_, config) => state.rebuild(config),
+                }
+            }
+        }
+        drop(guard);
+        self.mark_dirty(key);
+        self.wake_all(key)
+    }
+
+    /// Forgets a deleted pool's spec (its IPAddresses stay recorded: they count if the pool comes back).
+    pub fn remove_spec(&self, key: &PoolKey) {
+        if let Some(pool) = self.existing(key) {
+            let mut state = lock(&pool);
+            state.spec_json = None;
+            state.config_error = None;
+            state.allocator = None;
+        }
+    }
+
+    /// Records an IPAddress seen in the API server. Returns the claims to wake when it replaced another address.
+    pub fn record(&self, pool_key: &PoolKey, address: &ObjectKey, held: Held) {
+        let pool = self.pool(pool_key);
+        let mut state = lock(&pool);
+        match state.holders.get_mut(address) {
+            Some(h) if h.held == held => {
+                h.confirmed = true;
+                return;
+            }
+            Some(_) => {
+                if let Some(old) = state.holders.remove(address) {
+                    state.release(old.held);
+                }
+            }
+            None => {}
+        }
+        state.record(held);
+        state.holders.insert(address.clone(), Holding { held, confirmed: true });
+        drop(state);
+        self.mark_dirty(pool_key);
+    }
+
+    /// Forgets an IPAddress that is gone. Returns the claims to wake now that its address is free.
+    pub fn forget(&self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
+        let Some(pool) = self.existing(pool_key) else { return Vec::new() };
+        let mut state = lock(&pool);
+        let Some(old) = state.holders.remove(address) else { return Vec::new() };
+        state.release(old.held);
+        let woken = take_waiters(&mut state);
+        drop(state);
+        self.mark_dirty(pool_key);
+        woken
+    }
+
+    /// Drops our not-yet-confirmed hold after a create the API server rejected.
+    pub fn abandon(&self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
+        let Some(pool) = self.existing(pool_key) else { return Vec::new() };
+        let state = lock(&pool);
+        if state.holders.get(address).is_some_and(|h| !h.confirmed) {
+            drop(state);
+            return self.forget(pool_key, address);
+        }
+        Vec::new()
+    }
+
+    /// Marks our hold confirmed once our create succeeded.
+    pub fn confirm(&self, pool_key: &PoolKey, address: &ObjectKey) {
+        if let Some(pool) = self.existing(pool_key)
+            && let Some(h) = lock(&pool).holders.get_mut(address)
+        {
+            h.confirmed = true;
+        }
+    }
+
+    /// The address an IPAddress named `address` should get in `pool_key`: the one it holds already (a retry after an
+    /// uncertain create), else `requested` when given, else the lowest free one. The hold is taken here, before the
+    /// IPAddress is created, so concurrent allocations in the pool never pick the same address.
+    pub fn allocate(
+        &self,
+        pool_key: &PoolKey,
+        address: &ObjectKey,
+        requested: Option<&str>,
+    ) -> Result<Assigned, AllocateError> {
+        let pool = self.pool(pool_key);
+        let mut state = lock(&pool);
+        if let Some(reason) = &state.config_error {
+            return Err(AllocateError::InvalidPool { pool: pool_key.clone(), reason: reason.clone() });
+        }
+        if let Some(h) = state.holders.get(address) {
+            let held = h.held;
+            return assigned(&state, held).ok_or_else(|| AllocateError::InvalidPool {
+                pool: pool_key.clone(),
+                reason: format!("IPAddress {address} holds an address the pool cannot parse"),
+            });
+        }
+        let prefix = state.prefix;
+        let Some(allocator) = state.allocator.as_mut() else {
+            return Err(AllocateError::Unknown { pool: pool_key.clone() });
+        };
+        let requested_error = |reason: String| AllocateError::Requested {
+            pool: pool_key.clone(),
+            requested: requested.unwrap_or_default().to_owned(),
+            reason,
+        };
+        let held = match (allocator, requested) {
+            (Allocator::Ip(a), None) => {
+                Held::Ip(Some(a.allocate().map_err(|_| AllocateError::Exhausted { pool: pool_key.clone() })?))
+            }
+            (Allocator::Ip(a), Some(r)) => {
+                let ip: IpAddr = r.parse().map_err(|_| requested_error("not an IP address".to_owned()))?;
+                a.reserve(ip).map_err(|e| match e {
+                    ReserveError::Taken(_) => requested_error("it is already allocated".to_owned()),
+                    other => requested_error(other.to_string()),
+                })?;
+                Held::Ip(Some(ip))
+            }
+            (Allocator::Prefix(a), None) => {
+                let base = a.allocate().map_err(|_| AllocateError::Exhausted { pool: pool_key.clone() })?;
+                Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)))
+            }
+            (Allocator::Prefix(a), Some(r)) => {
+                let base: Ipv6Addr = r.parse().map_err(|_| requested_error("not an IPv6 address".to_owned()))?;
+                a.reserve(base).map_err(|e| match e {
+                    PrefixReserveError::Taken(..) => requested_error("it is already allocated".to_owned()),
+                    other => requested_error(other.to_string()),
+                })?;
+                Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)))
+            }
+        };
+        state.holders.insert(address.clone(), Holding { held, confirmed: false });
+        let result = assigned(&state, held).ok_or_else(|| AllocateError::Unknown { pool: pool_key.clone() });
+        drop(state);
+        self.mark_dirty(pool_key);
+        result
+    }
+
+    /// Registers a claim that found the pool exhausted; it is woken when an address frees up.
+    pub fn wait(&self, pool_key: &PoolKey, claim: &ObjectKey) {
+        let pool = self.pool(pool_key);
+        let mut state = lock(&pool);
+        if !state.waiters.contains(claim) {
+            state.waiters.push_back(claim.clone());
+        }
+    }
+
+    /// Removes a claim from a pool's waiting list (it was allocated, deleted or paused).
+    pub fn stop_waiting(&self, pool_key: &PoolKey, claim: &ObjectKey) {
+        if let Some(pool) = self.existing(pool_key) {
+            lock(&pool).waiters.retain(|c| c != claim);
+        }
+    }
+
+    fn wake_all(&self, key: &PoolKey) -> Woken {
+        let Some(pool) = self.existing(key) else { return Vec::new() };
+        let mut state = lock(&pool);
+        if state.is_exhausted() {
+            return Vec::new();
+        }
+        state.waiters.drain(..).collect()
+    }
+
+    /// The D4 counts of a pool, and its spec error if any.
+    pub fn counts(&self, key: &PoolKey) -> (PoolCounts, Option<String>) {
+        match self.existing(key) {
+            Some(pool) => {
+                let state = lock(&pool);
+                (state.counts(), state.config_error.clone())
+            }
+            None => (PoolCounts::default(), None),
+        }
+    }
+
+    /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0).
+    pub fn used(&self, key: &PoolKey) -> usize {
+        self.existing(key).map_or(0, |p| lock(&p).holders.len())
+    }
+
+    /// The IPAddresses held in a pool, for diagnostics and tests.
+    pub fn holders(&self, key: &PoolKey) -> Vec<ObjectKey> {
+        self.existing(key).map_or_else(Vec::new, |p| lock(&p).holders.keys().cloned().collect())
+    }
+
+    /// Every IPAddress recorded across pools, with its pool and whether it is confirmed (for a relist).
+    pub fn all_holders(&self) -> Vec<(PoolKey, ObjectKey, bool)> {
+        let pools: Vec<(PoolKey, Arc<Mutex<PoolState>>)> =
+            lock(&self.pools).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut out = Vec::new();
+        for (key, pool) in pools {
+            for (address, h) in &lock(&pool).holders {
+                out.push((key.clone(), address.clone(), h.confirmed));
+            }
+        }
+        out
+    }
+}
+
+/// Wakes as many waiters as the pool can now serve (at least one when anything is free).
+fn take_waiters(state: &mut PoolState) -> Woken {
+    if state.waiters.is_empty() || state.is_exhausted() {
+        return Vec::new();
+    }
+    state.waiters.pop_front().into_iter().collect()
+}
+
+fn assigned(state: &PoolState, held: Held) -> Option<Assigned> {
+    let address = match held {
+        Held::Ip(ip) => ip?,
+        Held::Prefix(p) => IpAddr::V6(Ipv6Addr::from(p?.base)),
+    };
+    Some(Assigned { address, prefix: state.prefix, gateway: state.gateway.clone() })
+}
+
+fn parse_config(kind: PoolKind, spec: &serde_json::Value) -> Result<Config, String> {
+    if kind.is_prefix_pool() {
+        let spec: PrefixPoolSpec = serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+        let gateway = spec.gateway.clone().filter(|g| !g.is_empty());
+        let config = PrefixPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?;
+        Ok(Config::Prefix(config, gateway))
+    } else {
+        let spec: IPPoolSpec = serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+        let gateway = spec.gateway.clone().filter(|g| !g.is_empty());
+        let config = IpPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?;
+        Ok(Config::Ip(config, gateway))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool() -> PoolKey {
+        PoolKey::new(PoolKind::InClusterIPPool, "ns", "p")
+    }
+
+    fn obj(n: &str) -> ObjectKey {
+        ObjectKey::new("ns", n)
+    }
+
+    #[test]
+    fn holds_are_taken_before_the_create_and_kept_on_retry() {
+        let r = Registry::new();
+        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24, "gateway": "10.0.0.254"}));
+        let a = r.allocate(&pool(), &obj("a"), None).unwrap();
+        assert_eq!(a.address.to_string(), "10.0.0.1");
+        assert_eq!((a.prefix, a.gateway.as_deref()), (24, Some("10.0.0.254")));
+        // A retry of the same claim gets the same address; another claim gets the next.
+        assert_eq!(r.allocate(&pool(), &obj("a"), None).unwrap().address.to_string(), "10.0.0.1");
+        assert_eq!(r.allocate(&pool(), &obj("b"), None).unwrap().address.to_string(), "10.0.0.2");
+        assert!(matches!(r.allocate(&pool(), &obj("c"), None), Err(AllocateError::Exhausted { .. })));
+        r.wait(&pool(), &obj("c"));
+        // The watch confirms a; b's create is rejected: b's address is free again and c is woken.
+        r.record(&pool(), &obj("a"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
+        assert_eq!(r.abandon(&pool(), &obj("b")), vec![obj("c")]);
+        assert_eq!(r.allocate(&pool(), &obj("c"), None).unwrap().address.to_string(), "10.0.0.2");
+        // A confirmed hold is not abandoned.
+        r.confirm(&pool(), &obj("c"));
+        assert!(r.abandon(&pool(), &obj("c")).is_empty());
+        assert_eq!(r.used(&pool()), 2);
+    }
+
+    #[test]
+    fn addresses_recorded_before_the_pool_spec_count_once_it_arrives() {
+        let r = Registry::new();
+        r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
+        assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::Unknown { .. })));
+        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24}));
+        assert_eq!(r.allocate(&pool(), &obj("y"), None).unwrap().address.to_string(), "10.0.0.2");
+        let (c, err) = r.counts(&pool());
+        assert_eq!((c.total, c.used, c.free, err), (3, 2, 1, None));
+    }
+
+    #[test]
+    fn an_invalid_spec_allocates_nothing_and_counts_everything_out_of_range() {
+        let r = Registry::new();
+        r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
+        r.apply_spec(&pool(), &json!({"addresses": ["nope"], "prefix": 24}));
+        assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::InvalidPool { .. })));
+        let (c, err) = r.counts(&pool());
+        assert_eq!((c.total, c.used, c.out_of_range), (0, 1, 1));
+        assert!(err.is_some());
+    }
+
+    #[test]
+    fn a_pool_edit_wakes_every_waiter_when_it_frees_space() {
+        let r = Registry::new();
+        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1"], "prefix": 24}));
+        r.allocate(&pool(), &obj("a"), None).unwrap();
+        r.wait(&pool(), &obj("b"));
+        r.wait(&pool(), &obj("c"));
+        assert_eq!(r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})), vec![obj("b"), obj("c")]);
+    }
+
+    #[test]
+    fn requested_addresses() {
+        let r = Registry::new();
+        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.5"], "prefix": 24, "excludedAddresses": ["10.0.0.4"]}));
+        assert_eq!(r.allocate(&pool(), &obj("a"), Some("10.0.0.3")).unwrap().address.to_string(), "10.0.0.3");
+        let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.3")).unwrap_err().to_string();
+        assert!(err.contains("already allocated"), "{err}");
+        let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.4")).unwrap_err().to_string();
+        assert!(err.contains("excludedAddresses"), "{err}");
+        let err = r.allocate(&pool(), &obj("b"), Some("10.0.9.9")).unwrap_err().to_string();
+        assert!(err.contains("not in the pool's addresses"), "{err}");
+        assert_eq!(r.allocate(&pool(), &obj("b"), None).unwrap().address.to_string(), "10.0.0.1");
+    }
+
+    #[test]
+    fn prefix_pools() {
+        let r = Registry::new();
+        let key = PoolKey::new(PoolKind::GlobalInClusterPrefixPool, "ignored", "pp");
+        assert_eq!(key.namespace, "");
+        r.apply_spec(&key, &json!({"prefixes": ["fd00::/62"], "allocationPrefixLength": 64, "gateway": "fd00::1"}));
+        let a = r.allocate(&key, &obj("a"), None).unwrap();
+        assert_eq!((a.address.to_string(), a.prefix, a.gateway.as_deref()), ("fd00::".into(), 64, Some("fd00::1")));
+        let spec = IpAddressSpec { address: "fd00:0:0:1::".into(), prefix: Some(64), ..Default::default() };
+        r.record(&key, &obj("b"), Held::of(key.kind, &spec));
+        assert_eq!(r.allocate(&key, &obj("c"), None).unwrap().address.to_string(), "fd00:0:0:2::");
+    }
+}

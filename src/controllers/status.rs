@@ -1,0 +1,201 @@
+//! The claim's `Ready` condition (decision D5) in the shape each CAPI version stores, and the pool's `Ready`
+//! condition. Pure functions: they take the conditions as stored and return them with our entry updated, keeping
+//! every condition another controller owns.
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::capi::CapiVersion;
+
+pub const READY: &str = "Ready";
+
+/// Why a claim is, or is not, Ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClaimReason {
+    Allocated,
+    PoolNotReady,
+    PoolExhausted,
+    AllocationFailed,
+}
+
+impl ClaimReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimReason::Allocated => "Allocated",
+            ClaimReason::PoolNotReady => "PoolNotReady",
+            ClaimReason::PoolExhausted => "PoolExhausted",
+            ClaimReason::AllocationFailed => "AllocationFailed",
+        }
+    }
+
+    pub fn is_ready(self) -> bool {
+        self == ClaimReason::Allocated
+    }
+}
+
+/// The Ready condition we want on a claim.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Ready {
+    pub reason: ClaimReason,
+    pub message: String,
+}
+
+impl Ready {
+    fn status(&self) -> &'static str {
+        if self.reason.is_ready() { "True" } else { "False" }
+    }
+}
+
+fn find_ready(conditions: &[Value]) -> Option<&Value> {
+    conditions.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(READY))
+}
+
+/// Whether the stored conditions already say `ready` (status, reason and message).
+pub fn is_current(conditions: &[Value], ready: &Ready) -> bool {
+    find_ready(conditions).is_some_and(|c| {
+        c.get("status").and_then(Value::as_str) == Some(ready.status())
+            && c.get("reason").and_then(Value::as_str) == Some(ready.reason.as_str())
+            && c.get("message").and_then(Value::as_str).unwrap_or("") == ready.message
+    })
+}
+
+/// Whether `ready` changes the stored Ready status or reason (a transition: it gets an Event).
+pub fn is_transition(conditions: &[Value], ready: &Ready) -> bool {
+    find_ready(conditions).is_none_or(|c| {
+        c.get("status").and_then(Value::as_str) != Some(ready.status())
+            || c.get("reason").and_then(Value::as_str) != Some(ready.reason.as_str())
+    })
+}
+
+/// The `lastTransitionTime` to write: unchanged unless the status flips.
+fn transition_time(conditions: &[Value], status: &str, now: Timestamp) -> String {
+    match find_ready(conditions) {
+        Some(c) if c.get("status").and_then(Value::as_str) == Some(status) => {
+            c.get("lastTransitionTime").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| rfc3339(now))
+        }
+        _ => rfc3339(now),
+    }
+}
+
+/// Seconds precision, as metav1.Time serializes.
+pub fn rfc3339(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// A `metav1.Condition` (v1beta2 `status.conditions`, v1beta1 `status.v1beta2.conditions`).
+pub fn metav1_condition(existing: &[Value], ready: &Ready, generation: Option<i64>, now: Timestamp) -> Value {
+    let mut c = json!({
+        "type": READY,
+        "status": ready.status(),
+        "reason": ready.reason.as_str(),
+        "message": ready.message,
+        "lastTransitionTime": transition_time(existing, ready.status(), now),
+    });
+    if let Some(g) = generation {
+        c["observedGeneration"] = json!(g);
+    }
+    c
+}
+
+/// A CAPI v1beta1 condition (with severity when False; message omitted when empty, as its schema requires).
+pub fn v1beta1_condition(existing: &[Value], ready: &Ready, now: Timestamp) -> Value {
+    let mut c = json!({
+        "type": READY,
+        "status": ready.status(),
+        "reason": ready.reason.as_str(),
+        "lastTransitionTime": transition_time(existing, ready.status(), now),
+    });
+    if !ready.message.is_empty() {
+        c["message"] = json!(ready.message);
+    }
+    if !ready.reason.is_ready() {
+        let severity = if ready.reason == ClaimReason::PoolExhausted { "Warning" } else { "Error" };
+        c["severity"] = json!(severity);
+    }
+    c
+}
+
+/// `conditions` with our Ready entry replaced (or appended), every other entry kept in place.
+pub fn with_condition(conditions: &[Value], ours: Value) -> Vec<Value> {
+    let mut out: Vec<Value> = conditions.to_vec();
+    match out.iter_mut().find(|c| c.get("type").and_then(Value::as_str) == Some(READY)) {
+        Some(slot) => *slot = ours,
+        None => out.push(ours),
+    }
+    out
+}
+
+/// The claim status body for `version`: for v1beta2 a server-side apply of our fields (addressRef and our Ready
+/// entry of a map list), for v1beta1 a merge patch of the whole conditions lists (they are atomic there).
+pub fn claim_status(
+    version: CapiVersion,
+    conditions: &[Value],
+    v1beta2_conditions: &[Value],
+    ready: &Ready,
+    address_ref: Option<&str>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Value {
+    let mut status = match version {
+        CapiVersion::V1Beta2 => json!({"conditions": [metav1_condition(conditions, ready, generation, now)]}),
+        CapiVersion::V1Beta1 => json!({
+            "conditions": with_condition(conditions, v1beta1_condition(conditions, ready, now)),
+            "v1beta2": {"conditions": with_condition(v1beta2_conditions, metav1_condition(v1beta2_conditions, ready, generation, now))},
+        }),
+    };
+    if let Some(name) = address_ref {
+        status["addressRef"] = json!({"name": name});
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(reason: ClaimReason, message: &str) -> Ready {
+        Ready { reason, message: message.into() }
+    }
+
+    #[test]
+    fn other_conditions_are_kept_and_transition_times_only_move_on_flips() {
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let t1: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
+        let others = vec![json!({"type": "Other", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"})];
+        let first = ready(ClaimReason::PoolExhausted, "no free address");
+        let s = claim_status(CapiVersion::V1Beta1, &others, &[], &first, None, Some(1), t0);
+        let conditions = s["conditions"].as_array().unwrap().clone();
+        assert_eq!(conditions.len(), 2);
+        assert_eq!(conditions[0]["type"], "Other");
+        assert_eq!(conditions[1]["severity"], "Warning");
+        assert!(s.get("addressRef").is_none());
+        // Same status, other message: the transition time stays.
+        let again = claim_status(CapiVersion::V1Beta1, &conditions, &[], &ready(ClaimReason::PoolNotReady, "x"), None, Some(1), t1);
+        assert_eq!(again["conditions"][1]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        // False -> True moves it.
+        let done = claim_status(CapiVersion::V1Beta1, &conditions, &[], &ready(ClaimReason::Allocated, "ok"), Some("c"), None, t1);
+        assert_eq!(done["conditions"][1]["lastTransitionTime"], "2026-01-02T00:00:00Z");
+        assert!(done["conditions"][1].get("severity").is_none());
+        assert_eq!(done["addressRef"]["name"], "c");
+        assert_eq!(done["v1beta2"]["conditions"][0]["reason"], "Allocated");
+    }
+
+    #[test]
+    fn v1beta2_applies_only_our_entry() {
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let s = claim_status(CapiVersion::V1Beta2, &[], &[], &ready(ClaimReason::Allocated, "ok"), Some("c"), Some(3), now);
+        assert_eq!(s["conditions"].as_array().unwrap().len(), 1);
+        assert_eq!(s["conditions"][0]["observedGeneration"], 3);
+        assert_eq!(s["conditions"][0]["message"], "ok");
+    }
+
+    #[test]
+    fn current_and_transitions() {
+        let stored = vec![json!({"type": "Ready", "status": "False", "reason": "PoolExhausted", "message": "m"})];
+        assert!(is_current(&stored, &ready(ClaimReason::PoolExhausted, "m")));
+        assert!(!is_current(&stored, &ready(ClaimReason::PoolExhausted, "other")));
+        assert!(!is_transition(&stored, &ready(ClaimReason::PoolExhausted, "other")));
+        assert!(is_transition(&stored, &ready(ClaimReason::Allocated, "m")));
+        assert!(is_transition(&[], &ready(ClaimReason::PoolExhausted, "m")));
+    }
+}
