@@ -25,6 +25,10 @@ cluster-up: k8s-bin ## Start etcd + kube-apiserver on 127.0.0.1 (kubeconfig: .de
 cluster-down: ## Stop the control plane and remove its state
 	@$(TOOLS)/control-plane.sh down
 
+.PHONY: generate
+generate: ## Regenerate the CRDs and webhook manifests from the Rust types (a test fails when they drift)
+	UPDATE_GENERATED=1 cargo test --test generated
+
 .PHONY: run
 run: k8s-bin ## Start the control plane and run the manager against it (Ctrl-C stops the manager)
 	@$(TOOLS)/run.sh

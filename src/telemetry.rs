@@ -18,6 +18,8 @@ pub fn init(format: LogFormat, level: &str) {
         LogFormat::Json => {
             registry.with(fmt::layer().json().flatten_event(true).with_current_span(true).with_span_list(false)).init()
         }
-        LogFormat::Text => registry.with(fmt::layer().with_target(false)).init(),
+        LogFormat::Text => registry
+            .with(fmt::layer().with_target(false).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout())))
+            .init(),
     }
 }

@@ -6,8 +6,8 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use kube::api::{DeleteParams, PostParams};
 use kube::ResourceExt;
+use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use support::claims::{Capi, address_of, create_pool, wait_pool_counts};
 use support::{TestEnv, create_namespace, unique_name};
@@ -19,24 +19,40 @@ async fn a_claim_gets_the_exact_ipaddress() {
     let env = TestEnv::with_manager("exact").await;
     let c = &env.client;
     let ns = &env.namespace;
-    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.0.0.1-10.0.0.10"], "prefix": 24, "gateway": "10.0.0.254"})).await;
+    create_pool(
+        c,
+        "InClusterIPPool",
+        ns,
+        "pool",
+        json!({"addresses": ["10.0.0.1-10.0.0.10"], "prefix": 24, "gateway": "10.0.0.254"}),
+    )
+    .await;
     let mut claim = CAPI.claim("claim", "InClusterIPPool", "pool");
     claim.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".to_owned(), "c1".to_owned())].into());
     CAPI.create_cluster(c, ns, "c1", false, false).await;
     CAPI.claims(c, ns).create(&PostParams::default(), &claim).await.expect("claim");
     let address = CAPI.wait_bound(c, ns, "claim").await;
     assert_eq!(address.name_any(), "claim");
-    assert_eq!(address.data["spec"], json!({
-        "address": "10.0.0.1", "prefix": 24, "gateway": "10.0.0.254",
-        "claimRef": {"name": "claim"},
-        "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}
-    }));
+    assert_eq!(
+        address.data["spec"],
+        json!({
+            "address": "10.0.0.1", "prefix": 24, "gateway": "10.0.0.254",
+            "claimRef": {"name": "claim"},
+            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}
+        })
+    );
     assert_eq!(address.finalizers(), ["ipam.cluster.x-k8s.io/ProtectAddress"]);
     assert_eq!(address.labels().get("cluster.x-k8s.io/cluster-name").map(String::as_str), Some("c1"));
     let owners = address.owner_references();
     assert_eq!(owners.len(), 2);
-    assert_eq!((owners[0].kind.as_str(), owners[0].controller, owners[0].block_owner_deletion), ("IPAddressClaim", Some(true), Some(true)));
-    assert_eq!((owners[1].kind.as_str(), owners[1].controller, owners[1].block_owner_deletion), ("InClusterIPPool", Some(false), Some(true)));
+    assert_eq!(
+        (owners[0].kind.as_str(), owners[0].controller, owners[0].block_owner_deletion),
+        ("IPAddressClaim", Some(true), Some(true))
+    );
+    assert_eq!(
+        (owners[1].kind.as_str(), owners[1].controller, owners[1].block_owner_deletion),
+        ("InClusterIPPool", Some(false), Some(true))
+    );
     let stored = CAPI.claims(c, ns).get("claim").await.expect("claim");
     assert_eq!(stored.finalizers(), ["ipam.cluster.x-k8s.io/ReleaseAddress"]);
     let ready = CAPI.ready(c, ns, "claim").await.expect("Ready condition");
@@ -49,7 +65,8 @@ async fn a_global_pool_serves_many_namespaces_without_duplicates() {
     let env = TestEnv::with_manager("global").await;
     let c = &env.client;
     let pool = unique_name("g");
-    create_pool(c, "GlobalInClusterIPPool", "", &pool, json!({"addresses": ["10.1.0.1-10.1.0.20"], "prefix": 24})).await;
+    create_pool(c, "GlobalInClusterIPPool", "", &pool, json!({"addresses": ["10.1.0.1-10.1.0.20"], "prefix": 24}))
+        .await;
     let mut namespaces = vec![env.namespace.clone()];
     for _ in 0..2 {
         namespaces.push(create_namespace(c, "global").await);
@@ -76,7 +93,8 @@ async fn same_named_pools_in_two_namespaces_are_independent() {
     let c = &env.client;
     let other = create_namespace(c, "samename").await;
     for ns in [&env.namespace, &other] {
-        create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.0.0.50", "10.0.0.128"], "prefix": 24})).await;
+        create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.0.0.50", "10.0.0.128"], "prefix": 24}))
+            .await;
         CAPI.create_claim(c, ns, "claim", "InClusterIPPool", "pool").await;
     }
     for ns in [&env.namespace, &other] {
@@ -106,11 +124,23 @@ async fn allocation_order_reserved_addresses_exclusions_and_ipv6() {
     let env = TestEnv::with_manager("order").await;
     let (c, ns) = (&env.client, &env.namespace);
     let cases: Vec<(&str, serde_json::Value, Vec<&str>)> = vec![
-        ("reserved", json!({"addresses": ["10.0.1.0-10.0.1.2", "10.0.1.255"], "prefix": 24, "gateway": "10.0.1.1"}), vec!["10.0.1.2"]),
-        ("excluded", json!({"addresses": ["10.1.1.0/24"], "prefix": 24, "gateway": "10.1.1.1", "excludedAddresses": ["10.1.1.2-10.1.1.5", "10.1.1.7"]}), vec!["10.1.1.6", "10.1.1.8", "10.1.1.9"]),
+        (
+            "reserved",
+            json!({"addresses": ["10.0.1.0-10.0.1.2", "10.0.1.255"], "prefix": 24, "gateway": "10.0.1.1"}),
+            vec!["10.0.1.2"],
+        ),
+        (
+            "excluded",
+            json!({"addresses": ["10.1.1.0/24"], "prefix": 24, "gateway": "10.1.1.1", "excludedAddresses": ["10.1.1.2-10.1.1.5", "10.1.1.7"]}),
+            vec!["10.1.1.6", "10.1.1.8", "10.1.1.9"],
+        ),
         ("unordered", json!({"addresses": ["10.0.2.3", "10.0.2.2"], "prefix": 24}), vec!["10.0.2.2", "10.0.2.3"]),
         ("single", json!({"addresses": ["10.0.3.128", "10.0.3.50"], "prefix": 24}), vec!["10.0.3.50", "10.0.3.128"]),
-        ("v6", json!({"addresses": ["fd00::ff-fd00::101"], "prefix": 112, "gateway": "fd00::100"}), vec!["fd00::ff", "fd00::101"]),
+        (
+            "v6",
+            json!({"addresses": ["fd00::ff-fd00::101"], "prefix": 112, "gateway": "fd00::100"}),
+            vec!["fd00::ff", "fd00::101"],
+        ),
         ("rfc3021", json!({"addresses": ["10.0.4.6/31"], "prefix": 31}), vec!["10.0.4.6", "10.0.4.7"]),
     ];
     for (pool, spec, expected) in &cases {
@@ -129,7 +159,10 @@ async fn allocation_order_reserved_addresses_exclusions_and_ipv6() {
     let a = CAPI.addresses(c, ns).get("unordered-c0").await.expect("IPAddress");
     assert!(a.data["spec"].get("gateway").is_none());
     let v6 = CAPI.addresses(c, ns).get("v6-c0").await.expect("IPAddress");
-    assert_eq!((v6.data["spec"]["prefix"].as_i64(), v6.data["spec"]["gateway"].as_str()), (Some(112), Some("fd00::100")));
+    assert_eq!(
+        (v6.data["spec"]["prefix"].as_i64(), v6.data["spec"]["gateway"].as_str()),
+        (Some(112), Some("fd00::100"))
+    );
 }
 
 /// "it shows the total, used, free ip addresses in the pool" (reference §3.8), both kinds.
@@ -169,8 +202,13 @@ async fn out_of_range_addresses_are_counted() {
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24})).await;
     CAPI.create_claim(c, ns, "in", "InClusterIPPool", "pool").await;
     CAPI.wait_bound(c, ns, "in").await;
-    let mut stray = kube::api::DynamicObject::new("stray", &kube::api::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"), "ipaddresses"));
+    let mut stray = kube::api::DynamicObject::new(
+        "stray",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
+            "ipaddresses",
+        ),
+    );
     stray.data = json!({"spec": {"address": "10.0.0.99", "prefix": 24, "claimRef": {"name": "stray"},
         "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}}});
     CAPI.addresses(c, ns).create(&PostParams::default(), &stray).await.expect("stray IPAddress");
@@ -218,7 +256,10 @@ async fn an_exhausted_pool_serves_the_waiting_claim_as_soon_as_an_address_frees_
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(waiting.as_str()))
             .filter_map(|e| e.reason.clone())
             .collect();
-        assert!(reasons.contains(&"PoolExhausted".to_owned()) && reasons.contains(&"Allocated".to_owned()), "{reasons:?}");
+        assert!(
+            reasons.contains(&"PoolExhausted".to_owned()) && reasons.contains(&"Allocated".to_owned()),
+            "{reasons:?}"
+        );
     }
 }
 
@@ -245,7 +286,10 @@ async fn claims_of_other_pool_kinds_are_left_alone() {
     for name in ["foreign", "unknown-kind"] {
         let stored = CAPI.claims(c, ns).get(name).await.expect("claim");
         assert!(stored.finalizers().is_empty(), "{name}: no finalizer");
-        assert!(stored.data.get("status").is_none_or(|s| s.is_null() || s.as_object().is_some_and(|o| o.is_empty())), "{name}: no status");
+        assert!(
+            stored.data.get("status").is_none_or(|s| s.is_null() || s.as_object().is_some_and(|o| o.is_empty())),
+            "{name}: no status"
+        );
     }
 }
 
@@ -288,7 +332,11 @@ async fn a_paused_cluster_holds_allocation_until_it_is_unpaused() {
 
     let clusters = CAPI.clusters(c, ns);
     clusters
-        .patch("by-spec", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"paused": false}})))
+        .patch(
+            "by-spec",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"paused": false}})),
+        )
         .await
         .expect("unpause");
     support::claims::annotate(&clusters, "by-annotation", "cluster.x-k8s.io/paused", None).await;
@@ -353,7 +401,8 @@ async fn prefix_pools_hand_out_child_prefixes() {
     assert_eq!(allocate_in_order(&env, "InClusterPrefixPool", "p62", 2).await, ["fd00::", "fd00:0:0:1::"]);
     let a = CAPI.addresses(c, ns).get("p62-c0").await.expect("address");
     assert_eq!((a.data["spec"]["prefix"].as_i64(), a.data["spec"]["gateway"].as_str()), (Some(64), Some("fd10::1")));
-    create_pool(c, "InClusterPrefixPool", ns, "p56", json!({"prefixes": ["fd06::/48"], "allocationPrefixLength": 56})).await;
+    create_pool(c, "InClusterPrefixPool", ns, "p56", json!({"prefixes": ["fd06::/48"], "allocationPrefixLength": 56}))
+        .await;
     assert_eq!(allocate_in_order(&env, "InClusterPrefixPool", "p56", 2).await, ["fd06::", "fd06:0:0:100::"]);
     create_pool(c, "InClusterPrefixPool", ns, "mixed", json!({"prefixes": ["fd00:0:0:1::/64", "fd10::/48"]})).await;
     assert_eq!(allocate_in_order(&env, "InClusterPrefixPool", "mixed", 2).await, ["fd00:0:0:1::", "fd10::"]);
@@ -386,7 +435,8 @@ async fn requested_and_pre_allocated_addresses() {
     .await;
     let request = |name: &str, address: &str| {
         let mut claim = CAPI.claim(name, "InClusterIPPool", "pool");
-        claim.metadata.annotations = Some([("ipam.cluster.x-k8s.io/requested-address".to_owned(), address.to_owned())].into());
+        claim.metadata.annotations =
+            Some([("ipam.cluster.x-k8s.io/requested-address".to_owned(), address.to_owned())].into());
         claim
     };
     let claims = CAPI.claims(c, ns);
@@ -417,7 +467,14 @@ async fn requested_and_pre_allocated_addresses() {
 async fn the_reuse_grace_period_holds_a_released_address() {
     let env = TestEnv::with_manager("grace").await;
     let (c, ns) = (&env.client, &env.namespace);
-    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.0.0.1"], "prefix": 24, "addressReuseGracePeriodSeconds": 2})).await;
+    create_pool(
+        c,
+        "InClusterIPPool",
+        ns,
+        "pool",
+        json!({"addresses": ["10.0.0.1"], "prefix": 24, "addressReuseGracePeriodSeconds": 2}),
+    )
+    .await;
     CAPI.create_claim(c, ns, "first", "InClusterIPPool", "pool").await;
     CAPI.wait_bound(c, ns, "first").await;
     let started = std::time::Instant::now();
@@ -427,19 +484,33 @@ async fn the_reuse_grace_period_holds_a_released_address() {
     assert!(CAPI.addresses(c, ns).get_opt("first").await.expect("get").is_some(), "held during the grace period");
     let bound = CAPI.wait_bound(c, ns, "second").await;
     // deletionTimestamp has second precision, so the hold is between 1 and 2 seconds (as in the Go provider).
-    assert!(started.elapsed() >= Duration::from_millis(1000), "released after the grace period: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "released after the grace period: {:?}",
+        started.elapsed()
+    );
     assert!(started.elapsed() < Duration::from_secs(8), "released soon after: {:?}", started.elapsed());
     assert_eq!(address_of(&bound), "10.0.0.1");
 
     // A pool being deleted skips the grace period.
-    create_pool(c, "InClusterIPPool", ns, "teardown", json!({"addresses": ["10.0.1.1"], "prefix": 24, "addressReuseGracePeriodSeconds": 300})).await;
+    create_pool(
+        c,
+        "InClusterIPPool",
+        ns,
+        "teardown",
+        json!({"addresses": ["10.0.1.1"], "prefix": 24, "addressReuseGracePeriodSeconds": 300}),
+    )
+    .await;
     CAPI.create_claim(c, ns, "t", "InClusterIPPool", "teardown").await;
     CAPI.wait_bound(c, ns, "t").await;
     let pools = support::claims::pools(c, "InClusterIPPool", ns);
     support::claims::annotate(&pools, "teardown", "ipam.cluster.x-k8s.io/skip-validate-delete-webhook", Some("")).await;
     pools.delete("teardown", &DeleteParams::default()).await.expect("delete pool");
     CAPI.delete_claim(c, ns, "t").await;
-    support::eventually(Duration::from_secs(10), "the pool gone", || async { matches!(pools.get_opt("teardown").await, Ok(None)).then_some(()) }).await;
+    support::eventually(Duration::from_secs(10), "the pool gone", || async {
+        matches!(pools.get_opt("teardown").await, Ok(None)).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -450,7 +521,12 @@ async fn five_hundred_claims_at_once_get_five_hundred_distinct_addresses() {
     let claims = CAPI.claims(c, ns);
     futures::future::join_all((0..500).map(|i| {
         let claims = claims.clone();
-        async move { claims.create(&PostParams::default(), &CAPI.claim(&format!("c{i}"), "InClusterIPPool", "pool")).await.expect("claim") }
+        async move {
+            claims
+                .create(&PostParams::default(), &CAPI.claim(&format!("c{i}"), "InClusterIPPool", "pool"))
+                .await
+                .expect("claim")
+        }
     }))
     .await;
     let addresses = support::eventually(Duration::from_secs(120), "500 claims bound", || async {
@@ -463,7 +539,9 @@ async fn five_hundred_claims_at_once_get_five_hundred_distinct_addresses() {
     let distinct: HashSet<String> = addresses.items.iter().map(address_of).collect();
     assert_eq!((addresses.items.len(), distinct.len()), (500, 500), "no duplicate");
     // Lowest first: exactly the first 500 allocatable addresses of 10.20.0.0/22 (network address skipped).
-    let expected: HashSet<String> = (1..=500u32).map(|i| std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 20, 0, 0)) + i).to_string()).collect();
+    let expected: HashSet<String> = (1..=500u32)
+        .map(|i| std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 20, 0, 0)) + i).to_string())
+        .collect();
     assert_eq!(distinct, expected);
     wait_pool_counts(c, "InClusterIPPool", ns, "pool", (1022, 500, 522, 0)).await;
 }
@@ -479,7 +557,10 @@ async fn rapid_create_and_delete_leaves_no_ipaddress_behind() {
             let claims = claims.clone();
             async move {
                 let name = format!("r{round}-{i}");
-                claims.create(&PostParams::default(), &CAPI.claim(&name, "InClusterIPPool", "pool")).await.expect("claim");
+                claims
+                    .create(&PostParams::default(), &CAPI.claim(&name, "InClusterIPPool", "pool"))
+                    .await
+                    .expect("claim");
                 claims.delete(&name, &DeleteParams::default()).await.expect("delete");
             }
         }))
@@ -508,7 +589,11 @@ async fn an_ipaddress_whose_claim_is_gone_is_released() {
     // Someone strips the claim's finalizer and deletes it: the claim vanishes without a release.
     let claims = CAPI.claims(c, ns);
     claims
-        .patch("claim", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .patch(
+            "claim",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
         .await
         .expect("strip");
     claims.delete("claim", &DeleteParams::default()).await.expect("delete");
@@ -532,7 +617,11 @@ async fn a_deleted_ipaddress_of_a_live_claim_is_made_again() {
     let held = addresses.get("claim").await.expect("the finalizer holds it");
     assert!(held.metadata.deletion_timestamp.is_some());
     addresses
-        .patch("claim", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .patch(
+            "claim",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
         .await
         .expect("strip");
     let again = support::eventually(Duration::from_secs(20), "a new IPAddress", || async {
@@ -556,7 +645,12 @@ async fn the_pool_finalizer_holds_a_pool_until_its_addresses_are_gone() {
         create_pool(c, kind, ns, &pool, spec).await;
         let pools = support::claims::pools(c, kind, ns);
         support::eventually(Duration::from_secs(10), "the ProtectPool finalizer", || async {
-            pools.get(&pool).await.ok().filter(|p| p.finalizers().iter().any(|f| f == "ipam.cluster.x-k8s.io/ProtectPool")).map(|_| ())
+            pools
+                .get(&pool)
+                .await
+                .ok()
+                .filter(|p| p.finalizers().iter().any(|f| f == "ipam.cluster.x-k8s.io/ProtectPool"))
+                .map(|_| ())
         })
         .await;
         CAPI.create_claim(c, ns, &pool, kind, &pool).await;
@@ -607,8 +701,13 @@ async fn a_restore_gets_every_claim_its_old_address_back() {
     }
     // The restore: IPAddresses first (they are leaves), then claims, all without finalizers, owners or status.
     for a in &addresses_backup {
-        let mut restored = kube::api::DynamicObject::new(&a.name_any(), &kube::api::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"), "ipaddresses"));
+        let mut restored = kube::api::DynamicObject::new(
+            &a.name_any(),
+            &kube::api::ApiResource::from_gvk_with_plural(
+                &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
+                "ipaddresses",
+            ),
+        );
         restored.metadata.labels = a.metadata.labels.clone();
         restored.data = json!({"spec": a.data["spec"]});
         CAPI.addresses(c, ns).create(&PostParams::default(), &restored).await.expect("restore IPAddress");
@@ -624,7 +723,9 @@ async fn a_restore_gets_every_claim_its_old_address_back() {
         assert_eq!(&address_of(&bound), address, "{name} keeps its address");
         let with_owners = support::eventually(Duration::from_secs(20), "owner references back", || async {
             let a = CAPI.addresses(c, ns).get(name).await.ok()?;
-            (a.owner_references().len() == 2 && a.finalizers().contains(&"ipam.cluster.x-k8s.io/ProtectAddress".to_owned())).then_some(a)
+            (a.owner_references().len() == 2
+                && a.finalizers().contains(&"ipam.cluster.x-k8s.io/ProtectAddress".to_owned()))
+            .then_some(a)
         })
         .await;
         let claim = CAPI.claims(c, ns).get(name).await.expect("claim");

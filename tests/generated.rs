@@ -52,3 +52,15 @@ fn webhook_manifests_match_the_route_table() {
     let path = root().join("config/webhook/manifests.yaml");
     assert_no_drift(check(path, &capi_ipam::webhooks::routes::manifests_yaml()).into_iter().collect());
 }
+
+#[test]
+fn capi_test_crds_match_the_types() {
+    let mut drift = Vec::new();
+    for (version, crds) in capi_ipam::capi::crds::test_crds() {
+        let dir = root().join("config/crd/capi-test").join(version);
+        for crd in crds {
+            drift.extend(check(dir.join(crds::file_name(&crd)), &crds::to_yaml(&crd)));
+        }
+    }
+    assert_no_drift(drift);
+}

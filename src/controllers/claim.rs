@@ -279,7 +279,8 @@ async fn adopt(
         name: pool_key.name.clone(),
     };
     let theirs = &record.spec.pool_ref;
-    if theirs.kind != wanted.kind || theirs.name != wanted.name || theirs.api_group.as_deref().unwrap_or(GROUP) != GROUP {
+    if theirs.kind != wanted.kind || theirs.name != wanted.name || theirs.api_group.as_deref().unwrap_or(GROUP) != GROUP
+    {
         let message = format!(
             "IPAddress {key} already exists and belongs to {} {:?}, not to {pool_key}",
             theirs.kind, theirs.name
@@ -297,7 +298,8 @@ async fn adopt(
     let has_finalizer = record.finalizers.iter().any(|f| f == PROTECT_ADDRESS_FINALIZER);
     let cluster_label = claim.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
     let has_label = cluster_label.is_none_or(|v| record.cluster_label.as_ref() == Some(v));
-    if !(has_claim_owner && has_pool_owner && has_finalizer && has_label) && !record.deleting {
+    let complete = has_claim_owner && has_pool_owner && has_finalizer && has_label;
+    if !complete && !record.deleting {
         // Unrelated owners stay first; stale references to this claim or pool (other UIDs, from a restore) go.
         let mut references: Vec<Value> = owners
             .iter()
@@ -321,7 +323,8 @@ async fn adopt(
         if let Some(v) = cluster_label {
             metadata["labels"] = json!({ CLUSTER_NAME_LABEL: v });
         }
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
         let patched = api
             .patch(&key.name, &PatchParams::default(), &Patch::Merge(json!({ "metadata": metadata })))
             .await
@@ -394,7 +397,9 @@ async fn set_ready(
     ctx.remember_written(&uid, &ready, address_ref);
     if is_transition(&conditions, &ready) {
         let type_ = if reason.is_ready() { EventType::Normal } else { EventType::Warning };
-        ctx.events.publish(&claim_reference(claim, ctx.capi.ipam), type_, reason.as_str(), "Allocate", &ready.message).await;
+        ctx.events
+            .publish(&claim_reference(claim, ctx.capi.ipam), type_, reason.as_str(), "Allocate", &ready.message)
+            .await;
     }
     Ok(())
 }
@@ -453,7 +458,13 @@ async fn release(
         Err(e) => return Err(Error::kube("reading the IPAddress")(e)),
     }
     ctx.events
-        .publish(&claim_reference(claim, ctx.capi.ipam), EventType::Normal, "Released", "Release", "the address was released")
+        .publish(
+            &claim_reference(claim, ctx.capi.ipam),
+            EventType::Normal,
+            "Released",
+            "Release",
+            "the address was released",
+        )
         .await;
     remove_finalizer(&ctx.claims_api(&key.namespace), &claim.metadata, &key.name, RELEASE_ADDRESS_FINALIZER).await?;
     ctx.forget_claim(claim.metadata.uid.as_deref().unwrap_or_default());
@@ -461,7 +472,12 @@ async fn release(
 }
 
 /// Removes one finalizer with a JSON patch that first tests it is still at that index.
-pub async fn remove_finalizer<K>(api: &Api<K>, meta: &kube::api::ObjectMeta, name: &str, finalizer: &str) -> Result<(), Error>
+pub async fn remove_finalizer<K>(
+    api: &Api<K>,
+    meta: &kube::api::ObjectMeta,
+    name: &str,
+    finalizer: &str,
+) -> Result<(), Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {

@@ -35,11 +35,7 @@ impl Events {
         let event = Event {
             metadata: ObjectMeta {
                 // Unique per publish, like client-go's recorder: <object>.<nanoseconds in hex>.
-                name: Some(format!(
-                    "{}.{:x}",
-                    regarding.name.as_deref().unwrap_or("ipam"),
-                    now.as_nanosecond()
-                )),
+                name: Some(format!("{}.{:x}", regarding.name.as_deref().unwrap_or("ipam"), now.as_nanosecond())),
                 namespace: Some(namespace.clone()),
                 ..Default::default()
             },
@@ -56,7 +52,9 @@ impl Events {
             }),
             ..Default::default()
         };
-        if let Err(e) = Api::<Event>::namespaced(self.client.clone(), &namespace).create(&PostParams::default(), &event).await {
+        if let Err(e) =
+            Api::<Event>::namespaced(self.client.clone(), &namespace).create(&PostParams::default(), &event).await
+        {
             debug!(error = %e, reason, "publishing an event failed");
         }
     }

@@ -178,10 +178,8 @@ impl Context {
 
     /// Records an IPAddress we just wrote (the watch will confirm it).
     pub fn remember_address(&self, key: &ObjectKey, object: &DynamicObject) -> AddressRecord {
-        let typed = IpAddress {
-            metadata: object.metadata.clone(),
-            spec: crate::capi::spec_of(object).unwrap_or_default(),
-        };
+        let typed =
+            IpAddress { metadata: object.metadata.clone(), spec: crate::capi::spec_of(object).unwrap_or_default() };
         let record = AddressRecord::of(&typed);
         if let Some(pool) = &record.pool {
             self.registry.record(pool, key, Held::of(pool.kind, &record.spec));
@@ -312,7 +310,8 @@ pub async fn run(
         .try_filter(move |event| {
             future::ready(match event {
                 watcher::Event::Delete(c) if c.spec.pool_ref.our_kind().is_some() => {
-                    let _ = vanished_tx.unbounded_send(ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any()));
+                    let _ =
+                        vanished_tx.unbounded_send(ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any()));
                     true
                 }
                 watcher::Event::Apply(c) | watcher::Event::Delete(c) | watcher::Event::InitApply(c) => {
@@ -403,9 +402,7 @@ pub async fn run(
     for ((kind, stream), trigger) in pool_streams.into_iter().zip(pool_trigger_streams) {
         let hook_ctx = ctx.clone();
         let mut seen: HashMap<PoolKey, (Option<i64>, bool)> = HashMap::new();
-        let stream = stream
-            .inspect_ok(move |event| on_pool_event(&hook_ctx, kind, event, &mut seen))
-            .applied_objects();
+        let stream = stream.inspect_ok(move |event| on_pool_event(&hook_ctx, kind, event, &mut seen)).applied_objects();
         let (reader, resource) = ctx.pools[&kind].clone();
         let controller = Controller::for_stream_with(stream, reader, resource)
             .with_config(ControllerConfig::default().concurrency(4))
@@ -420,7 +417,9 @@ pub async fn run(
             });
         pool_controllers.push(controller);
     }
-    tasks.push(async move { ("pool controllers", Ok(futures::future::join_all(pool_controllers).await).map(|_| ())) }.boxed());
+    tasks.push(
+        async move { ("pool controllers", Ok(futures::future::join_all(pool_controllers).await).map(|_| ())) }.boxed(),
+    );
 
     let cluster_reader = cluster_parts.as_ref().map(|(reader, _, _)| reader.clone());
     if let Some((_, _, stream)) = cluster_parts {
@@ -567,7 +566,13 @@ pub async fn run(
                 }
                 future::ready(())
             });
-        tasks.push(async move { ("claim controller", Ok(controller.await)) }.boxed());
+        tasks.push(
+            async move {
+                controller.await;
+                ("claim controller", Ok(()))
+            }
+            .boxed(),
+        );
     }
 
     // Run until stop; any task ending earlier is a failure of the controllers.

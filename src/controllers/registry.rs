@@ -562,13 +562,19 @@ mod tests {
         r.allocate(&pool(), &obj("a"), None).unwrap();
         r.wait(&pool(), &obj("b"));
         r.wait(&pool(), &obj("c"));
-        assert_eq!(r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})), vec![obj("b"), obj("c")]);
+        assert_eq!(
+            r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})),
+            vec![obj("b"), obj("c")]
+        );
     }
 
     #[test]
     fn requested_addresses() {
         let r = Registry::new();
-        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.5"], "prefix": 24, "excludedAddresses": ["10.0.0.4"]}));
+        r.apply_spec(
+            &pool(),
+            &json!({"addresses": ["10.0.0.1-10.0.0.5"], "prefix": 24, "excludedAddresses": ["10.0.0.4"]}),
+        );
         assert_eq!(r.allocate(&pool(), &obj("a"), Some("10.0.0.3")).unwrap().address.to_string(), "10.0.0.3");
         let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.3")).unwrap_err().to_string();
         assert!(err.contains("already allocated"), "{err}");

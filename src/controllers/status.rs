@@ -170,10 +170,26 @@ mod tests {
         assert_eq!(conditions[1]["severity"], "Warning");
         assert!(s.get("addressRef").is_none());
         // Same status, other message: the transition time stays.
-        let again = claim_status(CapiVersion::V1Beta1, &conditions, &[], &ready(ClaimReason::PoolNotReady, "x"), None, Some(1), t1);
+        let again = claim_status(
+            CapiVersion::V1Beta1,
+            &conditions,
+            &[],
+            &ready(ClaimReason::PoolNotReady, "x"),
+            None,
+            Some(1),
+            t1,
+        );
         assert_eq!(again["conditions"][1]["lastTransitionTime"], "2026-01-01T00:00:00Z");
         // False -> True moves it.
-        let done = claim_status(CapiVersion::V1Beta1, &conditions, &[], &ready(ClaimReason::Allocated, "ok"), Some("c"), None, t1);
+        let done = claim_status(
+            CapiVersion::V1Beta1,
+            &conditions,
+            &[],
+            &ready(ClaimReason::Allocated, "ok"),
+            Some("c"),
+            None,
+            t1,
+        );
         assert_eq!(done["conditions"][1]["lastTransitionTime"], "2026-01-02T00:00:00Z");
         assert!(done["conditions"][1].get("severity").is_none());
         assert_eq!(done["addressRef"]["name"], "c");
@@ -183,7 +199,8 @@ mod tests {
     #[test]
     fn v1beta2_applies_only_our_entry() {
         let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        let s = claim_status(CapiVersion::V1Beta2, &[], &[], &ready(ClaimReason::Allocated, "ok"), Some("c"), Some(3), now);
+        let s =
+            claim_status(CapiVersion::V1Beta2, &[], &[], &ready(ClaimReason::Allocated, "ok"), Some("c"), Some(3), now);
         assert_eq!(s["conditions"].as_array().unwrap().len(), 1);
         assert_eq!(s["conditions"][0]["observedGeneration"], 3);
         assert_eq!(s["conditions"][0]["message"], "ok");

@@ -13,7 +13,10 @@ use super::eventually;
 pub const GROUP: &str = "ipam.cluster.x-k8s.io";
 
 pub fn pool_resource(kind: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1alpha2", kind), &format!("{}s", kind.to_lowercase()))
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(GROUP, "v1alpha2", kind),
+        &format!("{}s", kind.to_lowercase()),
+    )
 }
 
 pub fn pools(client: &Client, kind: &str, namespace: &str) -> Api<DynamicObject> {
@@ -27,7 +30,10 @@ pub fn pools(client: &Client, kind: &str, namespace: &str) -> Api<DynamicObject>
 pub async fn create_pool(client: &Client, kind: &str, namespace: &str, name: &str, spec: Value) -> DynamicObject {
     let mut p = DynamicObject::new(name, &pool_resource(kind));
     p.data = json!({ "spec": spec });
-    pools(client, kind, namespace).create(&PostParams::default(), &p).await.unwrap_or_else(|e| panic!("pool {name}: {e}"))
+    pools(client, kind, namespace)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap_or_else(|e| panic!("pool {name}: {e}"))
 }
 
 /// The CAPI API version the tests talk.
@@ -46,33 +52,55 @@ impl Capi {
     }
 
     pub fn claims(self, client: &Client, namespace: &str) -> Api<DynamicObject> {
-        let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, self.version(), "IPAddressClaim"), "ipaddressclaims");
+        let r = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(GROUP, self.version(), "IPAddressClaim"),
+            "ipaddressclaims",
+        );
         Api::namespaced_with(client.clone(), namespace, &r)
     }
 
     pub fn addresses(self, client: &Client, namespace: &str) -> Api<DynamicObject> {
-        let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, self.version(), "IPAddress"), "ipaddresses");
+        let r = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(GROUP, self.version(), "IPAddress"),
+            "ipaddresses",
+        );
         Api::namespaced_with(client.clone(), namespace, &r)
     }
 
     pub fn all_addresses(self, client: &Client) -> Api<DynamicObject> {
-        let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, self.version(), "IPAddress"), "ipaddresses");
+        let r = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(GROUP, self.version(), "IPAddress"),
+            "ipaddresses",
+        );
         Api::all_with(client.clone(), &r)
     }
 
     pub fn clusters(self, client: &Client, namespace: &str) -> Api<DynamicObject> {
-        let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", self.version(), "Cluster"), "clusters");
+        let r = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("cluster.x-k8s.io", self.version(), "Cluster"),
+            "clusters",
+        );
         Api::namespaced_with(client.clone(), namespace, &r)
     }
 
     pub fn claim(self, name: &str, kind: &str, pool: &str) -> DynamicObject {
-        let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, self.version(), "IPAddressClaim"), "ipaddressclaims");
+        let r = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(GROUP, self.version(), "IPAddressClaim"),
+            "ipaddressclaims",
+        );
         let mut c = DynamicObject::new(name, &r);
         c.data = json!({"spec": {"poolRef": {"apiGroup": GROUP, "kind": kind, "name": pool}}});
         c
     }
 
-    pub async fn create_claim(self, client: &Client, namespace: &str, name: &str, kind: &str, pool: &str) -> DynamicObject {
+    pub async fn create_claim(
+        self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+        kind: &str,
+        pool: &str,
+    ) -> DynamicObject {
         self.claims(client, namespace)
             .create(&PostParams::default(), &self.claim(name, kind, pool))
             .await
@@ -82,13 +110,19 @@ impl Capi {
     /// A Cluster with the given spec.paused and paused annotation. v1beta2 requires a topology-free spec that passes
     /// the real schema, which an empty spec does.
     pub async fn create_cluster(self, client: &Client, namespace: &str, name: &str, paused: bool, annotation: bool) {
-        let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", self.version(), "Cluster"), "clusters");
+        let r = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("cluster.x-k8s.io", self.version(), "Cluster"),
+            "clusters",
+        );
         let mut c = DynamicObject::new(name, &r);
         if annotation {
             c.metadata.annotations = Some([("cluster.x-k8s.io/paused".to_owned(), String::new())].into());
         }
         c.data = json!({"spec": {"paused": paused}});
-        self.clusters(client, namespace).create(&PostParams::default(), &c).await.unwrap_or_else(|e| panic!("cluster {name}: {e}"));
+        self.clusters(client, namespace)
+            .create(&PostParams::default(), &c)
+            .await
+            .unwrap_or_else(|e| panic!("cluster {name}: {e}"));
     }
 
     /// Waits until the claim's status.addressRef is set, and returns the bound IPAddress.
@@ -106,13 +140,7 @@ impl Capi {
     /// The claim's Ready condition (v1beta2: status.conditions; v1beta1: status.conditions too, in its own shape).
     pub async fn ready(self, client: &Client, namespace: &str, name: &str) -> Option<Value> {
         let claim = self.claims(client, namespace).get(name).await.ok()?;
-        claim
-            .data
-            .pointer("/status/conditions")?
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "Ready")
-            .cloned()
+        claim.data.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Ready").cloned()
     }
 
     pub async fn wait_reason(self, client: &Client, namespace: &str, name: &str, reason: &str) -> Value {
@@ -138,7 +166,13 @@ pub fn address_of(ip_address: &DynamicObject) -> String {
 }
 
 /// The pool's status.ipAddresses once it equals `expected` (total, used, free, outOfRange).
-pub async fn wait_pool_counts(client: &Client, kind: &str, namespace: &str, name: &str, expected: (i64, i64, i64, i64)) {
+pub async fn wait_pool_counts(
+    client: &Client,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    expected: (i64, i64, i64, i64),
+) {
     let api = pools(client, kind, namespace);
     eventually(Duration::from_secs(30), &format!("{kind} {name} counts {expected:?}"), || async {
         let p = api.get(name).await.ok()?;
@@ -151,7 +185,9 @@ pub async fn wait_pool_counts(client: &Client, kind: &str, namespace: &str, name
 
 pub async fn annotate(api: &Api<DynamicObject>, name: &str, key: &str, value: Option<&str>) {
     let patch = json!({"metadata": {"annotations": { key: value }}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_or_else(|e| panic!("annotating {name}: {e}"));
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("annotating {name}: {e}"));
 }
 
 pub fn names(list: &[DynamicObject]) -> Vec<String> {

@@ -37,10 +37,16 @@ fn run(cmd: &mut Command, what: &str) {
 }
 
 /// Which CAPI CRDs the tests install: `../shared/capi-crds/<release>` when it exists beside the repository, else the
-/// test CRDs generated from our types (`config/crd/capi-test/<release>`).
+/// test CRDs generated from our types for the API version that release stores (`config/crd/capi-test/<version>`).
 pub fn capi_crd_dir(release: &str) -> PathBuf {
     let shared = repo_root().join("../shared/capi-crds").join(release);
-    if shared.is_dir() { shared } else { repo_root().join("config/crd/capi-test").join(release) }
+    if shared.is_dir() {
+        return shared;
+    }
+    let mut numbers = release.trim_start_matches('v').split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    let version = if (major, minor) >= (1, 11) { "v1beta2" } else { "v1beta1" };
+    repo_root().join("config/crd/capi-test").join(version)
 }
 
 impl Manager {

@@ -74,6 +74,11 @@ impl Plane {
         Plane { dir, private: true }
     }
 
+    /// A handle on a plane another handle owns (it is not removed when this one is dropped).
+    pub fn at(dir: &Path) -> Plane {
+        Plane { dir: dir.to_path_buf(), private: false }
+    }
+
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
     }

@@ -10,6 +10,13 @@ cargo fmt --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --quiet -- -D warnings
 
+# A manager left running by `make run` would allocate alongside the tests' own managers.
+if [[ -f .dev/manager.pid ]] && kill -0 "$(cat .dev/manager.pid)" 2>/dev/null; then
+  step "stopping the manager of make run (tests run managers of their own)"
+  kill "$(cat .dev/manager.pid)" || true
+  rm -f .dev/manager.pid
+fi
+
 started=0
 if ! tests/tools/control-plane.sh status >/dev/null 2>&1; then
   step "starting the control plane"

@@ -3,6 +3,8 @@
 //! CAPI 1.6–1.10; the version is chosen once at start-up by discovery (decision D6), so these are handled as dynamic
 //! objects of that version and parsed into the small typed views below.
 
+pub mod crds;
+
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};

@@ -1,0 +1,177 @@
+//! The manager process across its life: it waits while another provider (the Go provider, during a migration) holds
+//! the leader-election Lease, adopts what `clusterctl move` created before it started, survives a SIGKILL in the
+//! middle of a burst without handing an address out twice, and releases the Lease on SIGTERM.
+//!
+//! Each test runs a manager of its own; a lock keeps them from running at the same time (two managers would be two
+//! allocators, which is exactly what leader election exists to prevent).
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::json;
+use support::claims::{Capi, address_of, create_pool, wait_pool_counts};
+use support::manager::Manager;
+use support::{Plane, TestEnv, eventually};
+use tokio::sync::Mutex;
+
+const CAPI: Capi = Capi::V1Beta2;
+const LEASE: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
+
+static ONE_MANAGER_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+async fn start_manager(extra: &[&str]) -> Manager {
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = extra.iter().map(String::as_str).collect();
+        Manager::start(Plane::shared(), "v1.14.0", &args)
+    })
+    .await
+    .expect("manager")
+}
+
+/// A Lease held by someone else, renewed just now, valid for 10 seconds (and never renewed: that provider is gone).
+async fn foreign_lease(client: &kube::Client, namespace: &str) {
+    let now = jiff::Timestamp::now();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": LEASE, "namespace": namespace},
+        "spec": {"holderIdentity": "go-provider-7d9f", "leaseDurationSeconds": 10,
+                 "acquireTime": now.to_string(), "renewTime": now.to_string(), "leaseTransitions": 0}
+    }))
+    .expect("lease");
+    Api::<Lease>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("create lease");
+}
+
+/// `clusterctl move` creates the IPAddresses (as they were on the source, with their finalizer and owner references
+/// pointing at UIDs that no longer exist), then the claims and the pool. The controller must adopt every address.
+#[tokio::test]
+async fn a_move_is_adopted_without_patching_any_spec_once_the_lease_is_ours() {
+    let _one = ONE_MANAGER_AT_A_TIME.lock().await;
+    let env = TestEnv::new("move").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    foreign_lease(c, ns).await;
+    let manager =
+        start_manager(&["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")])
+            .await;
+    assert!(manager.log_tail(50).contains("waiting for leadership"), "{}", manager.log_tail(20));
+
+    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.50.0.1-10.50.0.20"], "prefix": 24})).await;
+    let pool_uid =
+        support::claims::pools(c, "InClusterIPPool", ns).get("pool").await.expect("pool").uid().unwrap_or_default();
+    let addresses = CAPI.addresses(c, ns);
+    let r = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
+        "ipaddresses",
+    );
+    // Moved addresses, deliberately not the lowest ones.
+    let moved = [("m0", "10.50.0.7"), ("m1", "10.50.0.3"), ("m2", "10.50.0.12")];
+    for (name, address) in moved {
+        let mut a = DynamicObject::new(name, &r);
+        a.metadata.finalizers = Some(vec!["ipam.cluster.x-k8s.io/ProtectAddress".to_owned()]);
+        a.metadata.owner_references = Some(vec![
+            serde_json::from_value(
+                json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim", "name": name,
+                "uid": "00000000-0000-0000-0000-000000000001", "controller": true, "blockOwnerDeletion": true}),
+            )
+            .expect("owner"),
+        ]);
+        a.data = json!({"spec": {"address": address, "prefix": 24, "claimRef": {"name": name},
+            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}}});
+        addresses.create(&PostParams::default(), &a).await.expect("moved IPAddress");
+    }
+    for (name, _) in moved {
+        CAPI.create_claim(c, ns, name, "InClusterIPPool", "pool").await;
+    }
+    CAPI.create_claim(c, ns, "new", "InClusterIPPool", "pool").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(addresses.get_opt("new").await.expect("get").is_none(), "nothing is allocated while another holder leads");
+    let specs_before: Vec<serde_json::Value> = {
+        let mut v = Vec::new();
+        for (name, _) in moved {
+            v.push(addresses.get(name).await.expect("address").data["spec"].clone());
+        }
+        v
+    };
+
+    // The other provider is gone: its Lease expires, and ours takes over.
+    for ((name, address), spec) in moved.iter().zip(&specs_before) {
+        let bound = CAPI.wait_bound(c, ns, name).await;
+        assert_eq!(&address_of(&bound), address, "{name} adopted its moved address");
+        assert_eq!(&bound.data["spec"], spec, "{name}: the spec is untouched");
+        let adopted = eventually(Duration::from_secs(20), "owner references repaired", || async {
+            let a = addresses.get(name).await.ok()?;
+            let owners = a.owner_references();
+            (owners.len() == 2 && owners.iter().all(|o| o.uid != "00000000-0000-0000-0000-000000000001")).then_some(a)
+        })
+        .await;
+        let claim_uid = CAPI.claims(c, ns).get(name).await.expect("claim").uid().unwrap_or_default();
+        assert_eq!(adopted.owner_references()[0].uid, claim_uid);
+        assert_eq!(adopted.owner_references()[1].uid, pool_uid);
+    }
+    assert_eq!(
+        address_of(&CAPI.wait_bound(c, ns, "new").await),
+        "10.50.0.1",
+        "new claims get addresses the move left free"
+    );
+    wait_pool_counts(c, "InClusterIPPool", ns, "pool", (20, 4, 16, 0)).await;
+    let lease = Api::<Lease>::namespaced(c.clone(), ns).get(LEASE).await.expect("our lease");
+    assert!(lease.spec.and_then(|s| s.holder_identity).is_some_and(|h| h != "go-provider-7d9f"));
+    // No error loop: the log has no repeated failures of the adopted claims.
+    let failures = manager.log_tail(5000).matches("claim reconcile failed").count();
+    assert!(failures < 5, "{failures} failed reconciles:\n{}", manager.log_tail(40));
+}
+
+#[tokio::test]
+async fn a_sigkill_in_the_middle_of_a_burst_hands_out_no_address_twice() {
+    let _one = ONE_MANAGER_AT_A_TIME.lock().await;
+    let env = TestEnv::new("crash").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    let mut manager = start_manager(&["--insecure-diagnostics"]).await;
+    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.60.0.0/23"], "prefix": 23})).await;
+    let claims = CAPI.claims(c, ns);
+    let total = 300;
+    futures::future::join_all((0..total).map(|i| {
+        let claims = claims.clone();
+        async move {
+            claims
+                .create(&PostParams::default(), &CAPI.claim(&format!("c{i}"), "InClusterIPPool", "pool"))
+                .await
+                .expect("claim")
+        }
+    }))
+    .await;
+    // Kill it once some, not all, claims are bound.
+    eventually(Duration::from_secs(60), "some claims bound", || async {
+        let n = CAPI.addresses(c, ns).list(&Default::default()).await.ok()?.items.len();
+        (n >= 40).then_some(())
+    })
+    .await;
+    manager.kill();
+    let bound_at_kill = CAPI.addresses(c, ns).list(&Default::default()).await.expect("list").items.len();
+    assert!(bound_at_kill < total, "the kill came mid-burst ({bound_at_kill} of {total} bound)");
+    let _restarted = tokio::task::spawn_blocking(move || {
+        manager.spawn();
+        manager.wait_ready(Plane::shared());
+        manager
+    })
+    .await
+    .expect("restart");
+    let addresses = eventually(Duration::from_secs(120), "every claim bound", || async {
+        let list = claims.list(&Default::default()).await.ok()?;
+        let bound = list.items.iter().filter(|c| c.data.pointer("/status/addressRef/name").is_some()).count();
+        (bound == total).then_some(())?;
+        CAPI.addresses(c, ns).list(&Default::default()).await.ok()
+    })
+    .await;
+    let distinct: HashSet<String> = addresses.items.iter().map(address_of).collect();
+    assert_eq!((addresses.items.len(), distinct.len()), (total, total), "one IPAddress per claim, no duplicate");
+    wait_pool_counts(c, "InClusterIPPool", ns, "pool", (510, total as i64, 510 - total as i64, 0)).await;
+}
