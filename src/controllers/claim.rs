@@ -291,46 +291,15 @@ async fn adopt(
     ctx.registry.stop_waiting(pool_key, key);
     let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
     let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
-    let owners = &record.owner_references;
+    let owners = &record.owners;
     let has_claim_owner = owners.iter().any(|o| o.kind == "IPAddressClaim" && o.uid == claim_uid);
     let has_pool_owner =
         pool_uid.as_ref().is_none_or(|uid| owners.iter().any(|o| o.kind == pool_key.kind.kind() && &o.uid == uid));
-    let has_finalizer = record.finalizers.iter().any(|f| f == PROTECT_ADDRESS_FINALIZER);
     let cluster_label = claim.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
     let has_label = cluster_label.is_none_or(|v| record.cluster_label.as_ref() == Some(v));
-    let complete = has_claim_owner && has_pool_owner && has_finalizer && has_label;
+    let complete = has_claim_owner && has_pool_owner && record.protected && has_label;
     if !complete && !record.deleting {
-        // Unrelated owners stay first; stale references to this claim or pool (other UIDs, from a restore) go.
-        let mut references: Vec<Value> = owners
-            .iter()
-            .filter(|o| !(o.kind == "IPAddressClaim" && o.name == key.name))
-            .filter(|o| !(o.kind == pool_key.kind.kind() && o.name == pool_key.name))
-            .map(|o| serde_json::to_value(o).unwrap_or_default())
-            .collect();
-        references.push(claim_owner(claim, ctx.capi.ipam));
-        if let Some(p) = pool {
-            references.push(pool_owner(pool_key.kind, p));
-        }
-        let mut finalizers = record.finalizers.clone();
-        if !has_finalizer {
-            finalizers.push(PROTECT_ADDRESS_FINALIZER.to_owned());
-        }
-        let mut metadata = json!({
-            "resourceVersion": record.resource_version,
-            "ownerReferences": references,
-            "finalizers": finalizers,
-        });
-        if let Some(v) = cluster_label {
-            metadata["labels"] = json!({ CLUSTER_NAME_LABEL: v });
-        }
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
-        let patched = api
-            .patch(&key.name, &PatchParams::default(), &Patch::Merge(json!({ "metadata": metadata })))
-            .await
-            .map_err(Error::kube("adopting the IPAddress"))?;
-        ctx.remember_address(key, &patched);
-        info!(claim = %key, address = record.spec.address, "adopted the existing IPAddress");
+        repair_address(claim, ctx, key, pool_key, pool).await?;
     }
     if record.deleting {
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
@@ -338,6 +307,50 @@ async fn adopt(
     let message = format!("allocated {} from {pool_key}", record.spec.address);
     set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
     Ok(Action::await_change())
+}
+
+/// Puts back what a restore or move lost on an IPAddress: our finalizer, the owner references (stale references to
+/// this claim or pool, with other UIDs, go; unrelated owners stay first) and the cluster-name label. Reads the live
+/// object, and writes guarded by its resourceVersion.
+async fn repair_address(
+    claim: &Claim,
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    pool: Option<&DynamicObject>,
+) -> Result<(), Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
+    let live = api.get(&key.name).await.map_err(Error::kube("reading the IPAddress to adopt"))?;
+    let mut references: Vec<Value> = live
+        .owner_references()
+        .iter()
+        .filter(|o| !(o.kind == "IPAddressClaim" && o.name == key.name))
+        .filter(|o| !(o.kind == pool_key.kind.kind() && o.name == pool_key.name))
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .collect();
+    references.push(claim_owner(claim, ctx.capi.ipam));
+    if let Some(p) = pool {
+        references.push(pool_owner(pool_key.kind, p));
+    }
+    let mut finalizers: Vec<String> = live.finalizers().to_vec();
+    if !finalizers.iter().any(|f| f == PROTECT_ADDRESS_FINALIZER) {
+        finalizers.push(PROTECT_ADDRESS_FINALIZER.to_owned());
+    }
+    let mut metadata = json!({
+        "resourceVersion": live.resource_version(),
+        "ownerReferences": references,
+        "finalizers": finalizers,
+    });
+    if let Some(v) = claim.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)) {
+        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: v });
+    }
+    let patched = api
+        .patch(&key.name, &PatchParams::default(), &Patch::Merge(json!({ "metadata": metadata })))
+        .await
+        .map_err(Error::kube("adopting the IPAddress"))?;
+    ctx.remember_address(key, &patched);
+    info!(claim = %key, "adopted the existing IPAddress");
+    Ok(())
 }
 
 /// Writes the Ready condition (and addressRef) when it changed, and publishes an Event on a transition.
@@ -351,13 +364,6 @@ async fn set_ready(
     let ready = Ready { reason, message };
     let status = claim.status.clone().unwrap_or_default();
     let conditions = status.conditions.clone().unwrap_or_default();
-    let v1beta2_conditions: Vec<Value> = status
-        .v1beta2
-        .as_ref()
-        .and_then(|v| v.get("conditions"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
     // v1beta1 claims show Ready in status.conditions too; either view tells whether the claim is current.
     let stored_ref = status.address_ref.as_ref().map(|r| r.name.as_str());
     let address_ref = address_ref.or(stored_ref);
@@ -367,19 +373,13 @@ async fn set_ready(
         return Ok(());
     }
     let now = Timestamp::now();
-    let body = claim_status(
-        ctx.capi.ipam,
-        &conditions,
-        &v1beta2_conditions,
-        &ready,
-        address_ref,
-        claim.metadata.generation,
-        now,
-    );
     let namespace = claim.namespace().unwrap_or_default();
     let api = ctx.claims_api(&namespace);
     let result = match ctx.capi.ipam {
+        // v1beta2 keeps conditions in a map list: apply our entry only.
         CapiVersion::V1Beta2 => {
+            let body =
+                claim_status(ctx.capi.ipam, &conditions, &[], &ready, address_ref, claim.metadata.generation, now);
             let patch = json!({
                 "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
                 "metadata": {"name": claim.name_any(), "namespace": namespace},
@@ -387,9 +387,24 @@ async fn set_ready(
             });
             api.patch_status(&claim.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await
         }
-        // v1beta1 keeps conditions in atomic lists: replace them whole, guarded by the version we read.
+        // v1beta1 keeps conditions in atomic lists: read them live (the cache keeps only ours), replace them whole,
+        // guarded by the version read.
         CapiVersion::V1Beta1 => {
-            let patch = json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": body});
+            let raw: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.ipam.ip_address_claim());
+            let live = raw.get(&claim.name_any()).await.map_err(Error::kube("reading the claim status"))?;
+            let list =
+                |pointer: &str| live.data.pointer(pointer).and_then(Value::as_array).cloned().unwrap_or_default();
+            let body = claim_status(
+                ctx.capi.ipam,
+                &list("/status/conditions"),
+                &list("/status/v1beta2/conditions"),
+                &ready,
+                address_ref,
+                claim.metadata.generation,
+                now,
+            );
+            let patch = json!({"metadata": {"resourceVersion": live.resource_version()}, "status": body});
             api.patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
         }
     };

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
 use futures::{FutureExt, StreamExt, TryStreamExt, future};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -28,7 +27,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::api::{GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind, WATCH_FILTER_LABEL};
+use crate::api::{
+    CLUSTER_NAME_LABEL, GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind, REQUESTED_ADDRESS_ANNOTATION,
+    WATCH_FILTER_LABEL,
+};
 use crate::capi::{CapiApis, Claim, Cluster, IpAddress, IpAddressSpec};
 use crate::diagnostics::Readiness;
 use crate::metrics::Metrics;
@@ -91,14 +93,22 @@ impl Error {
     }
 }
 
-/// An IPAddress as the controllers keep it.
+/// An owner reference, as much of it as the controllers compare.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// An IPAddress as the controllers keep it: what allocation, adoption and orphan checks compare, and no more
+/// (100,000 of these stay small). Repairs read the live object.
 #[derive(Clone, Debug)]
 pub struct AddressRecord {
     pub uid: Option<String>,
-    pub resource_version: Option<String>,
     pub spec: IpAddressSpec,
-    pub finalizers: Vec<String>,
-    pub owner_references: Vec<OwnerReference>,
+    pub protected: bool,
+    pub owners: Vec<Owner>,
     pub cluster_label: Option<String>,
     pub deleting: bool,
     pub pool: Option<PoolKey>,
@@ -107,21 +117,27 @@ pub struct AddressRecord {
 impl AddressRecord {
     fn of(object: &IpAddress) -> Self {
         let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        let mut spec = object.spec.clone();
+        spec.gateway = None;
         Self {
             uid: object.metadata.uid.clone(),
-            resource_version: object.metadata.resource_version.clone(),
             pool: object.spec.pool_ref.our_kind().map(|k| PoolKey::new(k, &namespace, &object.spec.pool_ref.name)),
-            spec: object.spec.clone(),
-            finalizers: object.metadata.finalizers.clone().unwrap_or_default(),
-            owner_references: object.metadata.owner_references.clone().unwrap_or_default(),
+            spec,
+            protected: object.metadata.finalizers.iter().flatten().any(|f| f == PROTECT_ADDRESS_FINALIZER),
+            owners: object
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|o| Owner { kind: o.kind.clone(), name: o.name.clone(), uid: o.uid.clone() })
+                .collect(),
             cluster_label: object.metadata.labels.as_ref().and_then(|l| l.get(crate::api::CLUSTER_NAME_LABEL)).cloned(),
             deleting: object.metadata.deletion_timestamp.is_some(),
         }
     }
 
     fn owned_by_a_claim(&self) -> bool {
-        self.owner_references.iter().any(|o| o.kind == "IPAddressClaim")
-            && self.finalizers.iter().any(|f| f == PROTECT_ADDRESS_FINALIZER)
+        self.protected && self.owners.iter().any(|o| o.kind == "IPAddressClaim")
     }
 }
 
@@ -141,8 +157,8 @@ pub struct Context {
     triggers: mpsc::UnboundedSender<ObjectRef<Claim>>,
     pool_triggers: HashMap<PoolKind, mpsc::UnboundedSender<ObjectRef<DynamicObject>>>,
     synced: watch::Receiver<bool>,
-    /// The Ready state we last wrote per claim UID: a stale cached claim does not trigger a second write.
-    written: Mutex<HashMap<String, (Ready, Option<String>)>>,
+    /// A hash of the Ready state we last wrote per claim UID: a stale cached claim does not trigger a second write.
+    written: Mutex<HashMap<String, u64>>,
     /// When each claim was first seen without an address (for the allocation latency histogram).
     first_seen: Mutex<HashMap<String, Instant>>,
     failures: Mutex<HashMap<String, u32>>,
@@ -217,11 +233,11 @@ impl Context {
     }
 
     pub fn already_written(&self, uid: &str, ready: &Ready, address_ref: Option<&str>) -> bool {
-        lock(&self.written).get(uid).is_some_and(|(r, a)| r == ready && a.as_deref() == address_ref)
+        lock(&self.written).get(uid) == Some(&written_hash(ready, address_ref))
     }
 
     pub fn remember_written(&self, uid: &str, ready: &Ready, address_ref: Option<&str>) {
-        lock(&self.written).insert(uid.to_owned(), (ready.clone(), address_ref.map(str::to_owned)));
+        lock(&self.written).insert(uid.to_owned(), written_hash(ready, address_ref));
     }
 
     pub fn forget_claim(&self, uid: &str) {
@@ -243,6 +259,11 @@ impl Context {
     }
 }
 
+fn written_hash(ready: &Ready, address_ref: Option<&str>) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one((ready, address_ref))
+}
+
 /// Per-object exponential backoff: 200 ms doubling to 5 minutes, reset on success.
 fn backoff(ctx: &Context, uid: &str) -> Action {
     let mut failures = lock(&ctx.failures);
@@ -260,11 +281,34 @@ fn reset_backoff(ctx: &Context, uid: Option<&str>) {
     }
 }
 
-/// Drops what the controllers never read, so that 100,000 cached objects stay small.
-fn slim(meta: &mut kube::api::ObjectMeta) {
+/// Drops what the controllers never read, so that 100,000 cached objects stay small: managed fields, owner
+/// references, and every label and annotation but `keep`.
+fn slim(meta: &mut kube::api::ObjectMeta, keep: &[&str]) {
     meta.managed_fields = None;
-    if let Some(a) = meta.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    meta.owner_references = None;
+    meta.generate_name = None;
+    meta.self_link = None;
+    for map in [&mut meta.annotations, &mut meta.labels] {
+        if let Some(m) = map.as_mut() {
+            m.retain(|k, _| keep.contains(&k.as_str()));
+            if m.is_empty() {
+                *map = None;
+            }
+        }
+    }
+}
+
+/// What a cached claim keeps: the labels and annotations the controller reads, and only its Ready condition.
+fn slim_claim(claim: &mut Claim) {
+    slim(
+        &mut claim.metadata,
+        &[PAUSED_ANNOTATION, REQUESTED_ADDRESS_ANNOTATION, CLUSTER_NAME_LABEL, WATCH_FILTER_LABEL],
+    );
+    if let Some(status) = claim.status.as_mut() {
+        if let Some(c) = status.conditions.as_mut() {
+            c.retain(|c| c.get("type").and_then(|t| t.as_str()) == Some(status::READY));
+        }
+        status.v1beta2 = None;
     }
 }
 
@@ -320,7 +364,7 @@ pub async fn run(
                 watcher::Event::Init | watcher::Event::InitDone => true,
             })
         })
-        .modify(|c: &mut Claim| slim(&mut c.metadata))
+        .modify(slim_claim)
         .reflect(claim_writer)
         .applied_objects();
 
@@ -336,7 +380,7 @@ pub async fn run(
         let scope = if kind.is_global() { None } else { namespace.as_deref() };
         let stream = watcher(api_for::<DynamicObject>(&client, scope, &resource), watcher::Config::default())
             .default_backoff()
-            .modify(|p: &mut DynamicObject| slim(&mut p.metadata))
+            .modify(|p: &mut DynamicObject| p.metadata.managed_fields = None)
             .reflect(writer);
         pool_streams.push((kind, stream));
         let (tx, rx) = mpsc::unbounded();
@@ -350,7 +394,7 @@ pub async fn run(
         let reader = writer.as_reader();
         let stream = watcher(api_for::<Cluster>(&client, namespace.as_deref(), &resource), watcher::Config::default())
             .default_backoff()
-            .modify(|c: &mut Cluster| slim(&mut c.metadata))
+            .modify(|c: &mut Cluster| slim(&mut c.metadata, &[PAUSED_ANNOTATION]))
             .reflect(writer);
         (reader, resource, stream)
     });
@@ -639,8 +683,7 @@ async fn watch_addresses(
     while let Some(event) = stream.next().await {
         match event {
             Ok(watcher::Event::Init) => relisted = Some(HashSet::new()),
-            Ok(watcher::Event::InitApply(mut a)) => {
-                slim(&mut a.metadata);
+            Ok(watcher::Event::InitApply(a)) => {
                 let key = apply_address(&ctx, &a);
                 if let Some(set) = relisted.as_mut() {
                     set.insert(key);
@@ -663,8 +706,7 @@ async fn watch_addresses(
                 }
                 let _ = synced.send(true);
             }
-            Ok(watcher::Event::Apply(mut a)) => {
-                slim(&mut a.metadata);
+            Ok(watcher::Event::Apply(a)) => {
                 apply_address(&ctx, &a);
             }
             Ok(watcher::Event::Delete(a)) => {

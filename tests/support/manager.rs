@@ -71,13 +71,15 @@ impl Manager {
             "--kubeconfig".into(),
             plane.kubeconfig().to_string_lossy().into_owned(),
             "--log-format=text".into(),
-            "--log-level=debug,kube=info,hyper=info,tower=info,rustls=info".into(),
             "--webhook-host=127.0.0.1".into(),
             format!("--webhook-port={webhook_port}"),
             format!("--webhook-cert-dir={}", certs.display()),
             format!("--health-probe-bind-address=127.0.0.1:{health_port}"),
             format!("--diagnostics-address=127.0.0.1:{metrics_port}"),
         ];
+        if !extra_args.iter().any(|a| a.starts_with("--log-level")) {
+            args.push("--log-level=debug,kube=info,hyper=info,h2=info,tower=info,rustls=info".into());
+        }
         args.extend(extra_args.iter().map(|s| s.to_string()));
         let mut m = Manager {
             log: dir.join("manager.log"),

@@ -1,0 +1,135 @@
+//! Controller memory with many claims and IPAddresses cached (`make bench-memory`; 100,000 by default,
+//! MEMORY_CLAIMS=n to change).
+//!
+//! On a private control plane: one pool, and N bound claims with their IPAddresses written directly (as a running
+//! provider would have left them, CAPV-style owner references and labels included). Then the manager (release
+//! build) starts, lists everything, checks every claim once, and its resident memory is read from /proc: VmRSS once
+//! settled, and VmHWM, the peak. Last line: `memory <N> claims: RSS <M> MiB, peak <P> MiB`.
+
+#[path = "../support/mod.rs"]
+#[allow(unused_imports)]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::json;
+use support::Plane;
+use support::claims::{Capi, create_pool, pools};
+use support::manager::Manager;
+
+const CAPI: Capi = Capi::V1Beta2;
+
+fn status_kib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::main]
+async fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("memory: skipped (run with `make bench-memory`)");
+        return;
+    }
+    capi_ipam::webhooks::tls::install_crypto_provider();
+    let n: usize = std::env::var("MEMORY_CLAIMS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let plane = tokio::task::spawn_blocking(|| Plane::private("bench-memory")).await.expect("plane");
+    let client = plane.client().await;
+    let namespace = support::create_namespace(&client, "mem").await;
+
+    // A manager installs the CRDs and serves the webhook the pool's creation needs; then it goes.
+    let dir = plane.dir.clone();
+    let installer =
+        tokio::task::spawn_blocking(move || Manager::start(&Plane::at(&dir), "v1.14.0", &["--log-level=warn"]))
+            .await
+            .expect("install");
+    create_pool(&client, "InClusterIPPool", &namespace, "pool", json!({"addresses": ["10.0.0.0/8"], "prefix": 8}))
+        .await;
+    let pool_uid =
+        pools(&client, "InClusterIPPool", &namespace).get("pool").await.expect("pool").uid().unwrap_or_default();
+    drop(installer);
+
+    let started = Instant::now();
+    let r = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
+        "ipaddresses",
+    );
+    futures::stream::iter(0..n)
+        .for_each_concurrent(64, |i| {
+            let (client, namespace, pool_uid, r) = (client.clone(), namespace.clone(), pool_uid.clone(), r.clone());
+            async move {
+                let name = format!("demo-md-0-{i:06}-0-0");
+                let mut claim = CAPI.claim(&name, "InClusterIPPool", "pool");
+                claim.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".to_owned(), "demo".to_owned())].into());
+                claim.metadata.finalizers = Some(vec![
+                    "ipam.cluster.x-k8s.io/ReleaseAddress".to_owned(),
+                    "vspherevm.infrastructure.cluster.x-k8s.io/ip-claim-protection".to_owned(),
+                ]);
+                claim.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "VSphereVM",
+                    "name": format!("demo-md-0-{i:06}"), "uid": format!("00000000-0000-0000-0000-{i:012}")}))
+                .expect("owner")]);
+                let claim = CAPI.claims(&client, &namespace).create(&PostParams::default(), &claim).await.expect("claim");
+                let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 0, 0, 1)) + i as u32);
+                let mut a = DynamicObject::new(&name, &r).within(&namespace);
+                a.metadata.finalizers = Some(vec!["ipam.cluster.x-k8s.io/ProtectAddress".to_owned()]);
+                a.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".to_owned(), "demo".to_owned())].into());
+                a.metadata.owner_references = Some(vec![
+                    serde_json::from_value(json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                        "name": name, "uid": claim.uid().unwrap_or_default(), "controller": true, "blockOwnerDeletion": true}))
+                    .expect("owner"),
+                    serde_json::from_value(json!({"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+                        "name": "pool", "uid": pool_uid, "controller": false, "blockOwnerDeletion": true}))
+                    .expect("owner"),
+                ]);
+                a.data = json!({"spec": {"address": ip.to_string(), "prefix": 8, "claimRef": {"name": name},
+                    "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}}});
+                CAPI.addresses(&client, &namespace).create(&PostParams::default(), &a).await.expect("IPAddress");
+                let status = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "status": {"addressRef": {"name": name}, "conditions": [{"type": "Ready", "status": "True",
+                        "reason": "Allocated", "message": format!("allocated {ip} from InClusterIPPool {namespace}/pool"),
+                        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}});
+                CAPI.claims(&client, &namespace)
+                    .patch_status(&name, &PatchParams::apply("capi-ipam-in-cluster").force(), &Patch::Apply(&status))
+                    .await
+                    .expect("status");
+            }
+        })
+        .await;
+    println!("memory: wrote {n} claims and IPAddresses in {:.0} s", started.elapsed().as_secs_f64());
+
+    let dir = plane.dir.clone();
+    let started = Instant::now();
+    let manager = tokio::task::spawn_blocking(move || {
+        Manager::start(&Plane::at(&dir), "v1.14.0", &["--insecure-diagnostics", "--log-level=info"])
+    })
+    .await
+    .expect("manager");
+    let pid = manager.pid().expect("pid");
+    // Settled: the reconcile counter stops moving once every claim has been checked.
+    let mut last = String::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let metrics = manager.metrics().unwrap_or_default();
+        let reconciles: String = metrics.lines().filter(|l| l.starts_with("capi_ipam_reconcile_total")).collect();
+        if !reconciles.is_empty() && reconciles == last || Instant::now() > deadline {
+            break;
+        }
+        last = reconciles;
+    }
+    let settled = started.elapsed();
+    let rss = status_kib(pid, "VmRSS:") / 1024.0;
+    let peak = status_kib(pid, "VmHWM:") / 1024.0;
+    println!("memory: the manager listed and checked everything in {:.0} s", settled.as_secs_f64());
+    println!("memory {n} claims: RSS {rss:.0} MiB, peak {peak:.0} MiB");
+}
