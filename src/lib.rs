@@ -6,6 +6,7 @@ pub mod api;
 pub mod capi;
 pub mod cli;
 pub mod controllers;
+pub mod deploy;
 pub mod diagnostics;
 pub mod ipam;
 pub mod manager;

@@ -15,7 +15,8 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::json;
-use support::claims::{Capi, address_of, create_pool, wait_pool_counts};
+use support::claims::wait_pool_counts;
+use support::claims::{Capi, address_of, create_pool};
 use support::manager::Manager;
 use support::{Plane, TestEnv, eventually};
 use tokio::sync::Mutex;
@@ -35,13 +36,18 @@ async fn start_manager(extra: &[&str]) -> Manager {
     .expect("manager")
 }
 
+/// A metav1.MicroTime: RFC 3339 with microseconds.
+fn micro_time(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
 /// A Lease held by someone else, renewed just now, valid for 10 seconds (and never renewed: that provider is gone).
 async fn foreign_lease(client: &kube::Client, namespace: &str) {
-    let now = jiff::Timestamp::now();
+    let now = micro_time(jiff::Timestamp::now());
     let lease: Lease = serde_json::from_value(json!({
         "metadata": {"name": LEASE, "namespace": namespace},
         "spec": {"holderIdentity": "go-provider-7d9f", "leaseDurationSeconds": 10,
-                 "acquireTime": now.to_string(), "renewTime": now.to_string(), "leaseTransitions": 0}
+                 "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
     }))
     .expect("lease");
     Api::<Lease>::namespaced(client.clone(), namespace)
@@ -174,4 +180,149 @@ async fn a_sigkill_in_the_middle_of_a_burst_hands_out_no_address_twice() {
     let distinct: HashSet<String> = addresses.items.iter().map(address_of).collect();
     assert_eq!((addresses.items.len(), distinct.len()), (total, total), "one IPAddress per claim, no duplicate");
     wait_pool_counts(c, "InClusterIPPool", ns, "pool", (510, total as i64, 510 - total as i64, 0)).await;
+}
+
+fn token(plane: &Plane, user: &str) -> String {
+    let tokens = std::fs::read_to_string(plane.dir.join("tokens.csv")).expect("tokens");
+    tokens
+        .lines()
+        .find(|l| l.split(',').nth(1) == Some(user))
+        .and_then(|l| l.split(',').next())
+        .expect("token")
+        .to_owned()
+}
+
+/// GET https://127.0.0.1:<port>/metrics with an optional bearer token; returns the HTTP status.
+fn metrics_status(port: u16, token: Option<&str>) -> String {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10"]);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = cmd.arg(format!("https://127.0.0.1:{port}/metrics")).output().expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The manager runs under an identity bound to nothing but the Helm chart's roles, and takes a claim through its
+/// whole life: allocation, status, events, the lease, release. The secure metrics endpoint authorizes its callers.
+#[tokio::test]
+async fn the_charts_roles_are_enough_for_a_claims_whole_life() {
+    let _one = ONE_MANAGER_AT_A_TIME.lock().await;
+    let plane = tokio::task::spawn_blocking(|| Plane::private("rbac")).await.expect("plane");
+    let admin = plane.client().await;
+    let ns = support::create_namespace(&admin, "rbac").await;
+    // The chart's roles, rendered by helm, bound to the restricted test identity.
+    let helm = support::release_bin_dir().join("helm");
+    let scratch = support::repo_root().join(".dev/scratch").join(support::unique_name("helm"));
+    let rendered = std::process::Command::new(helm)
+        .args(["template", "ipam", "charts/capi-ipam-in-cluster", "-s", "templates/rbac.yaml", "--namespace", &ns])
+        .env("HELM_CACHE_HOME", &scratch)
+        .env("HELM_CONFIG_HOME", &scratch)
+        .env("HELM_DATA_HOME", &scratch)
+        .current_dir(support::repo_root())
+        .output()
+        .expect("helm");
+    assert!(rendered.status.success(), "{}", String::from_utf8_lossy(&rendered.stderr));
+    let out = plane.kubectl_stdin(&["apply", "-f", "-"], &String::from_utf8_lossy(&rendered.stdout));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    plane.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "restricted-manager",
+        "--clusterrole=ipam-capi-ipam-in-cluster-manager",
+        "--user=it-restricted",
+    ]);
+    plane.kubectl(&[
+        "create",
+        "rolebinding",
+        "restricted-election",
+        "-n",
+        &ns,
+        "--role=ipam-capi-ipam-in-cluster-leader-election",
+        "--user=it-restricted",
+    ]);
+
+    let restricted = plane.restricted_kubeconfig();
+    let dir = plane.dir.clone();
+    let args = [
+        format!("--kubeconfig={}", restricted.display()),
+        "--leader-elect".to_owned(),
+        format!("--leader-election-namespace={ns}"),
+    ];
+    let manager = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Manager::start(&Plane::at(&dir), "v1.14.0", &args)
+    })
+    .await
+    .expect("manager");
+
+    create_pool(&admin, "InClusterIPPool", &ns, "pool", json!({"addresses": ["10.70.0.1-10.70.0.10"], "prefix": 24}))
+        .await;
+    CAPI.create_claim(&admin, &ns, "claim", "InClusterIPPool", "pool").await;
+    let bound = CAPI.wait_bound(&admin, &ns, "claim").await;
+    assert_eq!(address_of(&bound), "10.70.0.1");
+    CAPI.wait_reason(&admin, &ns, "claim", "Allocated").await;
+    wait_pool_counts(&admin, "InClusterIPPool", &ns, "pool", (10, 1, 9, 0)).await;
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .expect("events");
+    assert!(events.items.iter().any(|e| e.reason.as_deref() == Some("Allocated")), "the Event was written");
+    let lease = Api::<Lease>::namespaced(admin.clone(), &ns).get(LEASE).await.expect("the lease");
+    assert!(lease.spec.and_then(|s| s.holder_identity).is_some());
+    CAPI.delete_claim(&admin, &ns, "claim").await;
+    assert!(CAPI.addresses(&admin, &ns).get_opt("claim").await.expect("get").is_none(), "released");
+    wait_pool_counts(&admin, "InClusterIPPool", &ns, "pool", (10, 0, 10, 0)).await;
+
+    // Secure metrics: 401 without a token, 403 for an identity without get /metrics, 200 for one with it.
+    assert_eq!(metrics_status(manager.metrics_port, None), "401");
+    assert_eq!(metrics_status(manager.metrics_port, Some(&token(&plane, "it-restricted"))), "403");
+    assert_eq!(metrics_status(manager.metrics_port, Some(&token(&plane, "it-admin"))), "200");
+    let log = manager.log_tail(5000);
+    assert!(!log.to_lowercase().contains("forbidden"), "no permission was missing:\n{}", manager.log_tail(40));
+}
+
+async fn leading(client: &kube::Client, ns: &str) -> String {
+    eventually(Duration::from_secs(30), "a leader", || async {
+        Api::<Lease>::namespaced(client.clone(), ns)
+            .get(LEASE)
+            .await
+            .ok()?
+            .spec?
+            .holder_identity
+            .filter(|h| !h.is_empty())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn sigterm_releases_the_lease_and_a_lost_lease_stops_the_process() {
+    let _one = ONE_MANAGER_AT_A_TIME.lock().await;
+    let env = TestEnv::new("lease").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    let mut manager =
+        start_manager(&["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")])
+            .await;
+    let holder = leading(c, ns).await;
+    assert!(manager.terminate(Duration::from_secs(15)), "SIGTERM stops the process:\n{}", manager.log_tail(20));
+    let lease = Api::<Lease>::namespaced(c.clone(), ns).get(LEASE).await.expect("lease");
+    let after = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    assert!(after.is_empty() || after != holder, "the lease was released on SIGTERM (holder still {after:?})");
+
+    // Another holder takes the lease over: the manager notices at its next renewal and exits with an error.
+    let manager =
+        start_manager(&["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")])
+            .await;
+    leading(c, ns).await;
+    let now = micro_time(jiff::Timestamp::now());
+    let steal =
+        json!({"spec": {"holderIdentity": "thief", "renewTime": now, "acquireTime": now, "leaseDurationSeconds": 60}});
+    Api::<Lease>::namespaced(c.clone(), ns)
+        .patch(LEASE, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&steal))
+        .await
+        .expect("steal");
+    eventually(Duration::from_secs(40), "the manager to exit", || async { (!manager.is_running()).then_some(()) })
+        .await;
+    let log = manager.log_tail(50);
+    assert!(log.contains("lost the leader election lease"), "{log}");
 }

@@ -67,16 +67,18 @@ impl Manager {
             "installing the CAPI CRDs",
         );
         let (webhook_port, health_port, metrics_port) = (free_port(), free_port(), free_port());
-        let mut args: Vec<String> = vec![
-            "--kubeconfig".into(),
-            plane.kubeconfig().to_string_lossy().into_owned(),
-            "--log-format=text".into(),
+        let mut args: Vec<String> = vec!["--log-format=text".into()];
+        // The manager runs as admin unless the test gives it an identity of its own.
+        if !extra_args.iter().any(|a| a.starts_with("--kubeconfig")) {
+            args.push(format!("--kubeconfig={}", plane.kubeconfig().display()));
+        }
+        args.extend([
             "--webhook-host=127.0.0.1".into(),
             format!("--webhook-port={webhook_port}"),
             format!("--webhook-cert-dir={}", certs.display()),
             format!("--health-probe-bind-address=127.0.0.1:{health_port}"),
             format!("--diagnostics-address=127.0.0.1:{metrics_port}"),
-        ];
+        ]);
         if !extra_args.iter().any(|a| a.starts_with("--log-level")) {
             args.push("--log-level=debug,kube=info,hyper=info,h2=info,tower=info,rustls=info".into());
         }

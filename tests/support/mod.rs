@@ -21,6 +21,17 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The folder holding helm and clusterctl (`tests/tools/k8s-bin.sh release`; `make test` builds them).
+pub fn release_bin_dir() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo_root().join("tests/tools/k8s-bin.sh"))
+        .arg("release")
+        .output()
+        .expect("running k8s-bin.sh release");
+    assert!(out.status.success(), "building helm and clusterctl failed: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().expect("a folder").trim())
+}
+
 fn script(args: &[&str]) -> Result<(), String> {
     let out = Command::new("bash")
         .arg(repo_root().join("tests/tools/control-plane.sh"))

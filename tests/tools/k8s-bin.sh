@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kubectl and etcd from the pinned Go modules in tests/tools/{k8s,etcd} into a cache
-# folder outside the repository, keyed by the pins and the go.sum files, only when they are missing.
-# Prints the folder on the last line of stdout. Progress goes to stderr.
-#   usage: tests/tools/k8s-bin.sh [--print-dir]
+# Builds the real upstream tools the tests use, from the pinned Go modules under tests/tools/, into a cache folder
+# outside the repository keyed by the pins and the go.sum files, only when they are missing. Prints the folder on the
+# last line of stdout; progress goes to stderr.
+#
+#   tests/tools/k8s-bin.sh [--print-dir] [k8s|release]
+#     k8s      kube-apiserver and kubectl (k8s.io/kubernetes v1.36.3) and etcd (v3.6.16)   (default)
+#     release  helm (v3.22.0) and clusterctl (v1.14.2), for the packaging checks
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
+HELM_VERSION=v3.22.0
+CLUSTERCTL_VERSION=v1.14.2
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
-key=$(cat "$here/k8s/go.mod" "$here/k8s/go.sum" "$here/etcd/go.mod" "$here/etcd/go.sum" | sha256sum | cut -c1-12)
-dir="${CAPI_IPAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capi-ipam-in-cluster}/k8s-bin/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}-${key}"
-if [[ ${1:-} == --print-dir ]]; then echo "$dir"; exit 0; fi
+print_dir=0
+set_name=k8s
+for arg in "$@"; do
+  case $arg in
+    --print-dir) print_dir=1 ;;
+    k8s|release) set_name=$arg ;;
+    *) echo "k8s-bin: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+case $set_name in
+  k8s) modules=(k8s etcd); label="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}"; bins=(kube-apiserver kubectl etcd) ;;
+  release) modules=(helm clusterctl); label="helm-${HELM_VERSION}-clusterctl-${CLUSTERCTL_VERSION}"; bins=(helm clusterctl) ;;
+esac
+key=$(for m in "${modules[@]}"; do cat "$here/$m/go.mod" "$here/$m/go.sum"; done | sha256sum | cut -c1-12)
+dir="${CAPI_IPAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capi-ipam-in-cluster}/$set_name-bin/${label}-${key}"
+if ((print_dir)); then echo "$dir"; exit 0; fi
 
 command -v go >/dev/null || { echo "k8s-bin: Go is required (go1.26+), see README.md" >&2; exit 1; }
 
@@ -21,36 +39,50 @@ progress() { awk -v what="$1" '{ n++; if (n % 100 == 0) { printf "k8s-bin: %s: %
 
 build() { # <what> <module dir> <output> <binaries...> -- <go build args...>
   local what=$1 mod=$2 out=$3; shift 3
-  local missing=0 bins=()
-  while [[ $1 != -- ]]; do bins+=("$1"); [[ -x "$dir/$1" ]] || missing=1; shift; done; shift
-  if (( missing == 0 )); then echo "k8s-bin: $what: cached in $dir" >&2; return; fi
+  local missing=0 built=()
+  while [[ $1 != -- ]]; do built+=("$1"); [[ -x "$dir/$1" ]] || missing=1; shift; done; shift
+  if ((missing == 0)); then echo "k8s-bin: $what: cached in $dir" >&2; return; fi
   echo "k8s-bin: building $what (a cold build takes several minutes; later runs reuse the Go build cache)" >&2
   mkdir -p "$dir.tmp"
   local log="$dir.tmp/build-$mod.log" rc
   set +e
-  ( cd "$here/$mod" && go build -v -trimpath -o "$out" "$@" ) 2>&1 | tee "$log" | progress "$what"
+  (cd "$here/$mod" && go build -v -trimpath -o "$out" "$@") 2>&1 | tee "$log" | progress "$what"
   rc=${PIPESTATUS[0]}
   set -e
-  if (( rc != 0 )); then echo "k8s-bin: building $what failed; the end of $log:" >&2; tail -n 40 "$log" >&2; exit 1; fi
+  if ((rc != 0)); then echo "k8s-bin: building $what failed; the end of $log:" >&2; tail -n 40 "$log" >&2; exit 1; fi
   rm -f "$log"
-  for b in "${bins[@]}"; do [[ -x "$dir.tmp/$b" ]] || { echo "k8s-bin: $b was not built" >&2; exit 1; }; done
+  for b in "${built[@]}"; do [[ -x "$dir.tmp/$b" ]] || { echo "k8s-bin: $b was not built" >&2; exit 1; }; done
 }
 
-# The same version variables as upstream's kube::version::ldflags, so /version reports the pin (clusterctl checks it).
-minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-ldflags="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-  ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-done
-
-build "kube-apiserver + kubectl ($K8S_VERSION)" k8s "$dir.tmp/" kube-apiserver kubectl -- \
-  -tags selinux,notest -ldflags "$ldflags" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
-build "etcd ($ETCD_VERSION)" etcd "$dir.tmp/etcd" etcd -- -ldflags "-s -w" go.etcd.io/etcd/server/v3
+if [[ $set_name == k8s ]]; then
+  # The same version variables as upstream's kube::version::ldflags, so /version reports the pin (clusterctl checks it).
+  minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  ldflags="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  build "kube-apiserver + kubectl ($K8S_VERSION)" k8s "$dir.tmp/" kube-apiserver kubectl -- \
+    -tags selinux,notest -ldflags "$ldflags" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+  build "etcd ($ETCD_VERSION)" etcd "$dir.tmp/etcd" etcd -- -ldflags "-s -w" go.etcd.io/etcd/server/v3
+else
+  # helm v3 assumes Kubernetes v1.20 unless told otherwise; its Makefile sets these.
+  k8s_minor=${K8S_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
+  helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    helm_ldflags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$k8s_minor"
+  done
+  build "helm ($HELM_VERSION)" helm "$dir.tmp/helm" helm -- -ldflags "$helm_ldflags" helm.sh/helm/v3/cmd/helm
+  cv=sigs.k8s.io/cluster-api/version
+  minor=${CLUSTERCTL_VERSION#v1.}; minor=${minor%%.*}
+  build "clusterctl ($CLUSTERCTL_VERSION)" clusterctl "$dir.tmp/clusterctl" clusterctl -- \
+    -ldflags "-s -w -X $cv.gitVersion=$CLUSTERCTL_VERSION -X $cv.gitMajor=1 -X $cv.gitMinor=$minor" \
+    sigs.k8s.io/cluster-api/cmd/clusterctl
+fi
 if [[ -d "$dir.tmp" ]]; then
   mkdir -p "$dir"
-  for f in "$dir.tmp"/*; do mv -f "$f" "$dir/"; done
+  for f in "$dir.tmp"/*; do [[ -e $f ]] && mv -f "$f" "$dir/"; done
   rmdir "$dir.tmp"
 fi
-for b in kube-apiserver kubectl etcd; do [[ -x "$dir/$b" ]] || { echo "k8s-bin: $dir/$b is missing" >&2; exit 1; }; done
+for b in "${bins[@]}"; do [[ -x "$dir/$b" ]] || { echo "k8s-bin: $dir/$b is missing" >&2; exit 1; }; done
 echo "$dir"

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 step() { printf '\n==> %s\n' "$*"; }
 
+step "building helm and clusterctl for the packaging checks (cached after the first time)"
+tests/tools/k8s-bin.sh release >/dev/null
+
 step "cargo fmt --check"
 cargo fmt --check
 step "cargo clippy --all-targets -- -D warnings"

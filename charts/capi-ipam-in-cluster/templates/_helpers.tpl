@@ -1,0 +1,53 @@
+{{- define "capi-ipam.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "capi-ipam.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+cluster.x-k8s.io/provider: ipam-in-cluster
+{{- end -}}
+
+{{- define "capi-ipam.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "capi-ipam.webhookService" -}}
+{{- printf "%s-webhook" (include "capi-ipam.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "capi-ipam.certificate" -}}
+{{- printf "%s-serving-cert" (include "capi-ipam.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "capi-ipam.certSecret" -}}
+{{- if .Values.webhook.certManager.enabled -}}
+{{- printf "%s-webhook-service-cert" (include "capi-ipam.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- required "webhook.certificateSecretName is required when webhook.certManager.enabled is false" .Values.webhook.certificateSecretName -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The annotation that makes cert-manager inject the CA, when it issues the certificate. */}}
+{{- define "capi-ipam.caInjection" -}}
+{{- if .Values.webhook.certManager.enabled }}
+cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "capi-ipam.certificate" . }}
+{{- end }}
+{{- end -}}
+
+{{/* A webhook clientConfig pointing at our Service; the CA comes from cert-manager or from values. */}}
+{{- define "capi-ipam.clientConfig" -}}
+{{- $cc := dict "service" (dict "name" (include "capi-ipam.webhookService" .root) "namespace" .root.Release.Namespace "path" .path "port" 443) -}}
+{{- if not .root.Values.webhook.certManager.enabled -}}
+{{- $_ := set $cc "caBundle" (required "webhook.caBundle is required when webhook.certManager.enabled is false" .root.Values.webhook.caBundle) -}}
+{{- end -}}
+{{- toYaml $cc -}}
+{{- end -}}

@@ -1,0 +1,415 @@
+//! Shipping checked with the real tools, built from their Go modules: `helm lint` and `helm template`, the clusterctl
+//! provider contract of `make release-manifests`, `clusterctl generate provider --describe` from a local repository,
+//! `clusterctl init --ipam in-cluster` against a real API server, and everything rendered applied to the API server
+//! as a server-side dry run.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use support::{Plane, create_namespace, release_bin_dir, repo_root, unique_name};
+
+const CHART: &str = "charts/capi-ipam-in-cluster";
+
+fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = repo_root().join(".dev/scratch").join(unique_name(name));
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    dir
+}
+
+fn helm(args: &[&str]) -> Output {
+    let state = scratch("helm");
+    Command::new(release_bin_dir().join("helm"))
+        .args(args)
+        .env("HELM_CACHE_HOME", &state)
+        .env("HELM_CONFIG_HOME", &state)
+        .env("HELM_DATA_HOME", &state)
+        .current_dir(repo_root())
+        .output()
+        .expect("helm")
+}
+
+/// The objects of a multi-document YAML text, as JSON (parsed by kubectl's own YAML reader).
+fn objects(plane: &Plane, yaml: &str) -> Vec<Value> {
+    let out = plane.kubectl_stdin(&["create", "--dry-run=client", "-o", "json", "-f", "-"], yaml);
+    let text = ok(out, "kubectl create --dry-run=client");
+    let mut items = Vec::new();
+    let mut stream = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
+    while let Some(Ok(v)) = stream.next() {
+        match v.get("items").and_then(Value::as_array) {
+            Some(list) if v["kind"] == "List" => items.extend(list.iter().cloned()),
+            _ => items.push(v),
+        }
+    }
+    items
+}
+
+fn kinds(objects: &[Value]) -> Vec<String> {
+    let mut k: Vec<String> = objects.iter().map(|o| o["kind"].as_str().unwrap_or_default().to_owned()).collect();
+    k.sort();
+    k
+}
+
+/// Applies `yaml` to the API server as a server-side dry run; every object must pass schema and admission.
+fn dry_run(plane: &Plane, yaml: &str) {
+    let out =
+        plane.kubectl_stdin(&["apply", "--server-side", "--dry-run=server", "--force-conflicts", "-f", "-"], yaml);
+    ok(out, "server-side dry run");
+}
+
+fn install_fixture_crds(plane: &Plane) {
+    for f in ["cert-manager-crds.yaml", "prometheus-operator-crds.yaml"] {
+        let path = repo_root().join("tests/fixtures").join(f);
+        ok(plane.kubectl_output(&["apply", "--server-side", "-f", &path.to_string_lossy()]), f);
+    }
+    ok(
+        plane.kubectl_output(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/certificates.cert-manager.io",
+            "crd/servicemonitors.monitoring.coreos.com",
+        ]),
+        "CRDs established",
+    );
+}
+
+fn deployment(objects: &[Value]) -> &Value {
+    objects.iter().find(|o| o["kind"] == "Deployment").expect("a Deployment")
+}
+
+fn assert_hardened(deployment: &Value) {
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    let manager = &pod["containers"][0];
+    assert_eq!(manager["name"], "manager");
+    assert_eq!(manager["command"][0], "/manager");
+    assert_eq!(manager["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(manager["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(manager["securityContext"]["capabilities"]["drop"][0], "ALL");
+    assert!(
+        manager["livenessProbe"]["httpGet"]["path"] == "/healthz"
+            && manager["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    );
+    assert!(manager["resources"]["limits"]["memory"].is_string());
+    assert!(
+        manager["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .any(|a| a.as_str().is_some_and(|a| a.starts_with("--leader-elect")))
+    );
+}
+
+/// The chart and the release manifests are applied to a fresh API server as server-side dry runs (on one with our
+/// CRDs already installed, server-side apply would merge the dry run with their test wiring), then clusterctl init
+/// installs the provider there for real.
+#[tokio::test]
+async fn packaging_checked_against_a_fresh_api_server() {
+    let plane = tokio::task::spawn_blocking(|| Plane::private("packaging")).await.expect("plane");
+    install_fixture_crds(&plane);
+    helm_chart(&plane).await;
+    release_manifests_follow_the_clusterctl_provider_contract(&plane);
+    clusterctl_init_installs_the_provider(&plane);
+}
+
+async fn helm_chart(plane: &Plane) {
+    let client = plane.client().await;
+    let out = ok(helm(&["lint", "--strict", CHART]), "helm lint");
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+
+    let variants: [(&str, &[&str]); 3] = [
+        ("cert-manager", &[]),
+        (
+            "own-certificate",
+            &[
+                "--set",
+                "webhook.certManager.enabled=false",
+                "--set",
+                "webhook.certificateSecretName=my-cert",
+                "--set",
+                "webhook.caBundle=Q0EK",
+            ],
+        ),
+        ("ha-with-servicemonitor", &["--set", "replicaCount=2", "--set", "metrics.serviceMonitor.enabled=true"]),
+    ];
+    for (name, extra) in variants {
+        let namespace = create_namespace(&client, "chart").await;
+        let mut args = vec!["template", "ipam", CHART, "--namespace", namespace.as_str()];
+        args.extend_from_slice(extra);
+        let rendered = ok(helm(&args), &format!("helm template ({name})"));
+        let objs = objects(plane, &rendered);
+        let k = kinds(&objs);
+        for expected in [
+            "ClusterRole",
+            "CustomResourceDefinition",
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "Service",
+            "ServiceAccount",
+            "ValidatingWebhookConfiguration",
+        ] {
+            assert!(k.iter().any(|x| x == expected), "{name}: {expected} missing from {k:?}");
+        }
+        assert_eq!(k.iter().filter(|x| *x == "CustomResourceDefinition").count(), 4);
+        assert_hardened(deployment(&objs));
+        let crd = objs.iter().find(|o| o["metadata"]["name"] == "inclusterippools.ipam.cluster.x-k8s.io").expect("CRD");
+        assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"], "/convert");
+        assert_eq!(crd["metadata"]["labels"]["clusterctl.cluster.x-k8s.io/move-hierarchy"], "");
+        match name {
+            "cert-manager" => {
+                assert!(k.contains(&"Certificate".to_owned()) && k.contains(&"Issuer".to_owned()));
+                assert!(
+                    crd["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+                        .as_str()
+                        .is_some_and(|a| a.starts_with(&namespace))
+                );
+                assert!(!k.contains(&"PodDisruptionBudget".to_owned()), "no PDB with one replica");
+            }
+            "own-certificate" => {
+                assert!(!k.contains(&"Certificate".to_owned()));
+                assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"], "Q0EK");
+                let hooks = objs.iter().find(|o| o["kind"] == "ValidatingWebhookConfiguration").expect("webhooks");
+                assert!(
+                    hooks["webhooks"].as_array().expect("list").iter().all(|w| w["clientConfig"]["caBundle"] == "Q0EK")
+                );
+            }
+            _ => {
+                assert!(k.contains(&"PodDisruptionBudget".to_owned()) && k.contains(&"ServiceMonitor".to_owned()));
+            }
+        }
+        // The chart's webhooks serve exactly our paths, with the chart's Service.
+        let validating = objs.iter().find(|o| o["kind"] == "ValidatingWebhookConfiguration").expect("webhooks");
+        for hook in validating["webhooks"].as_array().expect("list") {
+            assert_eq!(hook["clientConfig"]["service"]["namespace"], namespace.as_str());
+            let path = hook["clientConfig"]["service"]["path"].as_str().expect("path");
+            assert!(capi_ipam::webhooks::routes::admission_routes().iter().any(|r| r.path() == path), "{path}");
+        }
+        dry_run(plane, &rendered);
+    }
+}
+
+fn release_manifests() -> (String, String) {
+    let out = Command::new("make")
+        .arg("--no-print-directory")
+        .arg("release-manifests")
+        .current_dir(repo_root())
+        .output()
+        .expect("make");
+    ok(out, "make release-manifests");
+    let components = std::fs::read_to_string(repo_root().join("out/ipam-components.yaml")).expect("components");
+    let metadata = std::fs::read_to_string(repo_root().join("out/metadata.yaml")).expect("metadata");
+    (components, metadata)
+}
+
+/// A local clusterctl repository with our release (and, for `init`, a stand-in core provider).
+fn repository(dir: &Path, components: &str, metadata: &str, core: Option<&str>) -> PathBuf {
+    let ours = dir.join("ipam-in-cluster/v0.1.0");
+    std::fs::create_dir_all(&ours).expect("repo");
+    std::fs::write(ours.join("ipam-components.yaml"), components).expect("write");
+    std::fs::write(ours.join("metadata.yaml"), metadata).expect("write");
+    let mut config = format!(
+        "providers:\n  - name: in-cluster\n    type: IPAMProvider\n    url: \"file://{}\"\n",
+        ours.join("ipam-components.yaml").display()
+    );
+    if let Some(core) = core {
+        let core_dir = dir.join("cluster-api/v1.14.2");
+        std::fs::create_dir_all(&core_dir).expect("repo");
+        std::fs::write(core_dir.join("core-components.yaml"), core).expect("write");
+        std::fs::write(
+            core_dir.join("metadata.yaml"),
+            "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n  - {major: 1, minor: 14, contract: v1beta2}\n",
+        )
+        .expect("write");
+        config.push_str(&format!(
+            "  - name: cluster-api\n    type: CoreProvider\n    url: \"file://{}\"\n",
+            core_dir.join("core-components.yaml").display()
+        ));
+        // clusterctl's first init always adds the kubeadm bootstrap and control-plane providers: stand-ins too.
+        for (label, kind, file) in [
+            ("bootstrap-kubeadm", "BootstrapProvider", "bootstrap-components.yaml"),
+            ("control-plane-kubeadm", "ControlPlaneProvider", "control-plane-components.yaml"),
+        ] {
+            let dir = dir.join(label).join("v1.14.2");
+            std::fs::create_dir_all(&dir).expect("repo");
+            let components = format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-kubeadm-{label}-system\n  labels:\n    cluster.x-k8s.io/provider: {label}\n"
+            );
+            std::fs::write(dir.join(file), components).expect("write");
+            std::fs::write(
+                dir.join("metadata.yaml"),
+                "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n  - {major: 1, minor: 14, contract: v1beta2}\n",
+            )
+            .expect("write");
+            config.push_str(&format!(
+                "  - name: kubeadm\n    type: {kind}\n    url: \"file://{}\"\n",
+                dir.join(file).display()
+            ));
+        }
+        config.push_str("cert-manager:\n  version: v1.21.1\n");
+    }
+    let path = dir.join("clusterctl.yaml");
+    std::fs::write(&path, config).expect("write");
+    path
+}
+
+fn clusterctl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(release_bin_dir().join("clusterctl"))
+        .args(args)
+        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+        .env("XDG_CONFIG_HOME", dir)
+        .env("HOME", dir)
+        .output()
+        .expect("clusterctl")
+}
+
+fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
+    let (components, metadata) = release_manifests();
+    assert!(metadata.contains("contract: v1beta2"), "{metadata}");
+    let objs = objects(plane, &components);
+    let namespaces: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "Namespace").collect();
+    assert_eq!(namespaces.len(), 1, "exactly one Namespace");
+    assert_eq!(namespaces[0]["metadata"]["name"], "capi-ipam-in-cluster-system");
+    for o in &objs {
+        let name = o["metadata"]["name"].as_str().unwrap_or_default();
+        assert_eq!(
+            o["metadata"]["labels"]["cluster.x-k8s.io/provider"], "ipam-in-cluster",
+            "{name} lacks the provider label"
+        );
+        if o["kind"] != "CustomResourceDefinition" {
+            assert!(name.starts_with("capi-ipam-in-cluster-"), "{name} lacks the name prefix");
+        }
+        if let Some(ns) = o["metadata"]["namespace"].as_str() {
+            assert_eq!(ns, "capi-ipam-in-cluster-system", "{name}");
+        }
+    }
+    assert_hardened(deployment(&objs));
+    for kind in ["Issuer", "Certificate"] {
+        assert!(objs.iter().any(|o| o["kind"] == kind), "{kind} missing");
+    }
+    let injected = |o: &&Value| {
+        o["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+            == "capi-ipam-in-cluster-system/capi-ipam-in-cluster-serving-cert"
+    };
+    for name in [
+        "capi-ipam-in-cluster-mutating-webhook-configuration",
+        "capi-ipam-in-cluster-validating-webhook-configuration",
+        "inclusterippools.ipam.cluster.x-k8s.io",
+        "globalinclusterippools.ipam.cluster.x-k8s.io",
+    ] {
+        assert!(objs.iter().filter(|o| o["metadata"]["name"] == name).any(|o| injected(&o)), "{name}: no CA injection");
+    }
+    assert!(components.contains("${CAPI_IPAM_IN_CLUSTER_LOG_FORMAT:=json}"), "variables with defaults");
+
+    let dir = scratch("clusterctl");
+    let config = repository(&dir, &components, &metadata, None);
+    let config_arg = config.to_string_lossy().into_owned();
+    let described = ok(
+        clusterctl(
+            &dir,
+            &["generate", "provider", "--ipam", "in-cluster:v0.1.0", "--describe", "--config", &config_arg],
+        ),
+        "clusterctl generate provider --describe",
+    );
+    for expected in [
+        "in-cluster",
+        "capi-ipam-in-cluster-system",
+        "CAPI_IPAM_IN_CLUSTER_LOG_FORMAT",
+        "CAPI_IPAM_IN_CLUSTER_DIAGNOSTICS_ADDRESS",
+    ] {
+        assert!(described.contains(expected), "--describe lacks {expected}:\n{described}");
+    }
+    // What clusterctl would install, variables resolved, passes the API server's checks.
+    let processed = ok(
+        clusterctl(&dir, &["generate", "provider", "--ipam", "in-cluster:v0.1.0", "--config", &config_arg]),
+        "clusterctl generate provider",
+    );
+    assert!(!processed.contains("${"), "every variable has a default");
+    let ns = plane.kubectl_output(&["get", "namespace", "capi-ipam-in-cluster-system"]);
+    if !ns.status.success() {
+        ok(plane.kubectl_output(&["create", "namespace", "capi-ipam-in-cluster-system"]), "create namespace");
+    }
+    dry_run(plane, &processed);
+}
+
+fn clusterctl_init_installs_the_provider(plane: &Plane) {
+    let (components, metadata) = release_manifests();
+    // A stand-in core provider: its namespace and the Cluster API CRDs the IPAM provider needs.
+    let mut core = String::from(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-system\n  labels:\n    cluster.x-k8s.io/provider: cluster-api\n",
+    );
+    for entry in std::fs::read_dir(support::manager::capi_crd_dir("v1.14.0")).expect("CAPI CRDs").flatten() {
+        let text = std::fs::read_to_string(entry.path()).expect("read");
+        core.push_str("---\n");
+        core.push_str(&text.replace("---\n", ""));
+    }
+    let dir = scratch("clusterctl-init");
+    let config = repository(&dir, &components, &metadata, Some(&core));
+    let out = clusterctl(
+        &dir,
+        &[
+            "init",
+            "--core",
+            "cluster-api:v1.14.2",
+            "--bootstrap",
+            "kubeadm:v1.14.2",
+            "--control-plane",
+            "kubeadm:v1.14.2",
+            "--ipam",
+            "in-cluster:v0.1.0",
+            "--config",
+            &config.to_string_lossy(),
+            "--kubeconfig",
+            &plane.kubeconfig().to_string_lossy(),
+        ],
+    );
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    ok(out, "clusterctl init");
+    assert!(log.contains("Installing provider=\"ipam-in-cluster\""), "{log}");
+    let crds = plane.kubectl(&["get", "crd", "-o", "name"]);
+    for crd in ["inclusterippools", "globalinclusterippools", "inclusterprefixpools", "globalinclusterprefixpools"] {
+        assert!(crds.contains(&format!("{crd}.ipam.cluster.x-k8s.io")), "{crd} missing:\n{crds}");
+    }
+    let deployment = plane.kubectl(&[
+        "get",
+        "deployment",
+        "-n",
+        "capi-ipam-in-cluster-system",
+        "capi-ipam-in-cluster-controller-manager",
+        "-o",
+        "json",
+    ]);
+    let deployment: Value = serde_json::from_str(&deployment).expect("json");
+    assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["name"], "manager");
+    assert!(
+        deployment["metadata"]["labels"].get("clusterctl.cluster.x-k8s.io").is_some(),
+        "clusterctl labels what it installs"
+    );
+    plane.kubectl(&["get", "clusterrole", "capi-ipam-in-cluster-manager-role"]);
+    let providers = plane.kubectl(&["get", "providers.clusterctl.cluster.x-k8s.io", "-A"]);
+    assert!(providers.contains("ipam-in-cluster"), "{providers}");
+}
+
+#[test]
+fn the_dockerfile_builds_from_the_lock_file_and_runs_non_root() {
+    let dockerfile = std::fs::read_to_string(repo_root().join("Dockerfile")).expect("Dockerfile");
+    assert!(dockerfile.matches("\nFROM ").count() >= 2, "multi-stage");
+    assert!(dockerfile.contains("cargo build --release --locked --bin manager"));
+    assert!(dockerfile.contains("USER 65532:65532"));
+    assert!(dockerfile.contains("ENTRYPOINT [\"/manager\"]"));
+    assert!(dockerfile.contains("distroless"));
+}
