@@ -44,11 +44,18 @@ async fn create(env: &TestEnv, kind: &str, name: &str, spec: Value) -> Result<Dy
     pools(env, kind, "v1alpha2").create(&PostParams::default(), &pool(kind, "v1alpha2", name, spec)).await
 }
 
+/// Replaces the pool's spec (read-modify-write, retried when the controller wrote in between: its finalizer, status).
 async fn update_spec(env: &TestEnv, kind: &str, name: &str, spec: Value) -> Result<DynamicObject, kube::Error> {
     let api = pools(env, kind, "v1alpha2");
-    let mut current = api.get(name).await.expect("the pool exists");
-    current.data["spec"] = spec;
-    api.replace(name, &PostParams::default(), &current).await
+    let mut attempts = 0;
+    loop {
+        let mut current = api.get(name).await.expect("the pool exists");
+        current.data["spec"] = spec.clone();
+        match api.replace(name, &PostParams::default(), &current).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && attempts < 10 => attempts += 1,
+            other => return other,
+        }
+    }
 }
 
 /// Asserts an API error with `code` whose message contains `text` and whose causes name `field`.
@@ -462,15 +469,20 @@ async fn a_v1alpha2_pool_survives_a_v1alpha1_read_modify_write() {
             "addressReuseGracePeriodSeconds": 45
         });
         let before = create(&env, kind, &name, spec.clone()).await.expect("create v1alpha2");
-        let mut v1 = pools(&env, kind, "v1alpha1").get(&name).await.expect("read as v1alpha1");
-        assert_eq!(v1.data["spec"]["addresses"], json!(["10.7.0.10-10.7.0.20"]));
-        assert!(v1.data["spec"].get("excludedAddresses").is_none(), "v1alpha1 has no such field");
-        // A v1alpha1 client writes back what it read, with a label of its own.
-        v1.metadata.labels.get_or_insert_with(Default::default).insert("touched".into(), "yes".into());
-        pools(&env, kind, "v1alpha1")
-            .replace(&name, &PostParams::default(), &v1)
-            .await
-            .expect("write back as v1alpha1");
+        // A v1alpha1 client writes back what it read, with a label of its own (reading again when the controller
+        // wrote in between: its finalizer, the status).
+        let v1_api = pools(&env, kind, "v1alpha1");
+        for attempt in 0.. {
+            let mut v1 = v1_api.get(&name).await.expect("read as v1alpha1");
+            assert_eq!(v1.data["spec"]["addresses"], json!(["10.7.0.10-10.7.0.20"]));
+            assert!(v1.data["spec"].get("excludedAddresses").is_none(), "v1alpha1 has no such field");
+            v1.metadata.labels.get_or_insert_with(Default::default).insert("touched".into(), "yes".into());
+            match v1_api.replace(&name, &PostParams::default(), &v1).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < 10 => continue,
+                Err(e) => panic!("write back as v1alpha1: {e}"),
+            }
+        }
         let after = pools(&env, kind, "v1alpha2").get(&name).await.expect("read as v1alpha2");
         assert_eq!(after.data["spec"], before.data["spec"], "{kind}: nothing lost");
         assert_eq!(after.metadata.labels.as_ref().and_then(|l| l.get("touched")).map(String::as_str), Some("yes"));
