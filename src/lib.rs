@@ -5,6 +5,7 @@
 pub mod api;
 pub mod capi;
 pub mod cli;
+pub mod compact;
 pub mod controllers;
 pub mod deploy;
 pub mod diagnostics;

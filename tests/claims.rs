@@ -734,3 +734,40 @@ async fn a_restore_gets_every_claim_its_old_address_back() {
     }
     wait_pool_counts(c, "InClusterIPPool", ns, "pool", (20, 5, 15, 0)).await;
 }
+
+#[tokio::test]
+async fn an_ipaddress_name_taken_by_another_pool_is_reported_and_frees_the_hold() {
+    let env = TestEnv::with_manager("taken").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.50.0.1-10.50.0.2"], "prefix": 24})).await;
+    create_pool(c, "InClusterIPPool", ns, "other", json!({"addresses": ["10.60.0.1"], "prefix": 24})).await;
+    // Two IPAddresses made by hand under the claims' names: one of a Metal3 pool, one of our other pool.
+    let address_resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
+        "ipaddresses",
+    );
+    for (name, pool_ref, address) in [
+        ("metal3", json!({"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": "m3"}), "192.0.2.7"),
+        ("ours", json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "other"}), "10.60.0.1"),
+    ] {
+        let mut a = kube::api::DynamicObject::new(name, &address_resource);
+        a.data = json!({"spec": {"address": address, "prefix": 24, "claimRef": {"name": name}, "poolRef": pool_ref}});
+        CAPI.addresses(c, ns).create(&PostParams::default(), &a).await.expect("IPAddress");
+    }
+    for (name, owner) in [("metal3", "IPPool \"m3\""), ("ours", &format!("InClusterIPPool {ns}/other"))] {
+        CAPI.create_claim(c, ns, name, "InClusterIPPool", "pool").await;
+        let ready = CAPI.wait_reason(c, ns, name, "AllocationFailed").await;
+        let message = ready["message"].as_str().unwrap_or_default();
+        assert!(message.contains("already exists and belongs to") && message.contains(owner), "{name}: {message}");
+    }
+    // Neither failed claim keeps an address of the pool: both are still there for new claims.
+    let mut got = HashSet::new();
+    for name in ["x", "y"] {
+        CAPI.create_claim(c, ns, name, "InClusterIPPool", "pool").await;
+        got.insert(address_of(&CAPI.wait_bound(c, ns, name).await));
+    }
+    assert_eq!(got, HashSet::from(["10.50.0.1".to_owned(), "10.50.0.2".to_owned()]));
+    let metal3 = CAPI.addresses(c, ns).get("metal3").await.expect("the Metal3 IPAddress");
+    assert_eq!(metal3.data["spec"]["address"], "192.0.2.7", "its spec is untouched");
+    assert!(metal3.owner_references().is_empty(), "and it is not adopted");
+}

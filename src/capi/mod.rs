@@ -5,6 +5,8 @@
 
 pub mod crds;
 
+use std::sync::Arc;
+
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
@@ -196,27 +198,28 @@ pub async fn list_pool_addresses(
     }
 }
 
-/// Implements `kube::Resource` for a compact object whose version is chosen at run time (like `DynamicObject`).
-macro_rules! dynamic_resource {
-    ($t:ty) => {
+/// Implements `kube::Resource` for a compact CAPI object whose version is chosen at run time. The dynamic type is
+/// the version alone (one byte), not an `ApiResource`: every cache key and every reconcile request carries it.
+macro_rules! capi_resource {
+    ($t:ty, $group:expr, $kind:literal, $plural:literal) => {
         impl kube::Resource for $t {
-            type DynamicType = ApiResource;
+            type DynamicType = CapiVersion;
             type Scope = kube::core::DynamicResourceScope;
 
-            fn group(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-                dt.group.as_str().into()
+            fn group(_: &CapiVersion) -> std::borrow::Cow<'_, str> {
+                $group.into()
             }
-            fn version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-                dt.version.as_str().into()
+            fn version(v: &CapiVersion) -> std::borrow::Cow<'_, str> {
+                v.version().into()
             }
-            fn kind(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-                dt.kind.as_str().into()
+            fn kind(_: &CapiVersion) -> std::borrow::Cow<'_, str> {
+                $kind.into()
             }
-            fn api_version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-                dt.api_version.as_str().into()
+            fn api_version(v: &CapiVersion) -> std::borrow::Cow<'_, str> {
+                format!("{}/{}", $group, v.version()).into()
             }
-            fn plural(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-                dt.plural.as_str().into()
+            fn plural(_: &CapiVersion) -> std::borrow::Cow<'_, str> {
+                $plural.into()
             }
             fn meta(&self) -> &kube::api::ObjectMeta {
                 &self.metadata
@@ -228,60 +231,204 @@ macro_rules! dynamic_resource {
     };
 }
 
-/// An `IPAddressClaim` as the controller keeps it: metadata (without managed fields), spec, and the status fields
-/// we read. Unknown fields are dropped, which keeps 100,000 cached claims small.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Claim {
-    #[serde(default)]
-    pub metadata: kube::api::ObjectMeta,
-    #[serde(default)]
-    pub spec: IpAddressClaimSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<ClaimStatus>,
+/// Keeps only what the controllers read of an object's metadata: labels, annotations, finalizers, owner references
+/// and managed fields go (the compact objects carry the few they need as fields of their own). The resourceVersion
+/// stays: the watcher resumes from it.
+fn slim_metadata(meta: &mut kube::api::ObjectMeta) {
+    meta.labels = None;
+    meta.finalizers = None;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.managed_fields = None;
+    meta.generate_name = None;
+    meta.self_link = None;
 }
 
-/// The claim status fields we read: `addressRef` and the conditions (kept raw, so other owners' entries survive).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClaimStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address_ref: Option<NameRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conditions: Option<Vec<serde_json::Value>>,
-    /// v1beta1 only: `status.v1beta2.conditions`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub v1beta2: Option<serde_json::Value>,
+/// A claim's stored `Ready` condition, as the controller compares it: the message is kept as a digest only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadyCondition {
+    /// `Some(true)` for "True", `Some(false)` for "False", `None` for anything else.
+    pub status: Option<bool>,
+    /// [`ReadyCondition::digest_of`] of status and reason: a change of either is a transition.
+    pub transition_digest: u64,
+    /// [`ReadyCondition::digest_of`] of status, reason and message: a change of any needs a write.
+    pub digest: u64,
+    /// `lastTransitionTime` in Unix seconds.
+    pub last_transition_time: Option<i64>,
 }
 
-dynamic_resource!(Claim);
+impl ReadyCondition {
+    pub fn digest_of(status: &str, reason: &str, message: Option<&str>) -> u64 {
+        crate::compact::digest(&(status, reason, message))
+    }
 
-/// The parts of a `Cluster` we read: metadata and `spec.paused`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Cluster {
-    #[serde(default)]
-    pub metadata: kube::api::ObjectMeta,
-    #[serde(default)]
-    pub spec: ClusterSpec,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ClusterSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paused: Option<bool>,
-}
-
-dynamic_resource!(Cluster);
-
-impl Cluster {
-    /// Paused: `spec.paused` or the paused annotation (decision D8).
-    pub fn is_paused(&self) -> bool {
-        self.spec.paused == Some(true)
-            || self.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::api::PAUSED_ANNOTATION))
+    pub fn status_str(&self) -> &'static str {
+        match self.status {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "Unknown",
+        }
     }
 }
 
-/// An `IPAddress`: metadata (without managed fields) and spec.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+impl From<ConditionObject> for ReadyCondition {
+    fn from(c: ConditionObject) -> Self {
+        let status = match c.status.as_str() {
+            "True" => Some(true),
+            "False" => Some(false),
+            _ => None,
+        };
+        ReadyCondition {
+            status,
+            transition_digest: Self::digest_of(&c.status, &c.reason, None),
+            digest: Self::digest_of(&c.status, &c.reason, Some(&c.message)),
+            last_transition_time: c.last_transition_time.parse::<jiff::Timestamp>().ok().map(|t| t.as_second()),
+        }
+    }
+}
+
+/// An `IPAddressClaim` as the controller keeps it, small enough to cache 100,000 of: the identity and state fields of
+/// its metadata, its spec, the few labels and annotations the controller reads, `status.addressRef` and our `Ready`
+/// condition. Built from the full object as it is deserialized.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(from = "ClaimObject")]
+pub struct Claim {
+    /// Identity, generation and deletion only (no labels, annotations, owners or finalizers).
+    pub metadata: kube::api::ObjectMeta,
+    /// `spec.poolRef`: the kind when it is one of ours, and the name.
+    pub pool_kind: Option<PoolKind>,
+    pub pool_name: Arc<str>,
+    /// `spec.clusterName`.
+    pub cluster_name: Option<Arc<str>>,
+    /// Where our `ReleaseAddress` finalizer is in `metadata.finalizers` (its removal tests that index).
+    pub release_finalizer_index: Option<usize>,
+    /// The `cluster.x-k8s.io/cluster-name` label.
+    pub cluster_label: Option<Arc<str>>,
+    /// The `cluster.x-k8s.io/paused` annotation is present.
+    pub paused: bool,
+    /// The `ipam.cluster.x-k8s.io/requested-address` annotation.
+    pub requested_address: Option<Box<str>>,
+    /// The `cluster.x-k8s.io/watch-filter` label.
+    pub watch_filter: Option<Arc<str>>,
+    pub address_ref: Option<Box<str>>,
+    pub ready: Option<ReadyCondition>,
+}
+
+/// The wire form of a claim, read once and turned into a [`Claim`].
+#[derive(Deserialize)]
+struct ClaimObject {
+    #[serde(default)]
+    metadata: kube::api::ObjectMeta,
+    #[serde(default)]
+    spec: IpAddressClaimSpec,
+    #[serde(default)]
+    status: Option<ClaimStatusObject>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ClaimStatusObject {
+    #[serde(default)]
+    address_ref: Option<NameRef>,
+    #[serde(default)]
+    conditions: Option<Vec<ConditionObject>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConditionObject {
+    #[serde(rename = "type", default)]
+    type_: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    last_transition_time: String,
+}
+
+impl From<ClaimObject> for Claim {
+    fn from(mut o: ClaimObject) -> Self {
+        let label = |k: &str| o.metadata.labels.as_ref().and_then(|l| l.get(k)).filter(|v| !v.is_empty()).cloned();
+        let annotation = |k: &str| o.metadata.annotations.as_ref().and_then(|a| a.get(k)).cloned();
+        let cluster_label = label(CLUSTER_NAME_LABEL).map(|v| crate::compact::intern(&v));
+        let watch_filter = label(crate::api::WATCH_FILTER_LABEL).map(|v| crate::compact::intern(&v));
+        let release_finalizer_index =
+            o.metadata.finalizers.iter().flatten().position(|f| f == crate::api::RELEASE_ADDRESS_FINALIZER);
+        let paused = annotation(crate::api::PAUSED_ANNOTATION).is_some();
+        let requested_address =
+            annotation(crate::api::REQUESTED_ADDRESS_ANNOTATION).filter(|v| !v.is_empty()).map(String::into_boxed_str);
+        let status = o.status.take().unwrap_or_default();
+        slim_metadata(&mut o.metadata);
+        Claim {
+            metadata: o.metadata,
+            pool_kind: o.spec.pool_ref.our_kind(),
+            pool_name: crate::compact::intern(&o.spec.pool_ref.name),
+            cluster_name: o.spec.cluster_name.filter(|n| !n.is_empty()).map(|n| crate::compact::intern(&n)),
+            release_finalizer_index,
+            cluster_label,
+            paused,
+            requested_address,
+            watch_filter,
+            address_ref: status.address_ref.map(|r| r.name).filter(|n| !n.is_empty()).map(String::into_boxed_str),
+            ready: status.conditions.into_iter().flatten().find(|c| c.type_ == "Ready").map(ReadyCondition::from),
+        }
+    }
+}
+
+capi_resource!(Claim, GROUP, "IPAddressClaim", "ipaddressclaims");
+
+impl Claim {
+    /// The Cluster this claim belongs to: `spec.clusterName`, else the cluster-name label.
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster_name.as_deref().or(self.cluster_label.as_deref())
+    }
+}
+
+/// The parts of a `Cluster` we read: its name and whether it is paused.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(from = "ClusterObject")]
+pub struct Cluster {
+    pub metadata: kube::api::ObjectMeta,
+    /// `spec.paused` or the paused annotation (decision D8).
+    pub paused: bool,
+}
+
+#[derive(Deserialize)]
+struct ClusterObject {
+    #[serde(default)]
+    metadata: kube::api::ObjectMeta,
+    #[serde(default)]
+    spec: ClusterSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct ClusterSpec {
+    #[serde(default)]
+    paused: Option<bool>,
+}
+
+impl From<ClusterObject> for Cluster {
+    fn from(mut o: ClusterObject) -> Self {
+        let paused = o.spec.paused == Some(true)
+            || o.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::api::PAUSED_ANNOTATION));
+        slim_metadata(&mut o.metadata);
+        Cluster { metadata: o.metadata, paused }
+    }
+}
+
+capi_resource!(Cluster, CLUSTER_GROUP, "Cluster", "clusters");
+
+impl Cluster {
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+}
+
+/// An `IPAddress`, as its watch delivers it (the controllers keep a smaller record of it).
+#[derive(Clone, Debug, Default, Deserialize)]
 pub struct IpAddress {
     #[serde(default)]
     pub metadata: kube::api::ObjectMeta,
@@ -289,13 +436,4 @@ pub struct IpAddress {
     pub spec: IpAddressSpec,
 }
 
-dynamic_resource!(IpAddress);
-
-impl Claim {
-    /// The Cluster this claim belongs to: `spec.clusterName`, else the cluster-name label.
-    pub fn cluster_name(&self) -> Option<String> {
-        self.spec.cluster_name.clone().filter(|n| !n.is_empty()).or_else(|| {
-            self.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)).filter(|n| !n.is_empty()).cloned()
-        })
-    }
-}
+capi_resource!(IpAddress, GROUP, "IPAddress", "ipaddresses");

@@ -14,23 +14,19 @@ use tracing::{debug, info, warn};
 
 use super::events::EventType;
 use super::registry::{AllocateError, Assigned, ObjectKey, PoolKey};
-use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition};
+use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
 use super::{AddressRecord, Context, Error, FIELD_MANAGER};
 use crate::api::{
     CLUSTER_NAME_LABEL, GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind, RELEASE_ADDRESS_FINALIZER,
-    REQUESTED_ADDRESS_ANNOTATION,
 };
-use crate::capi::{CapiVersion, Claim, IpAddressSpec, PoolRef};
+use crate::capi::{CapiVersion, Claim, IpAddressSpec};
+use crate::compact::Uid;
 
 /// A claim that found its pool exhausted is woken by a release; this requeue is only a safety net.
 const EXHAUSTED_RECHECK: Duration = Duration::from_secs(300);
 
 fn has_annotation(meta: &kube::api::ObjectMeta, key: &str) -> bool {
     meta.annotations.as_ref().is_some_and(|a| a.contains_key(key))
-}
-
-fn has_finalizer(meta: &kube::api::ObjectMeta, finalizer: &str) -> bool {
-    meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == finalizer))
 }
 
 pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -44,18 +40,18 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, E
 async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Action, Error> {
     let (namespace, name) = (claim.namespace().unwrap_or_default(), claim.name_any());
     let key = ObjectKey::new(&namespace, &name);
-    let Some(kind) = claim.spec.pool_ref.our_kind() else { return Ok(Action::await_change()) };
-    let pool_key = PoolKey::new(kind, &namespace, &claim.spec.pool_ref.name);
+    let Some(kind) = claim.pool_kind else { return Ok(Action::await_change()) };
+    let pool_key = PoolKey::new(kind, &namespace, &claim.pool_name);
     let deleting = claim.metadata.deletion_timestamp.is_some();
 
     // Pause (decision D8), checked the same way on every event: the claim, its Cluster, its pool.
-    if has_annotation(&claim.metadata, PAUSED_ANNOTATION) {
+    if claim.paused {
         ctx.registry.stop_waiting(&pool_key, &key);
         debug!(claim = %key, "paused by annotation");
         return Ok(Action::await_change());
     }
-    if let Some(cluster_name) = claim.cluster_name() {
-        match ctx.cluster(&namespace, &cluster_name) {
+    if let Some(cluster_name) = claim.cluster() {
+        match ctx.cluster(&namespace, cluster_name) {
             None if !deleting => {
                 // Velero restores Clusters last: wait, the Cluster's creation wakes this claim.
                 ctx.registry.stop_waiting(&pool_key, &key);
@@ -81,7 +77,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Action, Error> 
     }
 
     // The finalizer is persisted before any address exists, so a deleted claim never leaves an IPAddress behind.
-    if !has_finalizer(&claim.metadata, RELEASE_ADDRESS_FINALIZER) {
+    if claim.release_finalizer_index.is_none() {
         add_claim_finalizer(claim, ctx).await?;
     }
 
@@ -126,20 +122,13 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Action, Error> 
 
 /// The requested address of decision D14: the claim's annotation, else the pool's `preAllocations` entry.
 fn requested_address(claim: &Claim, pool: &DynamicObject) -> Option<String> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION))
-        .filter(|v| !v.is_empty())
-        .cloned()
-        .or_else(|| {
-            pool.data
-                .pointer("/spec/preAllocations")
-                .and_then(|p| p.get(claim.name_any()))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
+    claim.requested_address.as_deref().map(str::to_owned).or_else(|| {
+        pool.data
+            .pointer("/spec/preAllocations")
+            .and_then(|p| p.get(claim.name_any()))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    })
 }
 
 fn claim_reference(claim: &Claim, version: CapiVersion) -> ObjectReference {
@@ -166,7 +155,7 @@ async fn add_claim_finalizer(claim: &Claim, ctx: &Context) -> Result<(), Error> 
         .patch(&claim.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
         .map_err(Error::kube("adding the claim finalizer"))?;
-    debug!(claim = %claim.name_any(), finalizers = ?patched.metadata.finalizers, deleting = ?patched.metadata.deletion_timestamp, uid = ?patched.metadata.uid, rv = ?patched.metadata.resource_version, "finalizer added");
+    debug!(claim = %claim.name_any(), index = ?patched.release_finalizer_index, "finalizer added");
     Ok(())
 }
 
@@ -185,8 +174,8 @@ async fn create_address(
         "finalizers": [PROTECT_ADDRESS_FINALIZER],
         "ownerReferences": [claim_owner(claim, ctx.capi.ipam), pool_owner(pool_key.kind, pool)],
     });
-    if let Some(v) = claim.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)) {
-        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: v });
+    if let Some(v) = &claim.cluster_label {
+        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: &**v });
     }
     let mut spec = json!({
         "address": assigned.address.to_string(),
@@ -214,7 +203,9 @@ async fn create_address(
                 // finalizers again when it retries a delete): give the address back at once.
                 Err(Error::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404) => {
                     warn!(claim = %key, "the claim vanished while its address was being created; releasing it");
-                    release_orphan(ctx, key, &record).await?;
+                    if let Some(record) = &record {
+                        release_orphan(ctx, key, record).await?;
+                    }
                     Ok(Action::await_change())
                 }
                 other => other.map(|()| Action::await_change()),
@@ -225,8 +216,14 @@ async fn create_address(
             let woken = ctx.registry.abandon(pool_key, key);
             ctx.wake(woken);
             let existing = api.get(&key.name).await.map_err(Error::kube("reading the existing IPAddress"))?;
-            let record = ctx.remember_address(key, &existing);
-            adopt(claim, ctx, key, pool_key, Some(pool), &record).await
+            match ctx.remember_address(key, &existing) {
+                Some(record) => adopt(claim, ctx, key, pool_key, Some(pool), &record).await,
+                None => {
+                    let theirs = crate::capi::spec_of::<IpAddressSpec>(&existing).unwrap_or_default().pool_ref;
+                    let owner = format!("{} {:?} of group {:?}", theirs.kind, theirs.name, theirs.api_group);
+                    belongs_elsewhere(claim, ctx, key, pool_key, &owner).await
+                }
+            }
         }
         Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 404 | 422) => {
             // A definitive rejection: nothing was created, so the address is free again.
@@ -273,30 +270,15 @@ async fn adopt(
     pool: Option<&DynamicObject>,
     record: &AddressRecord,
 ) -> Result<Action, Error> {
-    let wanted = PoolRef {
-        api_group: Some(GROUP.to_owned()),
-        kind: pool_key.kind.kind().to_owned(),
-        name: pool_key.name.clone(),
-    };
-    let theirs = &record.spec.pool_ref;
-    if theirs.kind != wanted.kind || theirs.name != wanted.name || theirs.api_group.as_deref().unwrap_or(GROUP) != GROUP
-    {
-        let message = format!(
-            "IPAddress {key} already exists and belongs to {} {:?}, not to {pool_key}",
-            theirs.kind, theirs.name
-        );
-        set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
-        return Ok(Action::await_change());
+    if record.pool != *pool_key {
+        return belongs_elsewhere(claim, ctx, key, pool_key, &record.pool.to_string()).await;
     }
     ctx.registry.stop_waiting(pool_key, key);
     let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
     let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
-    let owners = &record.owners;
-    let has_claim_owner = owners.iter().any(|o| o.kind == "IPAddressClaim" && o.uid == claim_uid);
-    let has_pool_owner =
-        pool_uid.as_ref().is_none_or(|uid| owners.iter().any(|o| o.kind == pool_key.kind.kind() && &o.uid == uid));
-    let cluster_label = claim.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
-    let has_label = cluster_label.is_none_or(|v| record.cluster_label.as_ref() == Some(v));
+    let has_claim_owner = record.claim_owner == Some(Uid::of(&claim_uid));
+    let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
+    let has_label = claim.cluster_label.as_ref().is_none_or(|v| record.cluster_label.as_ref() == Some(v));
     let complete = has_claim_owner && has_pool_owner && record.protected && has_label;
     if !complete && !record.deleting {
         repair_address(claim, ctx, key, pool_key, pool).await?;
@@ -304,8 +286,23 @@ async fn adopt(
     if record.deleting {
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
     }
-    let message = format!("allocated {} from {pool_key}", record.spec.address);
+    let message = format!("allocated {} from {pool_key}", record.address);
     set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
+    Ok(Action::await_change())
+}
+
+/// An IPAddress of the claim's name exists for another pool: the claim cannot get one (IPAddress specs are
+/// immutable, and the name is taken).
+async fn belongs_elsewhere(
+    claim: &Claim,
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    owner: &str,
+) -> Result<Action, Error> {
+    ctx.registry.stop_waiting(pool_key, key);
+    let message = format!("IPAddress {key} already exists and belongs to {owner}, not to {pool_key}");
+    set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
     Ok(Action::await_change())
 }
 
@@ -324,8 +321,8 @@ async fn repair_address(
     let mut references: Vec<Value> = live
         .owner_references()
         .iter()
-        .filter(|o| !(o.kind == "IPAddressClaim" && o.name == key.name))
-        .filter(|o| !(o.kind == pool_key.kind.kind() && o.name == pool_key.name))
+        .filter(|o| !(o.kind == "IPAddressClaim" && *o.name == *key.name))
+        .filter(|o| !(o.kind == pool_key.kind.kind() && *o.name == *pool_key.name))
         .map(|o| serde_json::to_value(o).unwrap_or_default())
         .collect();
     references.push(claim_owner(claim, ctx.capi.ipam));
@@ -341,8 +338,8 @@ async fn repair_address(
         "ownerReferences": references,
         "finalizers": finalizers,
     });
-    if let Some(v) = claim.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)) {
-        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: v });
+    if let Some(v) = &claim.cluster_label {
+        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: &**v });
     }
     let patched = api
         .patch(&key.name, &PatchParams::default(), &Patch::Merge(json!({ "metadata": metadata })))
@@ -362,12 +359,13 @@ async fn set_ready(
     address_ref: Option<&str>,
 ) -> Result<(), Error> {
     let ready = Ready { reason, message };
-    let status = claim.status.clone().unwrap_or_default();
-    let conditions = status.conditions.clone().unwrap_or_default();
+    // The cache keeps our Ready condition only, in digest form; that is all the comparisons need.
+    let stored = claim.ready.as_ref();
+    let conditions = stored_conditions(stored);
     // v1beta1 claims show Ready in status.conditions too; either view tells whether the claim is current.
-    let stored_ref = status.address_ref.as_ref().map(|r| r.name.as_str());
+    let stored_ref = claim.address_ref.as_deref();
     let address_ref = address_ref.or(stored_ref);
-    let current = is_current(&conditions, &ready) && stored_ref == address_ref;
+    let current = is_current(stored, &ready) && stored_ref == address_ref;
     let uid = claim.metadata.uid.clone().unwrap_or_default();
     if current || ctx.already_written(&uid, &ready, address_ref) {
         return Ok(());
@@ -410,7 +408,7 @@ async fn set_ready(
     };
     result.map_err(Error::kube("writing the claim status"))?;
     ctx.remember_written(&uid, &ready, address_ref);
-    if is_transition(&conditions, &ready) {
+    if is_transition(stored, &ready) {
         let type_ = if reason.is_ready() { EventType::Normal } else { EventType::Warning };
         ctx.events
             .publish(&claim_reference(claim, ctx.capi.ipam), type_, reason.as_str(), "Allocate", &ready.message)
@@ -428,7 +426,7 @@ async fn release(
     pool: Option<&DynamicObject>,
 ) -> Result<Action, Error> {
     ctx.registry.stop_waiting(pool_key, key);
-    if !has_finalizer(&claim.metadata, RELEASE_ADDRESS_FINALIZER) {
+    if claim.release_finalizer_index.is_none() {
         return Ok(Action::await_change());
     }
     // addressReuseGracePeriodSeconds (IP pools): hold the address, unless the pool is gone or going.
@@ -452,7 +450,13 @@ async fn release(
             let held_pool = crate::capi::spec_of::<IpAddressSpec>(&address)
                 .and_then(|s| s.pool_ref.our_kind().map(|k| (k, s)))
                 .map(|(k, s)| PoolKey::new(k, &key.namespace, &s.pool_ref.name));
-            remove_finalizer(&api, &address.metadata, &key.name, PROTECT_ADDRESS_FINALIZER).await?;
+            remove_finalizer(
+                &api,
+                &key.name,
+                PROTECT_ADDRESS_FINALIZER,
+                finalizer_index(&address.metadata, PROTECT_ADDRESS_FINALIZER),
+            )
+            .await?;
             match api.delete(&key.name, &DeleteParams::default()).await {
                 // Gone now: the address is free at once (the watch event confirms it later).
                 Ok(either::Either::Right(_)) => {
@@ -481,24 +485,23 @@ async fn release(
             "the address was released",
         )
         .await;
-    remove_finalizer(&ctx.claims_api(&key.namespace), &claim.metadata, &key.name, RELEASE_ADDRESS_FINALIZER).await?;
+    let claims = ctx.claims_api(&key.namespace);
+    remove_finalizer(&claims, &key.name, RELEASE_ADDRESS_FINALIZER, claim.release_finalizer_index).await?;
     ctx.forget_claim(claim.metadata.uid.as_deref().unwrap_or_default());
     Ok(Action::await_change())
 }
 
-/// Removes one finalizer with a JSON patch that first tests it is still at that index.
-pub async fn remove_finalizer<K>(
-    api: &Api<K>,
-    meta: &kube::api::ObjectMeta,
-    name: &str,
-    finalizer: &str,
-) -> Result<(), Error>
+pub fn finalizer_index(meta: &kube::api::ObjectMeta, finalizer: &str) -> Option<usize> {
+    meta.finalizers.as_ref().and_then(|f| f.iter().position(|x| x == finalizer))
+}
+
+/// Removes one finalizer, found at `index` of the finalizers we read, with a JSON patch that first tests it is still
+/// there (a concurrent change fails the patch, and the retry reads the list again).
+pub async fn remove_finalizer<K>(api: &Api<K>, name: &str, finalizer: &str, index: Option<usize>) -> Result<(), Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let Some(index) = meta.finalizers.as_ref().and_then(|f| f.iter().position(|x| x == finalizer)) else {
-        return Ok(());
-    };
+    let Some(index) = index else { return Ok(()) };
     let patch: json_patch::Patch = serde_json::from_value(json!([
         {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
         {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
@@ -518,15 +521,21 @@ where
 pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> Result<(), Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
     let Ok(address) = api.get(&key.name).await else { return Ok(()) };
-    if address.metadata.uid != record.uid {
+    if address.metadata.uid.as_deref().map(Uid::of) != record.uid {
         return Ok(());
     }
-    remove_finalizer(&api, &address.metadata, &key.name, PROTECT_ADDRESS_FINALIZER).await?;
+    remove_finalizer(
+        &api,
+        &key.name,
+        PROTECT_ADDRESS_FINALIZER,
+        finalizer_index(&address.metadata, PROTECT_ADDRESS_FINALIZER),
+    )
+    .await?;
     match api.delete(&key.name, &DeleteParams::default()).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(Error::kube("deleting an orphaned IPAddress")(e)),
     }
-    warn!(address = %key, value = record.spec.address, "released an IPAddress whose claim is gone");
+    warn!(address = %key, value = record.address, "released an IPAddress whose claim is gone");
     Ok(())
 }

@@ -28,10 +28,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::api::{
-    CLUSTER_NAME_LABEL, GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind, REQUESTED_ADDRESS_ANNOTATION,
-    WATCH_FILTER_LABEL,
+    CLUSTER_NAME_LABEL, GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind, WATCH_FILTER_LABEL,
 };
-use crate::capi::{CapiApis, Claim, Cluster, IpAddress, IpAddressSpec};
+use crate::capi::{CapiApis, CapiVersion, Claim, Cluster, IpAddress};
+use crate::compact::{Uid, intern};
 use crate::diagnostics::Readiness;
 use crate::metrics::Metrics;
 use registry::{Held, ObjectKey, PoolKey, Registry};
@@ -93,51 +93,52 @@ impl Error {
     }
 }
 
-/// An owner reference, as much of it as the controllers compare.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner {
-    pub kind: String,
-    pub name: String,
-    pub uid: String,
-}
-
-/// An IPAddress as the controllers keep it: what allocation, adoption and orphan checks compare, and no more
-/// (100,000 of these stay small). Repairs read the live object.
+/// An IPAddress of one of our pools, as the controllers keep it: what allocation, adoption and the orphan checks
+/// compare, and no more (100,000 of these stay small). Repairs read the live object.
 #[derive(Clone, Debug)]
 pub struct AddressRecord {
-    pub uid: Option<String>,
-    pub spec: IpAddressSpec,
+    pub uid: Option<Uid>,
+    pub pool: PoolKey,
+    pub address: Box<str>,
+    /// Our ProtectAddress finalizer is on it.
     pub protected: bool,
-    pub owners: Vec<Owner>,
-    pub cluster_label: Option<String>,
+    /// The UID of its IPAddressClaim owner reference, if any.
+    pub claim_owner: Option<Uid>,
+    /// The UID of its owner reference to the pool, if any.
+    pub pool_owner: Option<Uid>,
+    pub cluster_label: Option<Arc<str>>,
     pub deleting: bool,
-    pub pool: Option<PoolKey>,
 }
 
 impl AddressRecord {
-    fn of(object: &IpAddress) -> Self {
-        let namespace = object.metadata.namespace.clone().unwrap_or_default();
-        let mut spec = object.spec.clone();
-        spec.gateway = None;
-        Self {
-            uid: object.metadata.uid.clone(),
-            pool: object.spec.pool_ref.our_kind().map(|k| PoolKey::new(k, &namespace, &object.spec.pool_ref.name)),
-            spec,
-            protected: object.metadata.finalizers.iter().flatten().any(|f| f == PROTECT_ADDRESS_FINALIZER),
-            owners: object
+    /// The record of an IPAddress, `None` when it does not reference one of our pools.
+    fn of(object: &IpAddress) -> Option<Self> {
+        let kind = object.spec.pool_ref.our_kind()?;
+        let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+        let pool = PoolKey::new(kind, namespace, &object.spec.pool_ref.name);
+        let owner = |k: &str, name: &str| {
+            object
                 .metadata
                 .owner_references
                 .iter()
                 .flatten()
-                .map(|o| Owner { kind: o.kind.clone(), name: o.name.clone(), uid: o.uid.clone() })
-                .collect(),
-            cluster_label: object.metadata.labels.as_ref().and_then(|l| l.get(crate::api::CLUSTER_NAME_LABEL)).cloned(),
+                .find(|o| o.kind == k && o.name == name)
+                .map(|o| Uid::of(&o.uid))
+        };
+        Some(Self {
+            uid: object.metadata.uid.as_deref().map(Uid::of),
+            address: object.spec.address.as_str().into(),
+            protected: object.metadata.finalizers.iter().flatten().any(|f| f == PROTECT_ADDRESS_FINALIZER),
+            claim_owner: owner("IPAddressClaim", &object.spec.claim_ref.name),
+            pool_owner: owner(kind.kind(), &pool.name),
+            cluster_label: object.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)).map(|v| intern(v)),
             deleting: object.metadata.deletion_timestamp.is_some(),
-        }
+            pool,
+        })
     }
 
     fn owned_by_a_claim(&self) -> bool {
-        self.protected && self.owners.iter().any(|o| o.kind == "IPAddressClaim")
+        self.protected && self.claim_owner.is_some()
     }
 }
 
@@ -151,17 +152,16 @@ pub struct Context {
     events: events::Events,
     addresses: RwLock<HashMap<ObjectKey, AddressRecord>>,
     pools: HashMap<PoolKind, (Store<DynamicObject>, ApiResource)>,
-    clusters: Option<(Store<Cluster>, ApiResource)>,
+    clusters: Option<(Store<Cluster>, CapiVersion)>,
     claims: Store<Claim>,
-    claim_resource: ApiResource,
     triggers: mpsc::UnboundedSender<ObjectRef<Claim>>,
     pool_triggers: HashMap<PoolKind, mpsc::UnboundedSender<ObjectRef<DynamicObject>>>,
     synced: watch::Receiver<bool>,
     /// A hash of the Ready state we last wrote per claim UID: a stale cached claim does not trigger a second write.
-    written: Mutex<HashMap<String, u64>>,
+    written: Mutex<HashMap<Uid, u64>>,
     /// When each claim was first seen without an address (for the allocation latency histogram).
-    first_seen: Mutex<HashMap<String, Instant>>,
-    failures: Mutex<HashMap<String, u32>>,
+    first_seen: Mutex<HashMap<Uid, Instant>>,
+    failures: Mutex<HashMap<Uid, u32>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -175,8 +175,8 @@ impl Context {
     }
 
     pub fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
-        let (store, resource) = self.clusters.as_ref()?;
-        store.get(&ObjectRef::new_with(name, resource.clone()).within(namespace))
+        let (store, version) = self.clusters.as_ref()?;
+        store.get(&ObjectRef::new_with(name, *version).within(namespace))
     }
 
     pub fn pool(&self, key: &PoolKey) -> Option<Arc<DynamicObject>> {
@@ -192,16 +192,14 @@ impl Context {
         self.addresses.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
     }
 
-    /// Records an IPAddress we just wrote (the watch will confirm it).
-    pub fn remember_address(&self, key: &ObjectKey, object: &DynamicObject) -> AddressRecord {
+    /// Records an IPAddress we just wrote or read (the watch will confirm it); `None` when it is not of our pools.
+    pub fn remember_address(&self, key: &ObjectKey, object: &DynamicObject) -> Option<AddressRecord> {
         let typed =
             IpAddress { metadata: object.metadata.clone(), spec: crate::capi::spec_of(object).unwrap_or_default() };
-        let record = AddressRecord::of(&typed);
-        if let Some(pool) = &record.pool {
-            self.registry.record(pool, key, Held::of(pool.kind, &record.spec));
-        }
+        let record = AddressRecord::of(&typed)?;
+        self.registry.record(&record.pool, key, Held::of(record.pool.kind, &typed.spec));
         self.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record.clone());
-        record
+        Some(record)
     }
 
     pub fn forget_address(&self, key: &ObjectKey) {
@@ -209,11 +207,11 @@ impl Context {
     }
 
     pub fn claims_api(&self, namespace: &str) -> Api<Claim> {
-        Api::namespaced_with(self.client.clone(), namespace, &self.claim_resource)
+        Api::namespaced_with(self.client.clone(), namespace, &self.capi.ipam)
     }
 
     fn claim_ref(&self, key: &ObjectKey) -> ObjectRef<Claim> {
-        ObjectRef::new_with(&key.name, self.claim_resource.clone()).within(&key.namespace)
+        ObjectRef::new_with(&key.name, self.capi.ipam).within(&key.namespace)
     }
 
     /// Reconciles these claims soon.
@@ -233,41 +231,37 @@ impl Context {
     }
 
     pub fn already_written(&self, uid: &str, ready: &Ready, address_ref: Option<&str>) -> bool {
-        lock(&self.written).get(uid) == Some(&written_hash(ready, address_ref))
+        lock(&self.written).get(&Uid::of(uid)) == Some(&crate::compact::digest(&(ready, address_ref)))
     }
 
     pub fn remember_written(&self, uid: &str, ready: &Ready, address_ref: Option<&str>) {
-        lock(&self.written).insert(uid.to_owned(), written_hash(ready, address_ref));
+        lock(&self.written).insert(Uid::of(uid), crate::compact::digest(&(ready, address_ref)));
     }
 
     pub fn forget_claim(&self, uid: &str) {
-        lock(&self.written).remove(uid);
-        lock(&self.first_seen).remove(uid);
-        lock(&self.failures).remove(uid);
+        let uid = Uid::of(uid);
+        lock(&self.written).remove(&uid);
+        lock(&self.first_seen).remove(&uid);
+        lock(&self.failures).remove(&uid);
     }
 
     /// Time since the claim was first seen, once: the allocation latency.
     pub fn allocation_latency(&self, claim: &Claim) -> Option<Duration> {
         let uid = claim.metadata.uid.as_deref()?;
-        lock(&self.first_seen).remove(uid).map(|t| t.elapsed())
+        lock(&self.first_seen).remove(&Uid::of(uid)).map(|t| t.elapsed())
     }
 
     fn first_seen(&self, claim: &Claim) {
         if let Some(uid) = &claim.metadata.uid {
-            lock(&self.first_seen).entry(uid.clone()).or_insert_with(Instant::now);
+            lock(&self.first_seen).entry(Uid::of(uid)).or_insert_with(Instant::now);
         }
     }
-}
-
-fn written_hash(ready: &Ready, address_ref: Option<&str>) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    BuildHasherDefault::<DefaultHasher>::default().hash_one((ready, address_ref))
 }
 
 /// Per-object exponential backoff: 200 ms doubling to 5 minutes, reset on success.
 fn backoff(ctx: &Context, uid: &str) -> Action {
     let mut failures = lock(&ctx.failures);
-    let n = failures.entry(uid.to_owned()).or_insert(0);
+    let n = failures.entry(Uid::of(uid)).or_insert(0);
     *n = (*n + 1).min(12);
     let delay = Duration::from_millis(200).saturating_mul(1 << (*n - 1)).min(Duration::from_secs(300));
     // Spread retries of a burst a little.
@@ -277,48 +271,17 @@ fn backoff(ctx: &Context, uid: &str) -> Action {
 
 fn reset_backoff(ctx: &Context, uid: Option<&str>) {
     if let Some(uid) = uid {
-        lock(&ctx.failures).remove(uid);
+        lock(&ctx.failures).remove(&Uid::of(uid));
     }
 }
 
-/// Drops what the controllers never read, so that 100,000 cached objects stay small: managed fields, owner
-/// references, and every label and annotation but `keep`.
-fn slim(meta: &mut kube::api::ObjectMeta, keep: &[&str]) {
-    meta.managed_fields = None;
-    meta.owner_references = None;
-    meta.generate_name = None;
-    meta.self_link = None;
-    for map in [&mut meta.annotations, &mut meta.labels] {
-        if let Some(m) = map.as_mut() {
-            m.retain(|k, _| keep.contains(&k.as_str()));
-            if m.is_empty() {
-                *map = None;
-            }
-        }
-    }
-}
-
-/// What a cached claim keeps: the labels and annotations the controller reads, and only its Ready condition.
-fn slim_claim(claim: &mut Claim) {
-    slim(
-        &mut claim.metadata,
-        &[PAUSED_ANNOTATION, REQUESTED_ADDRESS_ANNOTATION, CLUSTER_NAME_LABEL, WATCH_FILTER_LABEL],
-    );
-    if let Some(status) = claim.status.as_mut() {
-        if let Some(c) = status.conditions.as_mut() {
-            c.retain(|c| c.get("type").and_then(|t| t.as_str()) == Some(status::READY));
-        }
-        status.v1beta2 = None;
-    }
-}
-
-fn api_for<K>(client: &Client, namespace: Option<&str>, resource: &ApiResource) -> Api<K>
+fn api_for<K>(client: &Client, namespace: Option<&str>, dyntype: &K::DynamicType) -> Api<K>
 where
-    K: Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+    K: Resource<Scope = kube::core::DynamicResourceScope>,
 {
     match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
-        None => Api::all_with(client.clone(), resource),
+        Some(ns) => Api::namespaced_with(client.clone(), ns, dyntype),
+        None => Api::all_with(client.clone(), dyntype),
     }
 }
 
@@ -342,29 +305,27 @@ pub async fn run(
     let (synced_tx, synced) = watch::channel(false);
 
     // Claims: only those pointing at our pool kinds are cached and reconciled.
-    let claim_resource = capi.ipam.ip_address_claim();
-    let claim_writer = Writer::<Claim>::new(claim_resource.clone());
+    let claim_writer = Writer::<Claim>::new(capi.ipam);
     let claim_reader = claim_writer.as_reader();
     let mut claim_watch = watcher::Config::default();
     if let Some(filter) = &options.watch_filter {
         claim_watch = claim_watch.labels(&format!("{WATCH_FILTER_LABEL}={filter}"));
     }
-    let claim_stream = watcher(api_for::<Claim>(&client, namespace.as_deref(), &claim_resource), claim_watch)
+    let claim_stream = watcher(api_for::<Claim>(&client, namespace.as_deref(), &capi.ipam), claim_watch)
         .default_backoff()
         .try_filter(move |event| {
             future::ready(match event {
-                watcher::Event::Delete(c) if c.spec.pool_ref.our_kind().is_some() => {
+                watcher::Event::Delete(c) if c.pool_kind.is_some() => {
                     let _ =
                         vanished_tx.unbounded_send(ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any()));
                     true
                 }
                 watcher::Event::Apply(c) | watcher::Event::Delete(c) | watcher::Event::InitApply(c) => {
-                    c.spec.pool_ref.our_kind().is_some()
+                    c.pool_kind.is_some()
                 }
                 watcher::Event::Init | watcher::Event::InitDone => true,
             })
         })
-        .modify(slim_claim)
         .reflect(claim_writer)
         .applied_objects();
 
@@ -389,14 +350,13 @@ pub async fn run(
     }
 
     // Clusters, when the API server serves them.
-    let cluster_parts = capi.cluster_resource().map(|resource| {
-        let writer = Writer::<Cluster>::new(resource.clone());
+    let cluster_parts = capi.cluster.map(|version| {
+        let writer = Writer::<Cluster>::new(version);
         let reader = writer.as_reader();
-        let stream = watcher(api_for::<Cluster>(&client, namespace.as_deref(), &resource), watcher::Config::default())
+        let stream = watcher(api_for::<Cluster>(&client, namespace.as_deref(), &version), watcher::Config::default())
             .default_backoff()
-            .modify(|c: &mut Cluster| slim(&mut c.metadata, &[PAUSED_ANNOTATION]))
             .reflect(writer);
-        (reader, resource, stream)
+        (reader, version, stream)
     });
 
     let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());
@@ -408,9 +368,8 @@ pub async fn run(
         events: events::Events::new(client.clone(), identity),
         addresses: RwLock::new(HashMap::new()),
         pools,
-        clusters: cluster_parts.as_ref().map(|(reader, resource, _)| (reader.clone(), resource.clone())),
+        clusters: cluster_parts.as_ref().map(|(reader, version, _)| (reader.clone(), *version)),
         claims: claim_reader.clone(),
-        claim_resource: claim_resource.clone(),
         triggers,
         pool_triggers,
         synced,
@@ -426,11 +385,9 @@ pub async fn run(
     let (addresses_synced_tx, mut addresses_synced) = watch::channel(false);
     {
         let ctx = ctx.clone();
-        let stream = watcher(
-            api_for::<IpAddress>(&client, namespace.as_deref(), &capi.ipam.ip_address()),
-            watcher::Config::default(),
-        )
-        .default_backoff();
+        let stream =
+            watcher(api_for::<IpAddress>(&client, namespace.as_deref(), &capi.ipam), watcher::Config::default())
+                .default_backoff();
         tasks.push(
             async move {
                 let result = watch_addresses(ctx, stream, addresses_synced_tx).await;
@@ -482,7 +439,7 @@ pub async fn run(
                             if !now_paused && was != Some(false) {
                                 ctx.wake_claims_where(|claim| {
                                     claim.namespace().as_deref() == Some(key.0.as_str())
-                                        && claim.cluster_name().as_deref() == Some(key.1.as_str())
+                                        && claim.cluster() == Some(key.1.as_str())
                                 });
                             }
                         }
@@ -580,13 +537,13 @@ pub async fn run(
     {
         let ctx = ctx.clone();
         let stop = stop.clone();
-        let controller = Controller::for_stream_with(claim_stream, claim_reader, claim_resource)
+        let controller = Controller::for_stream_with(claim_stream, claim_reader, capi.ipam)
             .with_config(ControllerConfig::default().concurrency(options.concurrency))
             .reconcile_on(trigger_stream)
             .graceful_shutdown_on(stop.cancelled_owned())
             .run(
                 move |claim: Arc<Claim>, ctx: Arc<Context>| {
-                    if claim.status.as_ref().and_then(|s| s.address_ref.as_ref()).is_none() {
+                    if claim.address_ref.is_none() {
                         ctx.first_seen(&claim);
                     }
                     async move {
@@ -666,9 +623,9 @@ fn on_pool_event(
 
 fn wake_pool_claims(ctx: &Context, key: &PoolKey) {
     ctx.wake_claims_where(|claim| {
-        claim.spec.pool_ref.our_kind() == Some(key.kind)
-            && claim.spec.pool_ref.name == key.name
-            && (key.kind.is_global() || claim.namespace().as_deref() == Some(key.namespace.as_str()))
+        claim.pool_kind == Some(key.kind)
+            && claim.pool_name == key.name
+            && (key.kind.is_global() || claim.namespace().as_deref() == Some(&*key.namespace))
     });
 }
 
@@ -721,23 +678,26 @@ async fn watch_addresses(
 
 fn apply_address(ctx: &Context, address: &IpAddress) -> ObjectKey {
     let key = ObjectKey::new(&address.namespace().unwrap_or_default(), &address.name_any());
-    let record = AddressRecord::of(address);
-    let previous = ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record.clone());
-    if let Some(old_pool) = previous.and_then(|p| p.pool).filter(|p| Some(p) != record.pool.as_ref()) {
-        let woken = ctx.registry.forget(&old_pool, &key);
+    let Some(record) = AddressRecord::of(address) else {
+        // Not one of our pools' (IPAddress specs are immutable, so it never was).
+        return key;
+    };
+    let held = Held::of(record.pool.kind, &address.spec);
+    let pool = record.pool.clone();
+    let previous = ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record);
+    if let Some(old) = previous.filter(|p| p.pool != pool) {
+        let woken = ctx.registry.forget(&old.pool, &key);
         ctx.wake(woken);
     }
-    if let Some(pool) = &record.pool {
-        ctx.registry.record(pool, &key, Held::of(pool.kind, &record.spec));
-        // The claim of the same name may need its finalizer, owner references or status (restore, move).
-        ctx.wake(vec![key.clone()]);
-    }
+    ctx.registry.record(&pool, &key, held);
+    // The claim of the same name may need its finalizer, owner references or status (restore, move).
+    ctx.wake(vec![key.clone()]);
     key
 }
 
 fn delete_address(ctx: &Context, key: &ObjectKey) {
     let removed = ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).remove(key);
-    if let Some(pool) = removed.and_then(|r| r.pool) {
+    if let Some(pool) = removed.map(|r| r.pool) {
         let woken = ctx.registry.forget(&pool, key);
         ctx.metrics.released(pool.kind);
         ctx.wake(woken);
@@ -748,7 +708,7 @@ fn delete_address(ctx: &Context, key: &ObjectKey) {
 
 /// A claim's Delete event is authoritative: an IPAddress we made for it goes now, unless its Cluster is paused.
 async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
-    let Some(record) = ctx.address(key).filter(|r| r.pool.is_some() && r.owned_by_a_claim() && !r.deleting) else {
+    let Some(record) = ctx.address(key).filter(|r| r.owned_by_a_claim() && !r.deleting) else {
         return;
     };
     if let Some(cluster) = &record.cluster_label
@@ -773,7 +733,7 @@ async fn sweep_orphans(ctx: &Context, orphaned_since: &mut HashMap<ObjectKey, In
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .filter(|(_, r)| r.pool.is_some() && r.owned_by_a_claim() && !r.deleting)
+        .filter(|(_, r)| r.owned_by_a_claim() && !r.deleting)
         .map(|(k, r)| (k.clone(), r.clone()))
         .collect();
     let mut still = HashSet::new();

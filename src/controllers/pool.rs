@@ -11,7 +11,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info};
 
-use super::claim::remove_finalizer;
+use super::claim::{finalizer_index, remove_finalizer};
 use super::registry::PoolKey;
 use super::status::{READY, rfc3339};
 use super::{Context, Error, FIELD_MANAGER, pool_resource};
@@ -49,7 +49,8 @@ async fn reconcile_pool(kind: PoolKind, pool: &DynamicObject, ctx: &Context) -> 
         // The pool goes once no IPAddress references it.
         let used = ctx.registry.used(&key);
         if used == 0 && has_finalizer {
-            remove_finalizer(&api, &pool.metadata, &key.name, PROTECT_POOL_FINALIZER).await?;
+            let index = finalizer_index(&pool.metadata, PROTECT_POOL_FINALIZER);
+            remove_finalizer(&api, &key.name, PROTECT_POOL_FINALIZER, index).await?;
             ctx.metrics.forget_pool(kind, &key.namespace, &key.name);
             info!(pool = %key, "no IPAddress left; the pool may go");
         }

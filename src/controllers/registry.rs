@@ -10,23 +10,25 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::api::PoolKind;
 use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
 use crate::capi::IpAddressSpec;
+use crate::compact::intern;
 use crate::ipam::{
     Allocation, IpPoolAllocator, IpPoolConfig, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig, ReserveError,
     prefix_pool::PrefixReserveError,
 };
 
-/// A pool: its kind, namespace ("" for global pools) and name.
+/// A pool: its kind, namespace ("" for global pools) and name (shared strings: every IPAddress of the pool keeps
+/// one).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PoolKey {
     pub kind: PoolKind,
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 impl PoolKey {
     pub fn new(kind: PoolKind, namespace: &str, name: &str) -> Self {
-        let namespace = if kind.is_global() { String::new() } else { namespace.to_owned() };
-        Self { kind, namespace, name: name.to_owned() }
+        let namespace = if kind.is_global() { "" } else { namespace };
+        Self { kind, namespace: intern(namespace), name: intern(name) }
     }
 }
 
@@ -40,16 +42,16 @@ impl std::fmt::Display for PoolKey {
     }
 }
 
-/// An IPAddress (and the claim of the same name and namespace).
+/// An IPAddress (and the claim of the same name and namespace); the namespace is shared.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Box<str>,
 }
 
 impl ObjectKey {
     pub fn new(namespace: &str, name: &str) -> Self {
-        Self { namespace: namespace.to_owned(), name: name.to_owned() }
+        Self { namespace: intern(namespace), name: name.into() }
     }
 }
 
@@ -589,7 +591,7 @@ mod tests {
     fn prefix_pools() {
         let r = Registry::new();
         let key = PoolKey::new(PoolKind::GlobalInClusterPrefixPool, "ignored", "pp");
-        assert_eq!(key.namespace, "");
+        assert_eq!(&*key.namespace, "");
         r.apply_spec(&key, &json!({"prefixes": ["fd00::/62"], "allocationPrefixLength": 64, "gateway": "fd00::1"}));
         let a = r.allocate(&key, &obj("a"), None).unwrap();
         assert_eq!((a.address.to_string(), a.prefix, a.gateway.as_deref()), ("fd00::".into(), 64, Some("fd00::1")));

@@ -5,7 +5,7 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use crate::capi::CapiVersion;
+use crate::capi::{CapiVersion, ReadyCondition};
 
 pub const READY: &str = "Ready";
 
@@ -50,21 +50,31 @@ fn find_ready(conditions: &[Value]) -> Option<&Value> {
     conditions.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(READY))
 }
 
-/// Whether the stored conditions already say `ready` (status, reason and message).
-pub fn is_current(conditions: &[Value], ready: &Ready) -> bool {
-    find_ready(conditions).is_some_and(|c| {
-        c.get("status").and_then(Value::as_str) == Some(ready.status())
-            && c.get("reason").and_then(Value::as_str) == Some(ready.reason.as_str())
-            && c.get("message").and_then(Value::as_str).unwrap_or("") == ready.message
-    })
+impl Ready {
+    fn digest(&self) -> u64 {
+        ReadyCondition::digest_of(self.status(), self.reason.as_str(), Some(&self.message))
+    }
+}
+
+/// Whether the stored condition already says `ready` (status, reason and message).
+pub fn is_current(stored: Option<&ReadyCondition>, ready: &Ready) -> bool {
+    stored.is_some_and(|c| c.digest == ready.digest())
 }
 
 /// Whether `ready` changes the stored Ready status or reason (a transition: it gets an Event).
-pub fn is_transition(conditions: &[Value], ready: &Ready) -> bool {
-    find_ready(conditions).is_none_or(|c| {
-        c.get("status").and_then(Value::as_str) != Some(ready.status())
-            || c.get("reason").and_then(Value::as_str) != Some(ready.reason.as_str())
-    })
+pub fn is_transition(stored: Option<&ReadyCondition>, ready: &Ready) -> bool {
+    stored.is_none_or(|c| c.transition_digest != ReadyCondition::digest_of(ready.status(), ready.reason.as_str(), None))
+}
+
+/// The stored condition as a conditions list, with what [`claim_status`] reads of it: status and transition time.
+pub fn stored_conditions(stored: Option<&ReadyCondition>) -> Vec<Value> {
+    stored
+        .map(|c| {
+            let time = c.last_transition_time.and_then(|s| Timestamp::from_second(s).ok()).map(rfc3339);
+            json!({"type": READY, "status": c.status_str(), "lastTransitionTime": time})
+        })
+        .into_iter()
+        .collect()
 }
 
 /// The `lastTransitionTime` to write: unchanged unless the status flips.
@@ -206,13 +216,40 @@ mod tests {
         assert_eq!(s["conditions"][0]["message"], "ok");
     }
 
+    fn stored(condition: Value) -> Option<ReadyCondition> {
+        let claim: crate::capi::Claim =
+            serde_json::from_value(json!({"status": {"conditions": [{"type": "Other", "status": "True"}, condition]}}))
+                .unwrap();
+        claim.ready
+    }
+
     #[test]
     fn current_and_transitions() {
-        let stored = vec![json!({"type": "Ready", "status": "False", "reason": "PoolExhausted", "message": "m"})];
-        assert!(is_current(&stored, &ready(ClaimReason::PoolExhausted, "m")));
-        assert!(!is_current(&stored, &ready(ClaimReason::PoolExhausted, "other")));
-        assert!(!is_transition(&stored, &ready(ClaimReason::PoolExhausted, "other")));
-        assert!(is_transition(&stored, &ready(ClaimReason::Allocated, "m")));
-        assert!(is_transition(&[], &ready(ClaimReason::PoolExhausted, "m")));
+        let stored = stored(json!({"type": "Ready", "status": "False", "reason": "PoolExhausted", "message": "m"}));
+        let stored = stored.as_ref();
+        assert!(is_current(stored, &ready(ClaimReason::PoolExhausted, "m")));
+        assert!(!is_current(stored, &ready(ClaimReason::PoolExhausted, "other")));
+        assert!(!is_current(stored, &ready(ClaimReason::PoolNotReady, "m")));
+        assert!(!is_transition(stored, &ready(ClaimReason::PoolExhausted, "other")));
+        assert!(is_transition(stored, &ready(ClaimReason::PoolNotReady, "m")));
+        assert!(is_transition(stored, &ready(ClaimReason::Allocated, "m")));
+        assert!(is_transition(None, &ready(ClaimReason::PoolExhausted, "m")));
+        assert!(!is_current(None, &ready(ClaimReason::PoolExhausted, "m")));
+        // A missing message is an empty one.
+        let no_message = super::tests::stored(json!({"type": "Ready", "status": "True", "reason": "Allocated"}));
+        assert!(is_current(no_message.as_ref(), &ready(ClaimReason::Allocated, "")));
+    }
+
+    #[test]
+    fn the_stored_transition_time_is_kept_until_the_status_flips() {
+        let t1: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
+        let stored = stored(json!({"type": "Ready", "status": "False", "reason": "PoolExhausted", "message": "m",
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}));
+        let conditions = stored_conditions(stored.as_ref());
+        let same = metav1_condition(&conditions, &ready(ClaimReason::PoolNotReady, "x"), None, t1);
+        assert_eq!(same["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        let flipped = metav1_condition(&conditions, &ready(ClaimReason::Allocated, "ok"), None, t1);
+        assert_eq!(flipped["lastTransitionTime"], "2026-01-02T00:00:00Z");
+        assert!(stored_conditions(None).is_empty());
     }
 }

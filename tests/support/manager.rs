@@ -53,6 +53,11 @@ impl Manager {
     /// Installs the CAPI CRDs of `capi_release` and ours, registers the webhooks at a new port, starts the manager and
     /// waits until it is ready and the API server reaches its webhooks.
     pub fn start(plane: &Plane, capi_release: &str, extra_args: &[&str]) -> Manager {
+        Self::start_within(plane, capi_release, extra_args, Duration::from_secs(90))
+    }
+
+    /// As [`Manager::start`], allowing `ready_within` for the first list of everything (100,000 objects take long).
+    pub fn start_within(plane: &Plane, capi_release: &str, extra_args: &[&str], ready_within: Duration) -> Manager {
         let dir = plane.dir.join("managers").join(unique_name("m"));
         std::fs::create_dir_all(&dir).expect("manager folder");
         let certs = plane.dir.join("webhook-certs");
@@ -96,7 +101,7 @@ impl Manager {
         };
         m.register(plane, &certs);
         m.spawn();
-        m.wait_ready(plane);
+        m.wait_ready_within(plane, ready_within);
         m
     }
 
@@ -158,7 +163,11 @@ impl Manager {
 
     /// Waits until /readyz is 200 and the API server's calls reach the validating webhook.
     pub fn wait_ready(&self, plane: &Plane) {
-        let deadline = Instant::now() + Duration::from_secs(90);
+        self.wait_ready_within(plane, Duration::from_secs(90));
+    }
+
+    fn wait_ready_within(&self, plane: &Plane, ready_within: Duration) {
+        let deadline = Instant::now() + ready_within;
         while self.probe("/readyz") != Some(200) {
             assert!(self.is_running(), "the manager exited:\n{}", self.log_tail(60));
             assert!(Instant::now() < deadline, "the manager did not become ready:\n{}", self.log_tail(60));

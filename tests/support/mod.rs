@@ -75,13 +75,21 @@ impl Plane {
 
     /// A control plane of this test's own, removed when dropped; for tests that stop or restart a component.
     pub fn private(name: &str) -> Plane {
+        Self::private_with(name, &[])
+    }
+
+    /// A private plane started with extra `control-plane.sh up` options (such as `--no-watch-cache`).
+    pub fn private_with(name: &str, options: &[&str]) -> Plane {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = repo_root().join(".dev/private").join(format!(
             "{name}-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         ));
-        script(&["up", "--dir", &dir.to_string_lossy()]).unwrap_or_else(|e| panic!("{e}"));
+        let dir_arg = dir.to_string_lossy().into_owned();
+        let mut args = vec!["up", "--dir", &dir_arg];
+        args.extend_from_slice(options);
+        script(&args).unwrap_or_else(|e| panic!("{e}"));
         Plane { dir, private: true }
     }
 

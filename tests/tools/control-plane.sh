@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A real etcd + kube-apiserver on free 127.0.0.1 ports, for `make run`, `make test` and the integration tests.
 #
-#   control-plane.sh up     [--dir DIR]            start (or keep) a control plane; returns once /readyz is OK and
+#   control-plane.sh up     [--dir DIR] [--no-watch-cache]
+#                                                  start (or keep) a control plane; returns once /readyz is OK and
 #                                                  namespace default exists. Harmless when it is already running.
+#                                                  --no-watch-cache: lists and watches go to etcd (the memory bench:
+#                                                  the API server's cache of 200,000 custom objects needs > 20 GB)
 #   control-plane.sh down   [--dir DIR]            stop everything it started and remove its state
 #   control-plane.sh status [--dir DIR]            exit 0 when it is running and ready
 #   control-plane.sh stop   [--dir DIR] etcd|apiserver   stop one component, keeping the state (for restart tests)
@@ -18,9 +21,11 @@ repo=$(cd "$here/../.." && pwd)
 cmd=${1:-}; shift || true
 dir="$repo/.dev"
 component=""
+watch_cache=true
 while (($#)); do
   case $1 in
     --dir) dir=$2; shift 2 ;;
+    --no-watch-cache) watch_cache=false; shift ;;
     etcd|apiserver) component=$1; shift ;;
     *) echo "control-plane: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -39,6 +44,7 @@ BIN_DIR=$BIN_DIR
 ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
 API_PORT=$API_PORT
+WATCH_CACHE=$WATCH_CACHE
 EOF
 }
 
@@ -138,7 +144,7 @@ EOF_POLICY
     --allow-privileged=true --endpoint-reconciler-type=none \
     --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/logs/audit.log" \
     --audit-log-maxsize=100 --audit-log-maxbackup=1 \
-    --profiling=false --v=1 >>"$dir/logs/apiserver.log" 2>&1 &
+    --watch-cache="${WATCH_CACHE:-true}" --profiling=false --v=1 >>"$dir/logs/apiserver.log" 2>&1 &
   echo $! >"$dir/apiserver.pid"
   wait_ready
 }
@@ -186,6 +192,7 @@ case $cmd in
     BIN_DIR=${K8S_BIN_DIR:-$("$here/k8s-bin.sh" | tail -n 1)}
     if [[ ! -f $env_file ]]; then
       ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
+      WATCH_CACHE=$watch_cache
     fi
     write_env
     generate_pki
