@@ -450,26 +450,14 @@ async fn release(
             let held_pool = crate::capi::spec_of::<IpAddressSpec>(&address)
                 .and_then(|s| s.pool_ref.our_kind().map(|k| (k, s)))
                 .map(|(k, s)| PoolKey::new(k, &key.namespace, &s.pool_ref.name));
-            remove_finalizer(
-                &api,
-                &key.name,
-                PROTECT_ADDRESS_FINALIZER,
-                finalizer_index(&address.metadata, PROTECT_ADDRESS_FINALIZER),
-            )
-            .await?;
-            match api.delete(&key.name, &DeleteParams::default()).await {
-                // Gone now: the address is free at once (the watch event confirms it later).
-                Ok(either::Either::Right(_)) => {
-                    if let Some(p) = held_pool {
-                        let woken = ctx.registry.forget(&p, key);
-                        ctx.wake(woken);
-                        ctx.metrics.released(p.kind);
-                    }
-                    ctx.forget_address(key);
+            // Gone now: the address is free at once (the watch event confirms it later).
+            if delete_ip_address(&api, &address, "deleting the IPAddress").await? {
+                if let Some(p) = held_pool {
+                    let woken = ctx.registry.forget(&p, key);
+                    ctx.wake(woken);
+                    ctx.metrics.released(p.kind);
                 }
-                Ok(either::Either::Left(_)) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(Error::kube("deleting the IPAddress")(e)),
+                ctx.forget_address(key);
             }
             info!(claim = %key, "released");
         }
@@ -517,6 +505,23 @@ where
     }
 }
 
+/// Takes our finalizer off an IPAddress and deletes it; `true` when it is gone at once (no other finalizer).
+async fn delete_ip_address(
+    api: &Api<DynamicObject>,
+    address: &DynamicObject,
+    what: &'static str,
+) -> Result<bool, Error> {
+    let name = address.name_any();
+    let index = finalizer_index(&address.metadata, PROTECT_ADDRESS_FINALIZER);
+    remove_finalizer(api, &name, PROTECT_ADDRESS_FINALIZER, index).await?;
+    match api.delete(&name, &DeleteParams::default()).await {
+        Ok(either::Either::Right(_)) => Ok(true),
+        Ok(either::Either::Left(_)) => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(Error::kube(what)(e)),
+    }
+}
+
 /// Releases an IPAddress whose claim no longer exists (decision D11).
 pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> Result<(), Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
@@ -524,18 +529,7 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     if address.metadata.uid.as_deref().map(Uid::of) != record.uid {
         return Ok(());
     }
-    remove_finalizer(
-        &api,
-        &key.name,
-        PROTECT_ADDRESS_FINALIZER,
-        finalizer_index(&address.metadata, PROTECT_ADDRESS_FINALIZER),
-    )
-    .await?;
-    match api.delete(&key.name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(Error::kube("deleting an orphaned IPAddress")(e)),
-    }
+    delete_ip_address(&api, &address, "deleting an orphaned IPAddress").await?;
     warn!(address = %key, value = record.address, "released an IPAddress whose claim is gone");
     Ok(())
 }
