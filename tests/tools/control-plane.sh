@@ -38,14 +38,15 @@ log() { echo "control-plane: $*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-write_env() {
-  cat >"$env_file" <<EOF
+write_env() { # via a temporary file: a crash mid-write must not leave a truncated env file behind
+  cat >"$env_file.tmp" <<EOF
 BIN_DIR=$BIN_DIR
 ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
 API_PORT=$API_PORT
 WATCH_CACHE=$WATCH_CACHE
 EOF
+  mv -f "$env_file.tmp" "$env_file"
 }
 
 generate_pki() {
@@ -190,7 +191,8 @@ case $cmd in
     fi
     started=$SECONDS
     BIN_DIR=${K8S_BIN_DIR:-$("$here/k8s-bin.sh" | tail -n 1)}
-    if [[ ! -f $env_file ]]; then
+    # New ports unless a stopped plane left complete settings (a machine restart can leave an empty file).
+    if [[ -z ${ETCD_PORT:-} || -z ${ETCD_PEER_PORT:-} || -z ${API_PORT:-} ]]; then
       ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
       WATCH_CACHE=$watch_cache
     fi
