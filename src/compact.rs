@@ -20,6 +20,25 @@ pub fn intern(s: &str) -> Arc<str> {
     shared
 }
 
+/// A namespaced object's name: an IPAddress, or the claim of the same name and namespace; the namespace is shared.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub namespace: Arc<str>,
+    pub name: Box<str>,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self { namespace: intern(namespace), name: name.into() }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 /// An object UID in 16 bytes (byte-aligned, so an `Option<Uid>` takes 17). The API server's UIDs are UUIDs; anything else is kept as a 128-bit digest (equal
 /// strings stay equal, distinct ones differ but for a 2^-128 chance).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -13,6 +13,7 @@ use kube::{Api, Client, ResourceExt};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{CLUSTER_NAME_LABEL, GROUP, PoolKind};
+use crate::compact::ObjectKey;
 
 pub const CLUSTER_GROUP: &str = "cluster.x-k8s.io";
 
@@ -287,14 +288,28 @@ impl From<ConditionObject> for ReadyCondition {
     }
 }
 
-/// An `IPAddressClaim` as the controller keeps it, small enough to cache 100,000 of: the identity and state fields of
-/// its metadata, its spec, the few labels and annotations the controller reads, `status.addressRef` and our `Ready`
-/// condition. Built from the full object as it is deserialized.
+/// An `IPAddressClaim` as the watch and our writes deliver it: the compact [`Claim`] the controller caches, and the
+/// metadata the watcher resumes from (it is dropped once the claim is cached).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(from = "ClaimObject")]
-pub struct Claim {
-    /// Identity, generation and deletion only (no labels, annotations, owners or finalizers).
+pub struct ClaimResource {
+    /// Identity, resourceVersion, generation and deletion only (no labels, annotations, owners or finalizers).
     pub metadata: kube::api::ObjectMeta,
+    pub claim: Claim,
+}
+
+capi_resource!(ClaimResource, GROUP, "IPAddressClaim", "ipaddressclaims");
+
+/// An `IPAddressClaim` as the controller keeps it, small enough to cache 100,000 of: its namespace and name, UID,
+/// generation and deletion time, its spec, the few labels and annotations the controller reads,
+/// `status.addressRef` and our `Ready` condition. No `ObjectMeta` (360 bytes even when empty).
+#[derive(Clone, Debug, Default)]
+pub struct Claim {
+    pub key: ObjectKey,
+    /// Kept as text: it goes into the IPAddress's owner reference as it is.
+    pub uid: Box<str>,
+    pub generation: Option<i64>,
+    pub deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// `spec.poolRef`: the kind when it is one of ours, and the name.
     pub pool_kind: Option<PoolKind>,
     pub pool_name: Arc<str>,
@@ -349,7 +364,7 @@ struct ConditionObject {
     last_transition_time: String,
 }
 
-impl From<ClaimObject> for Claim {
+impl From<ClaimObject> for ClaimResource {
     fn from(mut o: ClaimObject) -> Self {
         let label = |k: &str| o.metadata.labels.as_ref().and_then(|l| l.get(k)).filter(|v| !v.is_empty()).cloned();
         let annotation = |k: &str| o.metadata.annotations.as_ref().and_then(|a| a.get(k)).cloned();
@@ -362,8 +377,15 @@ impl From<ClaimObject> for Claim {
             annotation(crate::api::REQUESTED_ADDRESS_ANNOTATION).filter(|v| !v.is_empty()).map(String::into_boxed_str);
         let status = o.status.take().unwrap_or_default();
         slim_metadata(&mut o.metadata);
-        Claim {
-            metadata: o.metadata,
+        let meta = &o.metadata;
+        let claim = Claim {
+            key: ObjectKey::new(
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            ),
+            uid: meta.uid.as_deref().unwrap_or_default().into(),
+            generation: meta.generation,
+            deletion_timestamp: meta.deletion_timestamp.clone(),
             pool_kind: o.spec.pool_ref.our_kind(),
             pool_name: crate::compact::intern(&o.spec.pool_ref.name),
             cluster_name: o.spec.cluster_name.filter(|n| !n.is_empty()).map(|n| crate::compact::intern(&n)),
@@ -374,11 +396,10 @@ impl From<ClaimObject> for Claim {
             watch_filter,
             address_ref: status.address_ref.map(|r| r.name).filter(|n| !n.is_empty()).map(String::into_boxed_str),
             ready: status.conditions.into_iter().flatten().find(|c| c.type_ == "Ready").map(ReadyCondition::from),
-        }
+        };
+        ClaimResource { metadata: o.metadata, claim }
     }
 }
-
-capi_resource!(Claim, GROUP, "IPAddressClaim", "ipaddressclaims");
 
 impl Claim {
     /// The Cluster this claim belongs to: `spec.clusterName`, else the cluster-name label.

@@ -7,12 +7,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::events::EventType;
+use super::queue::Next;
 use super::registry::{AllocateError, Assigned, ObjectKey, PoolKey};
 use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
 use super::{AddressRecord, Context, Error, FIELD_MANAGER};
@@ -29,7 +29,7 @@ fn has_annotation(meta: &kube::api::ObjectMeta, key: &str) -> bool {
     meta.annotations.as_ref().is_some_and(|a| a.contains_key(key))
 }
 
-pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Next, Error> {
     ctx.wait_synced().await;
     let started = std::time::Instant::now();
     let result = reconcile_claim(&claim, &ctx).await;
@@ -37,31 +37,31 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, E
     result
 }
 
-async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Action, Error> {
-    let (namespace, name) = (claim.namespace().unwrap_or_default(), claim.name_any());
-    let key = ObjectKey::new(&namespace, &name);
-    let Some(kind) = claim.pool_kind else { return Ok(Action::await_change()) };
-    let pool_key = PoolKey::new(kind, &namespace, &claim.pool_name);
-    let deleting = claim.metadata.deletion_timestamp.is_some();
+async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
+    let key = claim.key.clone();
+    let namespace = &*key.namespace;
+    let Some(kind) = claim.pool_kind else { return Ok(Next::AwaitChange) };
+    let pool_key = PoolKey::new(kind, namespace, &claim.pool_name);
+    let deleting = claim.deletion_timestamp.is_some();
 
     // Pause (decision D8), checked the same way on every event: the claim, its Cluster, its pool.
     if claim.paused {
         ctx.registry.stop_waiting(&pool_key, &key);
         debug!(claim = %key, "paused by annotation");
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     }
     if let Some(cluster_name) = claim.cluster() {
-        match ctx.cluster(&namespace, cluster_name) {
+        match ctx.cluster(namespace, cluster_name) {
             None if !deleting => {
                 // Velero restores Clusters last: wait, the Cluster's creation wakes this claim.
                 ctx.registry.stop_waiting(&pool_key, &key);
                 debug!(claim = %key, cluster = cluster_name, "waiting for the Cluster to exist");
-                return Ok(Action::await_change());
+                return Ok(Next::AwaitChange);
             }
             Some(c) if c.is_paused() => {
                 ctx.registry.stop_waiting(&pool_key, &key);
                 debug!(claim = %key, cluster = cluster_name, "the Cluster is paused");
-                return Ok(Action::await_change());
+                return Ok(Next::AwaitChange);
             }
             _ => {}
         }
@@ -70,7 +70,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Action, Error> 
     if pool.as_ref().is_some_and(|p| has_annotation(&p.metadata, PAUSED_ANNOTATION)) {
         ctx.registry.stop_waiting(&pool_key, &key);
         debug!(claim = %key, pool = %pool_key, "the pool is paused");
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     }
     if deleting {
         return release(claim, ctx, &key, &pool_key, pool.as_deref()).await;
@@ -88,12 +88,12 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Action, Error> 
     let Some(pool) = pool else {
         let message = format!("{pool_key} not found");
         set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     };
     if pool.metadata.deletion_timestamp.is_some() {
         let message = format!("{pool_key} is being deleted");
         set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     }
     if let Some(spec) = pool.data.get("spec") {
         let woken = ctx.registry.apply_spec(&pool_key, spec);
@@ -105,17 +105,17 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Action, Error> 
         Err(AllocateError::Exhausted { .. }) => {
             ctx.registry.wait(&pool_key, &key);
             set_ready(claim, ctx, ClaimReason::PoolExhausted, format!("{pool_key} has no free address"), None).await?;
-            Ok(Action::requeue(EXHAUSTED_RECHECK))
+            Ok(Next::After(EXHAUSTED_RECHECK))
         }
         Err(e @ (AllocateError::InvalidPool { .. } | AllocateError::Unknown { .. })) => {
             set_ready(claim, ctx, ClaimReason::PoolNotReady, e.to_string(), None).await?;
-            Ok(Action::await_change())
+            Ok(Next::AwaitChange)
         }
         Err(e @ AllocateError::Requested { .. }) => {
             // Retried when an address of the pool frees up (it may be the requested one) or the pool changes.
             ctx.registry.wait(&pool_key, &key);
             set_ready(claim, ctx, ClaimReason::AllocationFailed, e.to_string(), None).await?;
-            Ok(Action::requeue(EXHAUSTED_RECHECK))
+            Ok(Next::After(EXHAUSTED_RECHECK))
         }
     }
 }
@@ -125,7 +125,7 @@ fn requested_address(claim: &Claim, pool: &DynamicObject) -> Option<String> {
     claim.requested_address.as_deref().map(str::to_owned).or_else(|| {
         pool.data
             .pointer("/spec/preAllocations")
-            .and_then(|p| p.get(claim.name_any()))
+            .and_then(|p| p.get(&*claim.key.name))
             .and_then(Value::as_str)
             .map(str::to_owned)
     })
@@ -135,10 +135,10 @@ fn claim_reference(claim: &Claim, version: CapiVersion) -> ObjectReference {
     ObjectReference {
         api_version: Some(format!("{GROUP}/{}", version.version())),
         kind: Some("IPAddressClaim".to_owned()),
-        name: claim.metadata.name.clone(),
-        namespace: claim.metadata.namespace.clone(),
-        uid: claim.metadata.uid.clone(),
-        resource_version: claim.metadata.resource_version.clone(),
+        name: Some(claim.key.name.to_string()),
+        namespace: Some(claim.key.namespace.to_string()),
+        uid: Some(claim.uid.to_string()),
+        resource_version: None,
         field_path: None,
     }
 }
@@ -148,14 +148,14 @@ async fn add_claim_finalizer(claim: &Claim, ctx: &Context) -> Result<(), Error> 
     let patch = json!({
         "apiVersion": format!("{GROUP}/{}", ctx.capi.ipam.version()),
         "kind": "IPAddressClaim",
-        "metadata": {"name": claim.name_any(), "namespace": claim.namespace(), "finalizers": [RELEASE_ADDRESS_FINALIZER]},
+        "metadata": {"name": &*claim.key.name, "namespace": &*claim.key.namespace, "finalizers": [RELEASE_ADDRESS_FINALIZER]},
     });
     let patched = ctx
-        .claims_api(&claim.namespace().unwrap_or_default())
-        .patch(&claim.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .claims_api(&claim.key.namespace)
+        .patch(&claim.key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
         .map_err(Error::kube("adding the claim finalizer"))?;
-    debug!(claim = %claim.name_any(), index = ?patched.release_finalizer_index, "finalizer added");
+    debug!(claim = %claim.key.name, index = ?patched.claim.release_finalizer_index, "finalizer added");
     Ok(())
 }
 
@@ -167,7 +167,7 @@ async fn create_address(
     pool_key: &PoolKey,
     pool: &DynamicObject,
     assigned: &Assigned,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let mut metadata = json!({
         "name": key.name,
         "namespace": key.namespace,
@@ -206,9 +206,9 @@ async fn create_address(
                     if let Some(record) = &record {
                         release_orphan(ctx, key, record).await?;
                     }
-                    Ok(Action::await_change())
+                    Ok(Next::AwaitChange)
                 }
-                other => other.map(|()| Action::await_change()),
+                other => other.map(|()| Next::AwaitChange),
             }
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -242,8 +242,8 @@ fn claim_owner(claim: &Claim, version: CapiVersion) -> Value {
     json!({
         "apiVersion": format!("{GROUP}/{}", version.version()),
         "kind": "IPAddressClaim",
-        "name": claim.name_any(),
-        "uid": claim.metadata.uid.clone().unwrap_or_default(),
+        "name": &*claim.key.name,
+        "uid": claim.uid.to_string(),
         "controller": true,
         "blockOwnerDeletion": true,
     })
@@ -269,12 +269,12 @@ async fn adopt(
     pool_key: &PoolKey,
     pool: Option<&DynamicObject>,
     record: &AddressRecord,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     if record.pool != *pool_key {
         return belongs_elsewhere(claim, ctx, key, pool_key, &record.pool.to_string()).await;
     }
     ctx.registry.stop_waiting(pool_key, key);
-    let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
+    let claim_uid = claim.uid.to_string();
     let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
     let has_claim_owner = record.claim_owner == Some(Uid::of(&claim_uid));
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
@@ -288,7 +288,7 @@ async fn adopt(
     }
     let message = format!("allocated {} from {pool_key}", record.address);
     set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
-    Ok(Action::await_change())
+    Ok(Next::AwaitChange)
 }
 
 /// An IPAddress of the claim's name exists for another pool: the claim cannot get one (IPAddress specs are
@@ -299,11 +299,11 @@ async fn belongs_elsewhere(
     key: &ObjectKey,
     pool_key: &PoolKey,
     owner: &str,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     ctx.registry.stop_waiting(pool_key, key);
     let message = format!("IPAddress {key} already exists and belongs to {owner}, not to {pool_key}");
     set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
-    Ok(Action::await_change())
+    Ok(Next::AwaitChange)
 }
 
 /// Puts back what a restore or move lost on an IPAddress: our finalizer, the owner references (stale references to
@@ -366,31 +366,30 @@ async fn set_ready(
     let stored_ref = claim.address_ref.as_deref();
     let address_ref = address_ref.or(stored_ref);
     let current = is_current(stored, &ready) && stored_ref == address_ref;
-    let uid = claim.metadata.uid.clone().unwrap_or_default();
+    let uid = claim.uid.to_string();
     if current || ctx.already_written(&uid, &ready, address_ref) {
         return Ok(());
     }
     let now = Timestamp::now();
-    let namespace = claim.namespace().unwrap_or_default();
-    let api = ctx.claims_api(&namespace);
+    let namespace = &*claim.key.namespace;
+    let api = ctx.claims_api(namespace);
     let result = match ctx.capi.ipam {
         // v1beta2 keeps conditions in a map list: apply our entry only.
         CapiVersion::V1Beta2 => {
-            let body =
-                claim_status(ctx.capi.ipam, &conditions, &[], &ready, address_ref, claim.metadata.generation, now);
+            let body = claim_status(ctx.capi.ipam, &conditions, &[], &ready, address_ref, claim.generation, now);
             let patch = json!({
                 "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
-                "metadata": {"name": claim.name_any(), "namespace": namespace},
+                "metadata": {"name": &*claim.key.name, "namespace": namespace},
                 "status": body,
             });
-            api.patch_status(&claim.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await
+            api.patch_status(&claim.key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await
         }
         // v1beta1 keeps conditions in atomic lists: read them live (the cache keeps only ours), replace them whole,
         // guarded by the version read.
         CapiVersion::V1Beta1 => {
             let raw: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.ipam.ip_address_claim());
-            let live = raw.get(&claim.name_any()).await.map_err(Error::kube("reading the claim status"))?;
+                Api::namespaced_with(ctx.client.clone(), namespace, &ctx.capi.ipam.ip_address_claim());
+            let live = raw.get(&claim.key.name).await.map_err(Error::kube("reading the claim status"))?;
             let list =
                 |pointer: &str| live.data.pointer(pointer).and_then(Value::as_array).cloned().unwrap_or_default();
             let body = claim_status(
@@ -399,11 +398,11 @@ async fn set_ready(
                 &list("/status/v1beta2/conditions"),
                 &ready,
                 address_ref,
-                claim.metadata.generation,
+                claim.generation,
                 now,
             );
             let patch = json!({"metadata": {"resourceVersion": live.resource_version()}, "status": body});
-            api.patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+            api.patch_status(&claim.key.name, &PatchParams::default(), &Patch::Merge(&patch)).await
         }
     };
     result.map_err(Error::kube("writing the claim status"))?;
@@ -424,24 +423,24 @@ async fn release(
     key: &ObjectKey,
     pool_key: &PoolKey,
     pool: Option<&DynamicObject>,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     ctx.registry.stop_waiting(pool_key, key);
     if claim.release_finalizer_index.is_none() {
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     }
     // addressReuseGracePeriodSeconds (IP pools): hold the address, unless the pool is gone or going.
     if let Some(pool) = pool.filter(|p| p.metadata.deletion_timestamp.is_none())
         && !pool_key.kind.is_prefix_pool()
         && let Some(grace) = pool.data.pointer("/spec/addressReuseGracePeriodSeconds").and_then(Value::as_i64)
         && grace > 0
-        && let Some(deleted_at) = &claim.metadata.deletion_timestamp
+        && let Some(deleted_at) = &claim.deletion_timestamp
     {
         let release_at = deleted_at.0 + jiff::SignedDuration::from_secs(grace);
         let remaining = Timestamp::now().duration_until(release_at);
         if remaining.is_positive() {
             let wait = Duration::try_from(remaining).unwrap_or(Duration::from_secs(1));
             debug!(claim = %key, seconds = wait.as_secs_f64(), "holding the address for the reuse grace period");
-            return Ok(Action::requeue(wait + Duration::from_millis(50)));
+            return Ok(Next::After(wait + Duration::from_millis(50)));
         }
     }
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
@@ -475,8 +474,8 @@ async fn release(
         .await;
     let claims = ctx.claims_api(&key.namespace);
     remove_finalizer(&claims, &key.name, RELEASE_ADDRESS_FINALIZER, claim.release_finalizer_index).await?;
-    ctx.forget_claim(claim.metadata.uid.as_deref().unwrap_or_default());
-    Ok(Action::await_change())
+    ctx.forget_claim(&claim.uid);
+    Ok(Next::AwaitChange)
 }
 
 pub fn finalizer_index(meta: &kube::api::ObjectMeta, finalizer: &str) -> Option<usize> {

@@ -5,8 +5,10 @@
 //! and Cluster caches have listed everything once.
 
 mod claim;
+mod claim_cache;
 mod events;
 mod pool;
+mod queue;
 pub mod registry;
 pub mod status;
 
@@ -19,7 +21,7 @@ use futures::channel::mpsc;
 use futures::{FutureExt, StreamExt, TryStreamExt, future};
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -30,10 +32,12 @@ use tracing::{debug, info, warn};
 use crate::api::{
     CLUSTER_NAME_LABEL, GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind, WATCH_FILTER_LABEL,
 };
-use crate::capi::{CapiApis, CapiVersion, Claim, Cluster, IpAddress};
+use crate::capi::{CapiApis, CapiVersion, Claim, ClaimResource, Cluster, IpAddress};
 use crate::compact::{Uid, intern};
 use crate::diagnostics::Readiness;
 use crate::metrics::Metrics;
+use claim_cache::ClaimCache;
+use queue::{Next, WorkQueue};
 use registry::{Held, ObjectKey, PoolKey, Registry};
 use status::Ready;
 
@@ -153,8 +157,8 @@ pub struct Context {
     addresses: RwLock<HashMap<ObjectKey, AddressRecord>>,
     pools: HashMap<PoolKind, (Store<DynamicObject>, ApiResource)>,
     clusters: Option<(Store<Cluster>, CapiVersion)>,
-    claims: Store<Claim>,
-    triggers: mpsc::UnboundedSender<ObjectRef<Claim>>,
+    claims: ClaimCache,
+    queue: WorkQueue,
     pool_triggers: HashMap<PoolKind, mpsc::UnboundedSender<ObjectRef<DynamicObject>>>,
     synced: watch::Receiver<bool>,
     /// A hash of the Ready state we last wrote per claim UID: a stale cached claim does not trigger a second write.
@@ -206,28 +210,19 @@ impl Context {
         self.addresses.write().unwrap_or_else(|e| e.into_inner()).remove(key);
     }
 
-    pub fn claims_api(&self, namespace: &str) -> Api<Claim> {
+    pub fn claims_api(&self, namespace: &str) -> Api<ClaimResource> {
         Api::namespaced_with(self.client.clone(), namespace, &self.capi.ipam)
-    }
-
-    fn claim_ref(&self, key: &ObjectKey) -> ObjectRef<Claim> {
-        ObjectRef::new_with(&key.name, self.capi.ipam).within(&key.namespace)
     }
 
     /// Reconciles these claims soon.
     pub fn wake(&self, claims: Vec<ObjectKey>) {
         for c in claims {
-            let _ = self.triggers.unbounded_send(self.claim_ref(&c));
+            self.queue.add(c);
         }
     }
 
     fn wake_claims_where(&self, predicate: impl Fn(&Claim) -> bool) {
-        for claim in self.claims.state() {
-            if predicate(&claim) {
-                let key = ObjectKey::new(&claim.namespace().unwrap_or_default(), &claim.name_any());
-                let _ = self.triggers.unbounded_send(self.claim_ref(&key));
-            }
-        }
+        self.wake(self.claims.keys_where(predicate));
     }
 
     pub fn already_written(&self, uid: &str, ready: &Ready, address_ref: Option<&str>) -> bool {
@@ -247,32 +242,27 @@ impl Context {
 
     /// Time since the claim was first seen, once: the allocation latency.
     pub fn allocation_latency(&self, claim: &Claim) -> Option<Duration> {
-        let uid = claim.metadata.uid.as_deref()?;
-        lock(&self.first_seen).remove(&Uid::of(uid)).map(|t| t.elapsed())
+        lock(&self.first_seen).remove(&Uid::of(&claim.uid)).map(|t| t.elapsed())
     }
 
     fn first_seen(&self, claim: &Claim) {
-        if let Some(uid) = &claim.metadata.uid {
-            lock(&self.first_seen).entry(Uid::of(uid)).or_insert_with(Instant::now);
-        }
+        lock(&self.first_seen).entry(Uid::of(&claim.uid)).or_insert_with(Instant::now);
     }
 }
 
 /// Per-object exponential backoff: 200 ms doubling to 5 minutes, reset on success.
-fn backoff(ctx: &Context, uid: &str) -> Action {
+fn backoff(ctx: &Context, uid: &str) -> Duration {
     let mut failures = lock(&ctx.failures);
     let n = failures.entry(Uid::of(uid)).or_insert(0);
     *n = (*n + 1).min(12);
     let delay = Duration::from_millis(200).saturating_mul(1 << (*n - 1)).min(Duration::from_secs(300));
     // Spread retries of a burst a little.
     let jitter = Duration::from_millis(u64::from(uid.bytes().fold(0u8, |a, b| a.wrapping_add(b))) % 100);
-    Action::requeue(delay + jitter)
+    delay + jitter
 }
 
-fn reset_backoff(ctx: &Context, uid: Option<&str>) {
-    if let Some(uid) = uid {
-        lock(&ctx.failures).remove(&Uid::of(uid));
-    }
+fn reset_backoff(ctx: &Context, uid: &str) {
+    lock(&ctx.failures).remove(&Uid::of(uid));
 }
 
 fn api_for<K>(client: &Client, namespace: Option<&str>, dyntype: &K::DynamicType) -> Api<K>
@@ -299,35 +289,17 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let capi = options.capi;
     let namespace = options.namespace.clone();
-    let (triggers, trigger_stream) = mpsc::unbounded();
     // Claims that vanished: their IPAddress, if any, is checked at once (decision D11).
     let (vanished_tx, mut vanished) = mpsc::unbounded::<ObjectKey>();
     let (synced_tx, synced) = watch::channel(false);
 
     // Claims: only those pointing at our pool kinds are cached and reconciled.
-    let claim_writer = Writer::<Claim>::new(capi.ipam);
-    let claim_reader = claim_writer.as_reader();
     let mut claim_watch = watcher::Config::default();
     if let Some(filter) = &options.watch_filter {
         claim_watch = claim_watch.labels(&format!("{WATCH_FILTER_LABEL}={filter}"));
     }
-    let claim_stream = watcher(api_for::<Claim>(&client, namespace.as_deref(), &capi.ipam), claim_watch)
-        .default_backoff()
-        .try_filter(move |event| {
-            future::ready(match event {
-                watcher::Event::Delete(c) if c.pool_kind.is_some() => {
-                    let _ =
-                        vanished_tx.unbounded_send(ObjectKey::new(&c.namespace().unwrap_or_default(), &c.name_any()));
-                    true
-                }
-                watcher::Event::Apply(c) | watcher::Event::Delete(c) | watcher::Event::InitApply(c) => {
-                    c.pool_kind.is_some()
-                }
-                watcher::Event::Init | watcher::Event::InitDone => true,
-            })
-        })
-        .reflect(claim_writer)
-        .applied_objects();
+    let claim_stream =
+        watcher(api_for::<ClaimResource>(&client, namespace.as_deref(), &capi.ipam), claim_watch).default_backoff();
 
     // Pools: one cached stream per kind.
     let mut pools = HashMap::new();
@@ -369,8 +341,8 @@ pub async fn run(
         addresses: RwLock::new(HashMap::new()),
         pools,
         clusters: cluster_parts.as_ref().map(|(reader, version, _)| (reader.clone(), *version)),
-        claims: claim_reader.clone(),
-        triggers,
+        claims: ClaimCache::default(),
+        queue: WorkQueue::default(),
         pool_triggers,
         synced,
         written: Mutex::new(HashMap::new()),
@@ -380,6 +352,19 @@ pub async fn run(
     });
 
     let mut tasks: Vec<futures::future::BoxFuture<'static, (&'static str, anyhow::Result<()>)>> = Vec::new();
+
+    // Claims feed the claim cache and the queue.
+    let (claims_synced_tx, mut claims_synced) = watch::channel(false);
+    {
+        let ctx = ctx.clone();
+        tasks.push(
+            async move {
+                let result = watch_claims(ctx, claim_stream, claims_synced_tx, vanished_tx).await;
+                ("IPAddressClaim watch", result)
+            }
+            .boxed(),
+        );
+    }
 
     // IPAddresses feed the allocator and the index.
     let (addresses_synced_tx, mut addresses_synced) = watch::channel(false);
@@ -438,8 +423,7 @@ pub async fn run(
                             // A Cluster that appears, or is unpaused, wakes its claims (decision D9).
                             if !now_paused && was != Some(false) {
                                 ctx.wake_claims_where(|claim| {
-                                    claim.namespace().as_deref() == Some(key.0.as_str())
-                                        && claim.cluster() == Some(key.1.as_str())
+                                    *claim.key.namespace == *key.0 && claim.cluster() == Some(key.1.as_str())
                                 });
                             }
                         }
@@ -460,7 +444,6 @@ pub async fn run(
     {
         let ctx = ctx.clone();
         let readiness = readiness.clone();
-        let claim_reader = claim_reader.clone();
         tasks.push(
             async move {
                 let _ = addresses_synced.wait_for(|s| *s).await;
@@ -470,9 +453,9 @@ pub async fn run(
                 if let Some(r) = &cluster_reader {
                     let _ = r.wait_until_ready().await;
                 }
-                let _ = claim_reader.wait_until_ready().await;
+                let _ = claims_synced.wait_for(|s| *s).await;
                 info!(
-                    claims = claim_reader.state().len(),
+                    claims = ctx.claims.len(),
                     addresses = ctx.addresses.read().map(|a| a.len()).unwrap_or(0),
                     "caches synced; allocating"
                 );
@@ -533,44 +516,24 @@ pub async fn run(
         );
     }
 
-    // The claim controller.
+    // The claim workers, and the timer of their delayed requeues.
     {
         let ctx = ctx.clone();
-        let stop = stop.clone();
-        let controller = Controller::for_stream_with(claim_stream, claim_reader, capi.ipam)
-            .with_config(ControllerConfig::default().concurrency(options.concurrency))
-            .reconcile_on(trigger_stream)
-            .graceful_shutdown_on(stop.cancelled_owned())
-            .run(
-                move |claim: Arc<Claim>, ctx: Arc<Context>| {
-                    if claim.address_ref.is_none() {
-                        ctx.first_seen(&claim);
-                    }
-                    async move {
-                        let uid = claim.metadata.uid.clone();
-                        let result = claim::reconcile(claim, ctx.clone()).await;
-                        if result.is_ok() {
-                            reset_backoff(&ctx, uid.as_deref());
-                        }
-                        result
-                    }
-                },
-                |claim: Arc<Claim>, error: &Error, ctx: Arc<Context>| {
-                    debug!(claim = %claim.name_any(), error = %error, "claim reconcile failed; retrying");
-                    backoff(&ctx, claim.metadata.uid.as_deref().unwrap_or_default())
-                },
-                ctx.clone(),
-            )
-            .for_each(|r| {
-                if let Err(e) = r {
-                    debug!(error = %e, "claim controller");
-                }
-                future::ready(())
-            });
         tasks.push(
             async move {
-                controller.await;
-                ("claim controller", Ok(()))
+                ctx.queue.run_timers().await;
+                ("claim requeue timer", Ok(()))
+            }
+            .boxed(),
+        );
+    }
+    {
+        let workers: Vec<_> =
+            (0..options.concurrency.max(1)).map(|_| claim_worker(ctx.clone(), stop.clone())).collect();
+        tasks.push(
+            async move {
+                futures::future::join_all(workers).await;
+                ("claim workers", Ok(()))
             }
             .boxed(),
         );
@@ -625,8 +588,91 @@ fn wake_pool_claims(ctx: &Context, key: &PoolKey) {
     ctx.wake_claims_where(|claim| {
         claim.pool_kind == Some(key.kind)
             && claim.pool_name == key.name
-            && (key.kind.is_global() || claim.namespace().as_deref() == Some(&*key.namespace))
+            && (key.kind.is_global() || claim.key.namespace == key.namespace)
     });
+}
+
+/// Consumes the claim watch: claims of our pool kinds are cached and queued; a relist drops what vanished meanwhile.
+async fn watch_claims(
+    ctx: Arc<Context>,
+    stream: impl futures::Stream<Item = Result<watcher::Event<ClaimResource>, watcher::Error>>,
+    synced: watch::Sender<bool>,
+    vanished: mpsc::UnboundedSender<ObjectKey>,
+) -> anyhow::Result<()> {
+    let mut stream = std::pin::pin!(stream);
+    // On a relist: the cached claims not listed again (empty at start-up, so the first list costs nothing here).
+    let mut unlisted: Option<HashSet<ObjectKey>> = None;
+    let forget = |key: &ObjectKey| {
+        if ctx.claims.remove(key).is_some() {
+            let _ = vanished.unbounded_send(key.clone());
+        }
+    };
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => unlisted = Some(ctx.claims.keys_where(|_| true).into_iter().collect()),
+            Ok(watcher::Event::InitApply(c)) => {
+                if let Some(set) = unlisted.as_mut() {
+                    set.remove(&c.claim.key);
+                }
+                apply_claim(&ctx, c.claim);
+            }
+            Ok(watcher::Event::InitDone) => {
+                for key in unlisted.take().into_iter().flatten() {
+                    forget(&key);
+                }
+                let _ = synced.send(true);
+            }
+            Ok(watcher::Event::Apply(c)) => apply_claim(&ctx, c.claim),
+            Ok(watcher::Event::Delete(c)) => forget(&c.claim.key),
+            Err(e) => warn!(error = %e, "IPAddressClaim watch"),
+        }
+    }
+    Ok(())
+}
+
+/// Caches a claim that references one of our pool kinds and queues it; any other claim is not ours to keep.
+fn apply_claim(ctx: &Context, claim: Claim) {
+    let key = claim.key.clone();
+    if claim.pool_kind.is_some() {
+        ctx.claims.insert(Arc::new(claim));
+        ctx.queue.add(key);
+    } else {
+        ctx.claims.remove(&key);
+    }
+}
+
+/// Reconciles queued claims one at a time until `stop`; a run that has begun is finished first.
+async fn claim_worker(ctx: Arc<Context>, stop: CancellationToken) {
+    loop {
+        let key = tokio::select! {
+            _ = stop.cancelled() => return,
+            key = ctx.queue.next() => key,
+        };
+        let next = match ctx.claims.get(&key) {
+            Some(claim) => {
+                if claim.address_ref.is_none() {
+                    ctx.first_seen(&claim);
+                }
+                let uid = claim.uid.clone();
+                match claim::reconcile(claim, ctx.clone()).await {
+                    Ok(next) => {
+                        reset_backoff(&ctx, &uid);
+                        next
+                    }
+                    Err(error) => {
+                        debug!(claim = %key, error = %error, "claim reconcile failed; retrying");
+                        Next::After(backoff(&ctx, &uid))
+                    }
+                }
+            }
+            // Deleted meanwhile: its Delete event did what was left to do.
+            None => Next::AwaitChange,
+        };
+        ctx.queue.done(&key);
+        if let Next::After(delay) = next {
+            ctx.queue.add_after(key, delay);
+        }
+    }
 }
 
 /// Consumes the IPAddress watch: every change goes into the index and the allocator; a relist replaces both.
@@ -636,30 +682,23 @@ async fn watch_addresses(
     synced: watch::Sender<bool>,
 ) -> anyhow::Result<()> {
     let mut stream = std::pin::pin!(stream);
-    let mut relisted: Option<HashSet<ObjectKey>> = None;
+    // On a relist: the known IPAddresses not listed again (empty at start-up, so the first list costs nothing here).
+    let mut unlisted: Option<HashSet<ObjectKey>> = None;
     while let Some(event) = stream.next().await {
         match event {
-            Ok(watcher::Event::Init) => relisted = Some(HashSet::new()),
+            Ok(watcher::Event::Init) => {
+                unlisted = Some(ctx.addresses.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect());
+            }
             Ok(watcher::Event::InitApply(a)) => {
                 let key = apply_address(&ctx, &a);
-                if let Some(set) = relisted.as_mut() {
-                    set.insert(key);
+                if let Some(set) = unlisted.as_mut() {
+                    set.remove(&key);
                 }
             }
             Ok(watcher::Event::InitDone) => {
-                if let Some(listed) = relisted.take() {
-                    // Whatever vanished while the watch was down is gone now.
-                    let gone: Vec<ObjectKey> = ctx
-                        .addresses
-                        .read()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .keys()
-                        .filter(|k| !listed.contains(*k))
-                        .cloned()
-                        .collect();
-                    for key in gone {
-                        delete_address(&ctx, &key);
-                    }
+                // Whatever vanished while the watch was down is gone now.
+                for key in unlisted.take().into_iter().flatten() {
+                    delete_address(&ctx, &key);
                 }
                 let _ = synced.send(true);
             }
@@ -733,14 +772,11 @@ async fn sweep_orphans(ctx: &Context, orphaned_since: &mut HashMap<ObjectKey, In
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .filter(|(_, r)| r.owned_by_a_claim() && !r.deleting)
+        .filter(|(k, r)| r.owned_by_a_claim() && !r.deleting && !ctx.claims.contains(k))
         .map(|(k, r)| (k.clone(), r.clone()))
         .collect();
     let mut still = HashSet::new();
     for (key, record) in candidates {
-        if ctx.claims.get(&ctx.claim_ref(&key)).is_some() {
-            continue;
-        }
         // A paused Cluster (a move in progress) keeps its addresses.
         if let Some(cluster) = &record.cluster_label
             && ctx.cluster(&key.namespace, cluster).is_some_and(|c| c.is_paused())

@@ -42,24 +42,7 @@ impl std::fmt::Display for PoolKey {
     }
 }
 
-/// An IPAddress (and the claim of the same name and namespace); the namespace is shared.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    pub namespace: Arc<str>,
-    pub name: Box<str>,
-}
-
-impl ObjectKey {
-    pub fn new(namespace: &str, name: &str) -> Self {
-        Self { namespace: intern(namespace), name: name.into() }
-    }
-}
-
-impl std::fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+pub use crate::compact::ObjectKey;
 
 /// What an IPAddress holds in its pool: an address (IP pools) or a prefix (prefix pools); `None` when unparsable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -217,10 +217,10 @@ mod tests {
     }
 
     fn stored(condition: Value) -> Option<ReadyCondition> {
-        let claim: crate::capi::Claim =
+        let claim: crate::capi::ClaimResource =
             serde_json::from_value(json!({"status": {"conditions": [{"type": "Other", "status": "True"}, condition]}}))
                 .unwrap();
-        claim.ready
+        claim.claim.ready
     }
 
     #[test]

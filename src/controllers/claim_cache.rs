@@ -1,0 +1,96 @@
+//! The claims of our pool kinds, as compact [`Claim`]s by namespace and name, fed by the claim watch. A set of
+//! `Arc<Claim>` looked up by the claim's own key: no second copy of the name per claim.
+
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, RwLock};
+
+use super::registry::ObjectKey;
+use crate::capi::Claim;
+
+#[derive(Default)]
+pub struct ClaimCache {
+    claims: RwLock<HashSet<Cached>>,
+}
+
+struct Cached(Arc<Claim>);
+
+impl Borrow<ObjectKey> for Cached {
+    fn borrow(&self) -> &ObjectKey {
+        &self.0.key
+    }
+}
+
+impl Hash for Cached {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key.hash(state);
+    }
+}
+
+impl PartialEq for Cached {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for Cached {}
+
+impl ClaimCache {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<Cached>> {
+        self.claims.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashSet<Cached>> {
+        self.claims.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<Claim>> {
+        self.read().get(key).map(|c| c.0.clone())
+    }
+
+    pub fn contains(&self, key: &ObjectKey) -> bool {
+        self.read().contains(key)
+    }
+
+    /// Stores the claim, replacing the one of the same namespace and name.
+    pub fn insert(&self, claim: Arc<Claim>) {
+        self.write().replace(Cached(claim));
+    }
+
+    pub fn remove(&self, key: &ObjectKey) -> Option<Arc<Claim>> {
+        self.write().take(key).map(|c| c.0)
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// The keys of the cached claims for which `predicate` holds.
+    pub fn keys_where(&self, predicate: impl Fn(&Claim) -> bool) -> Vec<ObjectKey> {
+        self.read().iter().filter(|c| predicate(&c.0)).map(|c| c.0.key.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(namespace: &str, name: &str, pool: &str) -> Arc<Claim> {
+        Arc::new(Claim { key: ObjectKey::new(namespace, name), pool_name: pool.into(), ..Claim::default() })
+    }
+
+    #[test]
+    fn claims_are_found_replaced_and_removed_by_key() {
+        let cache = ClaimCache::default();
+        cache.insert(claim("a", "c1", "p1"));
+        cache.insert(claim("b", "c1", "p1"));
+        cache.insert(claim("a", "c1", "p2"));
+        assert_eq!(cache.len(), 2);
+        assert_eq!(&*cache.get(&ObjectKey::new("a", "c1")).unwrap().pool_name, "p2");
+        assert_eq!(cache.keys_where(|c| &*c.pool_name == "p1"), vec![ObjectKey::new("b", "c1")]);
+        assert!(cache.remove(&ObjectKey::new("a", "c1")).is_some());
+        assert!(!cache.contains(&ObjectKey::new("a", "c1")));
+        assert!(cache.remove(&ObjectKey::new("a", "c1")).is_none());
+    }
+}

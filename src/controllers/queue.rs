@@ -1,0 +1,307 @@
+//! The claim work queue, in place of kube's `Controller` for claims: a claim is reconciled by one worker at a time,
+//! wakes that arrive while it runs fold into one more run, and of two delayed requeues the earlier wins. It keys by
+//! our compact [`ObjectKey`] and gives its memory back once a burst drains (100,000 claims are queued at start-up).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::registry::ObjectKey;
+
+/// What a reconcile asks for next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until something changes (a watch event or a wake).
+    AwaitChange,
+    /// Another run after this long, unless a change comes first.
+    After(Duration),
+}
+
+/// Collections at most this large keep their capacity; larger ones shrink when they drain.
+const KEEP_CAPACITY: usize = 1024;
+
+#[derive(Default)]
+pub struct WorkQueue {
+    state: Mutex<State>,
+    /// Signalled when `ready` gains a key.
+    ready_signal: Notify,
+    /// Signalled when a delayed requeue is added (the timer may have to wake earlier).
+    timer_signal: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// Keys waiting for a worker, in order; `queued` holds the same keys.
+    ready: VecDeque<ObjectKey>,
+    queued: HashSet<ObjectKey>,
+    /// Keys a worker has now; a key woken meanwhile goes to `rerun` and back to `ready` when the worker is done.
+    running: HashSet<ObjectKey>,
+    rerun: HashSet<ObjectKey>,
+    /// Delayed requeues by due time (the sequence number keeps equal times apart), and each key's entry.
+    delayed: BTreeMap<(Instant, u64), ObjectKey>,
+    due: HashMap<ObjectKey, (Instant, u64)>,
+    sequence: u64,
+}
+
+impl State {
+    fn add(&mut self, key: ObjectKey) -> bool {
+        if let Some(entry) = self.due.remove(&key) {
+            self.delayed.remove(&entry);
+        }
+        if self.running.contains(&key) {
+            self.rerun.insert(key);
+            false
+        } else if self.queued.insert(key.clone()) {
+            self.ready.push_back(key);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn shrink_when_drained(&mut self) {
+        if self.ready.is_empty() && self.ready.capacity() > KEEP_CAPACITY {
+            self.ready.shrink_to(KEEP_CAPACITY);
+        }
+        if self.queued.len() * 4 < self.queued.capacity() && self.queued.capacity() > KEEP_CAPACITY {
+            self.queued.shrink_to(KEEP_CAPACITY.max(self.queued.len() * 2));
+        }
+        if self.due.len() * 4 < self.due.capacity() && self.due.capacity() > KEEP_CAPACITY {
+            self.due.shrink_to(KEEP_CAPACITY.max(self.due.len() * 2));
+        }
+        if self.rerun.len() * 4 < self.rerun.capacity() && self.rerun.capacity() > KEEP_CAPACITY {
+            self.rerun.shrink_to(KEEP_CAPACITY.max(self.rerun.len() * 2));
+        }
+    }
+}
+
+impl WorkQueue {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues the key now (a delayed requeue of it is dropped: this run comes first).
+    pub fn add(&self, key: ObjectKey) {
+        if self.state().add(key) {
+            self.ready_signal.notify_one();
+        }
+    }
+
+    /// Queues the key after `delay`, unless it is queued already or due earlier.
+    pub fn add_after(&self, key: ObjectKey, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(key);
+        }
+        let at = Instant::now() + delay;
+        let mut state = self.state();
+        if state.queued.contains(&key) || state.rerun.contains(&key) {
+            return;
+        }
+        if let Some(&(earlier, _)) = state.due.get(&key)
+            && earlier <= at
+        {
+            return;
+        }
+        state.sequence += 1;
+        let entry = (at, state.sequence);
+        if let Some(old) = state.due.insert(key.clone(), entry) {
+            state.delayed.remove(&old);
+        }
+        state.delayed.insert(entry, key);
+        drop(state);
+        self.timer_signal.notify_one();
+    }
+
+    /// The next key to reconcile; the caller owns it until [`WorkQueue::done`].
+    pub async fn next(&self) -> ObjectKey {
+        loop {
+            let notified = self.ready_signal.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.state();
+                if let Some(key) = state.ready.pop_front() {
+                    state.queued.remove(&key);
+                    state.running.insert(key.clone());
+                    let more = !state.ready.is_empty();
+                    state.shrink_when_drained();
+                    drop(state);
+                    if more {
+                        // Pass the signal on: `notify_one` stores one permit, and other workers may be waiting.
+                        self.ready_signal.notify_one();
+                    }
+                    return key;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Ends a worker's run of `key`; a wake that came meanwhile queues it again.
+    pub fn done(&self, key: &ObjectKey) {
+        let mut state = self.state();
+        state.running.remove(key);
+        if let Some(key) = state.rerun.take(key)
+            && state.add(key)
+        {
+            drop(state);
+            self.ready_signal.notify_one();
+        }
+    }
+
+    /// Moves delayed requeues to the queue when they are due; runs for as long as the queue is used.
+    pub async fn run_timers(&self) {
+        loop {
+            let notified = self.timer_signal.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next_due = {
+                let mut state = self.state();
+                let now = Instant::now();
+                let mut woke = false;
+                while let Some(entry) = state.delayed.first_key_value().map(|(e, _)| *e).filter(|(at, _)| *at <= now) {
+                    if let Some(key) = state.delayed.remove(&entry) {
+                        state.due.remove(&key);
+                        woke |= state.add(key);
+                    }
+                }
+                state.shrink_when_drained();
+                if woke {
+                    self.ready_signal.notify_one();
+                }
+                state.delayed.first_key_value().map(|((at, _), _)| *at)
+            };
+            match next_due {
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = &mut notified => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Keys waiting, due later or running.
+    #[cfg(test)]
+    fn pending(&self) -> usize {
+        let state = self.state();
+        state.queued.len() + state.running.len() + state.due.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("ns", name)
+    }
+
+    #[tokio::test]
+    async fn a_key_queued_twice_runs_once() {
+        let q = WorkQueue::default();
+        q.add(key("a"));
+        q.add(key("b"));
+        q.add(key("a"));
+        assert_eq!(q.next().await, key("a"));
+        assert_eq!(q.next().await, key("b"));
+        assert_eq!(q.state().ready.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_wake_during_a_run_runs_it_once_more_after() {
+        let q = WorkQueue::default();
+        q.add(key("a"));
+        let a = q.next().await;
+        q.add(key("a"));
+        q.add(key("a"));
+        // Not handed to a second worker while the first has it.
+        assert!(q.state().ready.is_empty());
+        q.done(&a);
+        assert_eq!(q.next().await, key("a"));
+        q.done(&key("a"));
+        assert_eq!(q.pending(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_requeues_come_due_and_the_earlier_wins() {
+        let q = Arc::new(WorkQueue::default());
+        let timers = tokio::spawn({
+            let q = q.clone();
+            async move { q.run_timers().await }
+        });
+        q.add_after(key("a"), Duration::from_secs(10));
+        q.add_after(key("a"), Duration::from_secs(30));
+        q.add_after(key("b"), Duration::from_secs(20));
+        q.add_after(key("b"), Duration::from_secs(5));
+        let start = Instant::now();
+        assert_eq!(q.next().await, key("b"));
+        assert_eq!(start.elapsed().as_secs(), 5);
+        assert_eq!(q.next().await, key("a"));
+        assert_eq!(start.elapsed().as_secs(), 10);
+        // Nothing else is due: the 30 s requeue of `a` was replaced by the earlier one.
+        q.done(&key("a"));
+        q.done(&key("b"));
+        assert!(tokio::time::timeout(Duration::from_secs(60), q.next()).await.is_err());
+        timers.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_now_replaces_a_delayed_requeue() {
+        let q = Arc::new(WorkQueue::default());
+        let timers = tokio::spawn({
+            let q = q.clone();
+            async move { q.run_timers().await }
+        });
+        q.add_after(key("a"), Duration::from_secs(10));
+        q.add(key("a"));
+        assert_eq!(q.next().await, key("a"));
+        q.done(&key("a"));
+        assert!(tokio::time::timeout(Duration::from_secs(60), q.next()).await.is_err());
+        timers.abort();
+    }
+
+    #[tokio::test]
+    async fn a_burst_gives_its_memory_back_when_drained() {
+        let q = WorkQueue::default();
+        for i in 0..20_000 {
+            q.add(key(&format!("c{i}")));
+        }
+        assert!(q.state().queued.capacity() >= 20_000);
+        for _ in 0..20_000 {
+            let k = q.next().await;
+            q.done(&k);
+        }
+        let state = q.state();
+        assert!(state.queued.capacity() <= 2 * KEEP_CAPACITY, "{}", state.queued.capacity());
+        assert!(state.ready.capacity() <= 2 * KEEP_CAPACITY, "{}", state.ready.capacity());
+    }
+
+    #[tokio::test]
+    async fn waiting_workers_all_get_work() {
+        let q = Arc::new(WorkQueue::default());
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move { q.next().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        for i in 0..4 {
+            q.add(key(&format!("c{i}")));
+        }
+        let mut got = Vec::new();
+        for w in workers {
+            got.push(tokio::time::timeout(Duration::from_secs(5), w).await.expect("a worker starved").unwrap());
+        }
+        got.sort();
+        assert_eq!(got, (0..4).map(|i| key(&format!("c{i}"))).collect::<Vec<_>>());
+    }
+}
