@@ -204,6 +204,16 @@ mod tests {
         ObjectKey::new("ns", name)
     }
 
+    /// A queue and its running timer task (abort it at the end).
+    fn with_timers() -> (Arc<WorkQueue>, tokio::task::JoinHandle<()>) {
+        let q = Arc::new(WorkQueue::default());
+        let timers = tokio::spawn({
+            let q = q.clone();
+            async move { q.run_timers().await }
+        });
+        (q, timers)
+    }
+
     #[tokio::test]
     async fn a_key_queued_twice_runs_once() {
         let q = WorkQueue::default();
@@ -232,11 +242,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn delayed_requeues_come_due_and_the_earlier_wins() {
-        let q = Arc::new(WorkQueue::default());
-        let timers = tokio::spawn({
-            let q = q.clone();
-            async move { q.run_timers().await }
-        });
+        let (q, timers) = with_timers();
         q.add_after(key("a"), Duration::from_secs(10));
         q.add_after(key("a"), Duration::from_secs(30));
         q.add_after(key("b"), Duration::from_secs(20));
@@ -255,11 +261,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_wake_now_replaces_a_delayed_requeue() {
-        let q = Arc::new(WorkQueue::default());
-        let timers = tokio::spawn({
-            let q = q.clone();
-            async move { q.run_timers().await }
-        });
+        let (q, timers) = with_timers();
         q.add_after(key("a"), Duration::from_secs(10));
         q.add(key("a"));
         assert_eq!(q.next().await, key("a"));
