@@ -648,6 +648,8 @@ async fn claim_worker(ctx: Arc<Context>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             key = ctx.queue.next() => key,
         };
+        // Read the claim once every cache has listed (at start-up), so that it is the freshest we have.
+        ctx.wait_synced().await;
         let next = match ctx.claims.get(&key) {
             Some(claim) => {
                 if claim.address_ref.is_none() {
