@@ -49,8 +49,11 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
         }
         None => kube::Config::infer().await?,
     };
-    // Bursts of allocations are bound by the API server, not by a client-side timeout.
+    // A request that gets no answer for a minute fails and is retried, instead of holding a worker forever on a
+    // dead connection. The clock starts when the request is sent, not when its pooled connection went idle; watches
+    // end sooner on the server's side (`controllers::WATCH_TIMEOUT_SECONDS`).
     config.read_timeout = Some(Duration::from_secs(60));
+    config.reset_reader_on_write = true;
     Ok(Client::try_from(config)?)
 }
 

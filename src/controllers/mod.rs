@@ -265,6 +265,15 @@ fn reset_backoff(ctx: &Context, uid: &str) {
     lock(&ctx.failures).remove(&Uid::of(uid));
 }
 
+/// Watches end on the server's side after 45 s and resume from their last resourceVersion: the client's 60 s read
+/// timeout (`crate::manager`) must not cut a quiet watch, which would log an error and reconnect.
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
+}
+
+/// Below the client's read timeout.
+pub const WATCH_TIMEOUT_SECONDS: u32 = 45;
+
 fn api_for<K>(client: &Client, namespace: Option<&str>, dyntype: &K::DynamicType) -> Api<K>
 where
     K: Resource<Scope = kube::core::DynamicResourceScope>,
@@ -294,7 +303,7 @@ pub async fn run(
     let (synced_tx, synced) = watch::channel(false);
 
     // Claims: only those pointing at our pool kinds are cached and reconciled.
-    let mut claim_watch = watcher::Config::default();
+    let mut claim_watch = watch_config();
     if let Some(filter) = &options.watch_filter {
         claim_watch = claim_watch.labels(&format!("{WATCH_FILTER_LABEL}={filter}"));
     }
@@ -311,7 +320,7 @@ pub async fn run(
         let writer = Writer::<DynamicObject>::new(resource.clone());
         pools.insert(kind, (writer.as_reader(), resource.clone()));
         let scope = if kind.is_global() { None } else { namespace.as_deref() };
-        let stream = watcher(api_for::<DynamicObject>(&client, scope, &resource), watcher::Config::default())
+        let stream = watcher(api_for::<DynamicObject>(&client, scope, &resource), watch_config())
             .default_backoff()
             .modify(|p: &mut DynamicObject| p.metadata.managed_fields = None)
             .reflect(writer);
@@ -325,7 +334,7 @@ pub async fn run(
     let cluster_parts = capi.cluster.map(|version| {
         let writer = Writer::<Cluster>::new(version);
         let reader = writer.as_reader();
-        let stream = watcher(api_for::<Cluster>(&client, namespace.as_deref(), &version), watcher::Config::default())
+        let stream = watcher(api_for::<Cluster>(&client, namespace.as_deref(), &version), watch_config())
             .default_backoff()
             .reflect(writer);
         (reader, version, stream)
@@ -371,8 +380,7 @@ pub async fn run(
     {
         let ctx = ctx.clone();
         let stream =
-            watcher(api_for::<IpAddress>(&client, namespace.as_deref(), &capi.ipam), watcher::Config::default())
-                .default_backoff();
+            watcher(api_for::<IpAddress>(&client, namespace.as_deref(), &capi.ipam), watch_config()).default_backoff();
         tasks.push(
             async move {
                 let result = watch_addresses(ctx, stream, addresses_synced_tx).await;
