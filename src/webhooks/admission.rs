@@ -94,6 +94,11 @@ impl Outcome {
 }
 
 /// 422 Invalid with one cause per field error, as Kubernetes' `apierrors.NewInvalid` builds it.
+/// A spec that passed the field checks but that the allocator still cannot build from: one error for the whole spec.
+fn deny_spec(kind: PoolKind, name: &str, e: impl std::fmt::Display) -> Outcome {
+    Outcome::deny(invalid(kind.kind(), name, &[FieldError::invalid("spec", "", e.to_string())]))
+}
+
 pub fn invalid(kind: &str, name: &str, errs: &[FieldError]) -> Status {
     let texts: Vec<String> = errs.iter().map(ToString::to_string).collect();
     let aggregate = if texts.len() == 1 { texts[0].clone() } else { format!("[{}]", texts.join(", ")) };
@@ -290,13 +295,7 @@ async fn validate_ip(
     }
     let config = match IpPoolConfig::new(&new.to_ipam()) {
         Ok(c) => c,
-        Err(e) => {
-            return Outcome::deny(invalid(
-                kind.kind(),
-                &request.name,
-                &[FieldError::invalid("spec", "", e.to_string())],
-            ));
-        }
+        Err(e) => return deny_spec(kind, &request.name, e),
     };
     if update {
         match capi::list_pool_addresses(&ctx.client, ctx.capi, kind, &request.name, namespace).await {
@@ -415,13 +414,7 @@ async fn validate_prefix(
     }
     let config = match PrefixPoolConfig::new(&new.to_ipam()) {
         Ok(c) => c,
-        Err(e) => {
-            return Outcome::deny(invalid(
-                kind.kind(),
-                &request.name,
-                &[FieldError::invalid("spec", "", e.to_string())],
-            ));
-        }
+        Err(e) => return deny_spec(kind, &request.name, e),
     };
     let old: Option<PrefixPoolSpec> = if update { parse_spec(request.old_object.as_ref()).ok() } else { None };
     if let Some(old) = &old {
