@@ -51,7 +51,7 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
     };
     // A request that gets no answer for a minute fails and is retried, instead of holding a worker forever on a
     // dead connection. The clock starts when the request is sent, not when its pooled connection went idle; watches
-    // end sooner on the server's side (`controllers::WATCH_TIMEOUT_SECONDS`).
+    // end sooner on the server's side (`controllers::watch_config`).
     config.read_timeout = Some(Duration::from_secs(60));
     config.reset_reader_on_write = true;
     Ok(Client::try_from(config)?)

@@ -272,7 +272,7 @@ fn watch_config() -> watcher::Config {
 }
 
 /// Below the client's read timeout.
-pub const WATCH_TIMEOUT_SECONDS: u32 = 45;
+const WATCH_TIMEOUT_SECONDS: u32 = 45;
 
 fn api_for<K>(client: &Client, namespace: Option<&str>, dyntype: &K::DynamicType) -> Api<K>
 where
