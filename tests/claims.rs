@@ -771,3 +771,14 @@ async fn an_ipaddress_name_taken_by_another_pool_is_reported_and_frees_the_hold(
     assert_eq!(metal3.data["spec"]["address"], "192.0.2.7", "its spec is untouched");
     assert!(metal3.owner_references().is_empty(), "and it is not adopted");
 }
+
+/// Quiet watches end on the server's side before the client's 60 s read timeout could cut them (which logged a watch
+/// error and reconnected every minute or two): two and a half quiet minutes leave no watch error in the manager's log.
+#[tokio::test]
+async fn quiet_watches_are_not_cut_by_the_read_timeout() {
+    let _env = TestEnv::with_manager("quiet").await;
+    tokio::time::sleep(Duration::from_secs(150)).await;
+    let log = std::fs::read_to_string(&support::shared_manager().log).expect("the manager log");
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("watch stream failed")).collect();
+    assert!(errors.is_empty(), "quiet watches were cut:\n{}", errors.join("\n"));
+}
