@@ -518,17 +518,7 @@ async fn five_hundred_claims_at_once_get_five_hundred_distinct_addresses() {
     let env = TestEnv::with_manager("burst").await;
     let (c, ns) = (&env.client, &env.namespace);
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.20.0.0/22"], "prefix": 22})).await;
-    let claims = CAPI.claims(c, ns);
-    futures::future::join_all((0..500).map(|i| {
-        let claims = claims.clone();
-        async move {
-            claims
-                .create(&PostParams::default(), &CAPI.claim(&format!("c{i}"), "InClusterIPPool", "pool"))
-                .await
-                .expect("claim")
-        }
-    }))
-    .await;
+    CAPI.create_claims(c, ns, 500, "InClusterIPPool", "pool").await;
     let addresses = support::eventually(Duration::from_secs(120), "500 claims bound", || async {
         let list = CAPI.claims(c, ns).list(&Default::default()).await.ok()?;
         let bound = list.items.iter().filter(|c| c.data.pointer("/status/addressRef/name").is_some()).count();

@@ -142,18 +142,9 @@ async fn a_sigkill_in_the_middle_of_a_burst_hands_out_no_address_twice() {
     let (c, ns) = (&env.client, &env.namespace);
     let mut manager = start_manager(&["--insecure-diagnostics"]).await;
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.60.0.0/23"], "prefix": 23})).await;
-    let claims = CAPI.claims(c, ns);
     let total = 300;
-    futures::future::join_all((0..total).map(|i| {
-        let claims = claims.clone();
-        async move {
-            claims
-                .create(&PostParams::default(), &CAPI.claim(&format!("c{i}"), "InClusterIPPool", "pool"))
-                .await
-                .expect("claim")
-        }
-    }))
-    .await;
+    CAPI.create_claims(c, ns, total, "InClusterIPPool", "pool").await;
+    let claims = CAPI.claims(c, ns);
     // Kill it once some, not all, claims are bound.
     eventually(Duration::from_secs(60), "some claims bound", || async {
         let n = CAPI.addresses(c, ns).list(&Default::default()).await.ok()?.items.len();

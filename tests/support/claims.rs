@@ -107,6 +107,14 @@ impl Capi {
             .unwrap_or_else(|e| panic!("claim {name}: {e}"))
     }
 
+    /// Claims `c0` .. `c{count-1}` on one pool, created all at once.
+    pub async fn create_claims(self, client: &Client, namespace: &str, count: usize, kind: &str, pool: &str) {
+        futures::future::join_all(
+            (0..count).map(|i| async move { self.create_claim(client, namespace, &format!("c{i}"), kind, pool).await }),
+        )
+        .await;
+    }
+
     /// A Cluster with the given spec.paused and paused annotation. v1beta2 requires a topology-free spec that passes
     /// the real schema, which an empty spec does.
     pub async fn create_cluster(self, client: &Client, namespace: &str, name: &str, paused: bool, annotation: bool) {
