@@ -29,8 +29,8 @@ fn has_annotation(meta: &kube::api::ObjectMeta, key: &str) -> bool {
     meta.annotations.as_ref().is_some_and(|a| a.contains_key(key))
 }
 
+/// Runs once every cache has listed (the claim workers wait for that before they read the claim).
 pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Next, Error> {
-    ctx.wait_synced().await;
     let started = std::time::Instant::now();
     let result = reconcile_claim(&claim, &ctx).await;
     ctx.metrics.reconciled("ipaddressclaim", started.elapsed(), result.as_ref().err().map(Error::kind));
