@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::webhooks::tls::TlsVersion;
 
@@ -17,6 +18,21 @@ pub struct Args {
     /// replica serves webhooks, probes and metrics.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub leader_elect: bool,
+
+    /// How long a replica that does not lead waits, after it last saw the leader renew the Lease, before it takes the
+    /// Lease over (a Go duration such as 15s).
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps allocating without a successful renewal of the Lease; then it stops every write on
+    /// its own clock. Must be shorter than the lease duration: the difference covers clock-rate skew and in-flight
+    /// writes.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How often the leader renews the Lease and a candidate tries to take it.
+    #[arg(long, default_value = "2s", value_parser = parse_go_duration)]
+    pub leader_elect_retry_period: Duration,
 
     /// The namespace of the leader-election Lease (default: the pod's namespace).
     #[arg(long, env = "POD_NAMESPACE")]
@@ -101,6 +117,16 @@ pub enum LogFormat {
 }
 
 impl Args {
+    /// The leader election timings, checked against client-go's rules.
+    pub fn leader_election_timings(&self) -> Result<crate::leader::Timings, String> {
+        let timings = crate::leader::Timings {
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        };
+        timings.validate().map(|()| timings)
+    }
+
     pub fn webhook_cert_dir(&self) -> PathBuf {
         if self.webhook_cert_dir.is_empty() {
             PathBuf::from("/tmp/k8s-webhook-server/serving-certs")
@@ -154,6 +180,37 @@ pub fn bind_address(flag: &str, value: &str) -> Result<Option<SocketAddr>, Strin
     })
 }
 
+/// Parses a Go duration as controller-runtime's flags take it: "15s", "1m30s", "500ms", "1h".
+pub fn parse_go_duration(value: &str) -> Result<Duration, String> {
+    let invalid = || format!("{value:?} is not a duration like 15s, 1m30s or 500ms");
+    let mut rest = value.trim();
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(invalid)?;
+        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return Err(invalid()),
+        };
+        total += Duration::try_from_secs_f64(number * seconds).map_err(|_| invalid())?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +237,21 @@ mod tests {
         assert_eq!(a.tls_cipher_suites, ["A", "B"]);
         let a = Args::parse_from(["manager", "--leader-elect=false"]);
         assert!(!a.leader_elect);
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert!(parse_go_duration("15").unwrap_err().contains("\"15\""));
+        assert!(parse_go_duration("-1s").is_err() && parse_go_duration("").is_err());
+        let a = Args::parse_from(["manager"]);
+        let t = a.leader_election_timings().expect("defaults are valid");
+        assert_eq!(t, crate::leader::Timings::default());
+        let a = Args::parse_from(["manager", "--leader-elect-renew-deadline=20s"]);
+        assert!(a.leader_election_timings().unwrap_err().contains("--leader-elect-lease-duration"));
     }
 
     #[test]

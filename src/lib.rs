@@ -10,6 +10,7 @@ pub mod controllers;
 pub mod deploy;
 pub mod diagnostics;
 pub mod ipam;
+pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod telemetry;

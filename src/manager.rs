@@ -11,7 +11,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube_lease_manager::LeaseManagerBuilder;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -19,13 +18,12 @@ use tracing::{error, info, warn};
 use crate::cli::{Args, bind_address};
 use crate::controllers::{self, ControllerOptions};
 use crate::diagnostics::{self, MetricsAuth, Readiness};
+use crate::leader::{Elector, Fence, TermEnd, Timings};
 use crate::metrics::Metrics;
 use crate::webhooks::{self, admission::AdmissionContext, tls};
 
 /// The Lease the Go provider uses too, so a migration never runs two allocators at once (decision D1).
 pub const LEADER_ELECTION_ID: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
-const LEASE_DURATION_SECONDS: u64 = 15;
-const LEASE_GRACE_SECONDS: u64 = 5;
 const CERT_POLL: Duration = Duration::from_secs(2);
 
 pub async fn main(args: Args) -> ExitCode {
@@ -101,6 +99,7 @@ async fn shutdown_signal() {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    let timings = args.leader_election_timings().map_err(anyhow::Error::msg)?;
     let client = client(&args).await?;
     let version = client.apiserver_version().await.context("reading the API server version")?;
     info!(server_version = version.git_version, "connected to the API server");
@@ -179,12 +178,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         readiness.caches_synced.store(true, Ordering::Release);
         let namespace = leader_election_namespace(&args);
         let (client, metrics, readiness, stop) = (client.clone(), metrics.clone(), readiness.clone(), stop.clone());
-        tasks.spawn(
-            async move { ("leader election", lead(client, namespace, options, metrics, readiness, stop).await) },
-        );
+        tasks.spawn(async move {
+            ("leader election", lead(client, namespace, timings, options, metrics, readiness, stop).await)
+        });
     } else {
         let (client, metrics, readiness, stop) = (client.clone(), metrics.clone(), readiness.clone(), stop.clone());
-        tasks.spawn(async move { ("controllers", controllers::run(client, options, metrics, readiness, stop).await) });
+        tasks.spawn(async move {
+            ("controllers", controllers::run(client, options, Fence::none(), metrics, readiness, stop).await)
+        });
     }
 
     supervise(tasks, stop).await
@@ -222,72 +223,65 @@ async fn supervise(
     failure.map_or(Ok(()), Err)
 }
 
-/// Runs the controllers while this replica holds the lease. Losing the lease is an error (crash-only, like
-/// controller-runtime); on shutdown the lease is released.
+/// Runs the controllers while this replica holds the Lease (`crate::leader`). A term that ends on the renew deadline
+/// (the API server or the network failed) stops every write at once and drops the controllers with all their state;
+/// the replica stays a candidate and, when the Lease still names it, resumes as soon as it can renew. A Lease taken by
+/// another replica is an error (crash-only, like controller-runtime). On shutdown the Lease is released.
 async fn lead(
     client: Client,
     namespace: String,
+    timings: Timings,
     options: ControllerOptions,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let identity = identity();
-    let manager = LeaseManagerBuilder::new(client.clone(), LEADER_ELECTION_ID)
-        .with_namespace(&namespace)
-        .with_identity(&identity)
-        .with_duration(LEASE_DURATION_SECONDS)
-        .with_grace(LEASE_GRACE_SECONDS)
-        .build()
-        .await
-        .context("setting up leader election")?;
-    let (mut leading, mut lease_task) = manager.watch().await;
+    let mut elector = Elector::new(client.clone(), &namespace, LEADER_ELECTION_ID, &identity, timings);
     info!(lease = LEADER_ELECTION_ID, %namespace, %identity, "waiting for leadership");
-    while !*leading.borrow_and_update() {
-        tokio::select! {
-            changed = leading.changed() => changed.context("the leader election task stopped")?,
-            _ = stop.cancelled() => {
-                drop(leading);
-                let _ = lease_task.await;
-                return Ok(());
-            }
-        }
-    }
-    info!(lease = LEADER_ELECTION_ID, %identity, "became the leader");
-    readiness.caches_synced.store(false, Ordering::Release);
-    let controllers_stop = stop.child_token();
-    let mut controllers = tokio::spawn(controllers::run(client, options, metrics, readiness, controllers_stop.clone()));
     let result = loop {
-        tokio::select! {
-            changed = leading.changed() => {
-                if changed.is_err() || !*leading.borrow_and_update() {
-                    break Err(anyhow::anyhow!("lost the leader election lease {LEADER_ELECTION_ID}"));
-                }
+        let Some(fence) = elector.acquire(&stop).await else { break Ok(()) };
+        info!(lease = LEADER_ELECTION_ID, %identity, "became the leader");
+        metrics.set_leading(true);
+        readiness.caches_synced.store(false, Ordering::Release);
+        let controllers_stop = stop.child_token();
+        let controllers = controllers::run(
+            client.clone(),
+            options.clone(),
+            fence.clone(),
+            metrics.clone(),
+            readiness.clone(),
+            controllers_stop.clone(),
+        );
+        let ended = tokio::select! {
+            end = elector.keep(&fence, &stop) => Ok(end),
+            ended = controllers => Err(ended),
+        };
+        // The controllers' future is dropped here (or has ended): no write of this term is left in flight.
+        controllers_stop.cancel();
+        metrics.set_leading(false);
+        readiness.caches_synced.store(true, Ordering::Release);
+        match ended {
+            Ok(TermEnd::Stopped) => break Ok(()),
+            Ok(TermEnd::DeadlinePassed) => {
+                metrics.fenced();
+                error!(
+                    lease = LEADER_ELECTION_ID,
+                    renew_deadline = ?timings.renew_deadline,
+                    "fenced: the lease was not renewed within the renew deadline; stopped allocating and dropped \
+                     every cache; retrying as a candidate"
+                );
             }
-            ended = &mut lease_task => break Err(anyhow::anyhow!("the leader election task ended: {ended:?}")),
-            ended = &mut controllers => break match ended {
-                Ok(Ok(())) if stop.is_cancelled() => Ok(()),
-                Ok(Ok(())) => Err(anyhow::anyhow!("the controllers stopped unexpectedly")),
-                Ok(Err(e)) => Err(e),
-                Err(e) => Err(anyhow::anyhow!("the controllers panicked: {e}")),
-            },
-            _ = stop.cancelled() => {
-                let _ = (&mut controllers).await;
-                break Ok(());
+            Ok(TermEnd::Lost { holder }) => {
+                break Err(anyhow::anyhow!("lost the leader election lease {LEADER_ELECTION_ID} to {holder}"));
             }
+            Err(Ok(())) if stop.is_cancelled() => break Ok(()),
+            Err(Ok(())) => break Err(anyhow::anyhow!("the controllers stopped unexpectedly")),
+            Err(Err(e)) => break Err(e),
         }
     };
-    controllers_stop.cancel();
-    if !controllers.is_finished() {
-        let _ = tokio::time::timeout(Duration::from_secs(5), &mut controllers).await;
-    }
-    // Closing the channel makes the lease task release the lease.
-    drop(leading);
-    if !lease_task.is_finished() {
-        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-            Ok(Ok(Ok(_))) => info!(lease = LEADER_ELECTION_ID, "released the lease"),
-            other => warn!(?other, "releasing the lease"),
-        }
+    if stop.is_cancelled() {
+        elector.release().await;
     }
     result
 }

@@ -62,6 +62,11 @@ pub struct Metrics {
     pool_used: Family<PoolLabels, Gauge>,
     pool_free: Family<PoolLabels, Gauge>,
     pool_out_of_range: Family<PoolLabels, Gauge>,
+    pool_duplicated: Family<PoolLabels, Gauge>,
+    duplicates_detected: Family<PoolKindLabels, Counter>,
+    duplicates_withdrawn: Family<PoolKindLabels, Counter>,
+    leader: Gauge,
+    fenced: Counter,
     allocations: Family<PoolKindLabels, Counter>,
     releases: Family<PoolKindLabels, Counter>,
     allocation_latency: Histogram,
@@ -97,6 +102,11 @@ impl Metrics {
             pool_used: Family::default(),
             pool_free: Family::default(),
             pool_out_of_range: Family::default(),
+            pool_duplicated: Family::default(),
+            duplicates_detected: Family::default(),
+            duplicates_withdrawn: Family::default(),
+            leader: Gauge::default(),
+            fenced: Counter::default(),
             allocations: Family::default(),
             releases: Family::default(),
             allocation_latency: latency_histogram(),
@@ -118,6 +128,27 @@ impl Metrics {
             "pool_addresses_out_of_range",
             "IPAddresses of a pool that its current spec can no longer hand out",
             m.pool_out_of_range.clone(),
+        );
+        registry.register(
+            "pool_addresses_duplicated",
+            "Addresses of a pool held by more than one IPAddress (must be 0)",
+            m.pool_duplicated.clone(),
+        );
+        registry.register(
+            "duplicate_addresses_detected",
+            "Times an IPAddress was seen holding an address another IPAddress of its pool holds",
+            m.duplicates_detected.clone(),
+        );
+        registry.register(
+            "duplicate_addresses_withdrawn",
+            "Duplicated IPAddresses deleted before their claim was bound to them",
+            m.duplicates_withdrawn.clone(),
+        );
+        registry.register("leader", "1 while this replica leads and allocates, else 0", m.leader.clone());
+        registry.register(
+            "leader_fenced",
+            "Leader terms that ended because the Lease was not renewed within the renew deadline",
+            m.fenced.clone(),
         );
         registry.register("allocations", "Addresses handed out", m.allocations.clone());
         registry.register("releases", "Addresses released", m.releases.clone());
@@ -158,10 +189,34 @@ impl Metrics {
         self.pool_out_of_range.get_or_create(&labels).set(counts.out_of_range);
     }
 
+    pub fn set_pool_duplicated(&self, kind: PoolKind, namespace: &str, name: &str, duplicated: usize) {
+        let labels =
+            PoolLabels { kind: kind.kind().to_owned(), namespace: namespace.to_owned(), name: name.to_owned() };
+        self.pool_duplicated.get_or_create(&labels).set(i64::try_from(duplicated).unwrap_or(i64::MAX));
+    }
+
+    pub fn duplicate_detected(&self, kind: PoolKind) {
+        self.duplicates_detected.get_or_create(&PoolKindLabels { kind: kind.kind().to_owned() }).inc();
+    }
+
+    pub fn duplicate_withdrawn(&self, kind: PoolKind) {
+        self.duplicates_withdrawn.get_or_create(&PoolKindLabels { kind: kind.kind().to_owned() }).inc();
+    }
+
+    pub fn set_leading(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    pub fn fenced(&self) {
+        self.fenced.inc();
+    }
+
     pub fn forget_pool(&self, kind: PoolKind, namespace: &str, name: &str) {
         let labels =
             PoolLabels { kind: kind.kind().to_owned(), namespace: namespace.to_owned(), name: name.to_owned() };
-        for family in [&self.pool_total, &self.pool_used, &self.pool_free, &self.pool_out_of_range] {
+        for family in
+            [&self.pool_total, &self.pool_used, &self.pool_free, &self.pool_out_of_range, &self.pool_duplicated]
+        {
             family.remove(&labels);
         }
     }

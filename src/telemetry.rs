@@ -4,10 +4,13 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use crate::cli::LogFormat;
 
-/// Installs the global subscriber. The filter is `RUST_LOG` when set, else `--log-level`; the kube client's and the
-/// lease manager's own chatter stays at warn unless the filter names them.
+/// Installs the global subscriber. The filter is `RUST_LOG` when set, else `--log-level`. The kube client's own
+/// logging is off unless the filter names it (`kube_client=debug`): it logs every failed request as an ERROR that
+/// names neither the object nor the operation, while every error reaches our code, which says what failed on what
+/// (and an unreachable API server once, not per request).
 pub fn init(format: LogFormat, level: &str) {
-    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| format!("kube=warn,kube_lease_manager=warn,{level}"));
+    let directives =
+        std::env::var("RUST_LOG").unwrap_or_else(|_| format!("kube=warn,kube_client=off,kube_runtime=warn,{level}"));
     let filter = EnvFilter::try_new(&directives).unwrap_or_else(|e| {
         eprintln!("invalid log filter {directives:?} ({e}); using info");
         EnvFilter::new("info")

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
@@ -150,10 +150,11 @@ async fn add_claim_finalizer(claim: &Claim, ctx: &Context) -> Result<(), Error> 
         "kind": "IPAddressClaim",
         "metadata": {"name": &*claim.key.name, "namespace": &*claim.key.namespace, "finalizers": [RELEASE_ADDRESS_FINALIZER]},
     });
+    let api = ctx.claims_api(&claim.key.namespace);
     let patched = ctx
-        .claims_api(&claim.key.namespace)
-        .patch(&claim.key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
+        .fence
+        .guard(api.patch(&claim.key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)))
+        .await?
         .map_err(Error::kube("adding the claim finalizer"))?;
     debug!(claim = %claim.key.name, index = ?patched.claim.release_finalizer_index, "finalizer added");
     Ok(())
@@ -191,7 +192,16 @@ async fn create_address(
     object.metadata = serde_json::from_value(metadata).map_err(Error::internal)?;
     object.data = json!({ "spec": spec });
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &resource);
-    match api.create(&PostParams::default(), &object).await {
+    // Leadership is checked again right before the create, and a create still in flight when the term ends is
+    // dropped (`crate::leader`): a replica that may have lost the Lease never creates an IPAddress.
+    let created = match ctx.fence.guard(api.create(&PostParams::default(), &object)).await {
+        Ok(result) => result,
+        Err(fenced) => {
+            // Uncertain whether it was created: keep the hold (this replica's state is dropped with its term).
+            return Err(fenced.into());
+        }
+    };
+    match created {
         Ok(created) => {
             ctx.registry.confirm(pool_key, key);
             let record = ctx.remember_address(key, &created);
@@ -220,7 +230,10 @@ async fn create_address(
                 Some(record) => adopt(claim, ctx, key, pool_key, Some(pool), &record).await,
                 None => {
                     let theirs = crate::capi::spec_of::<IpAddressSpec>(&existing).unwrap_or_default().pool_ref;
-                    let owner = format!("{} {:?} of group {:?}", theirs.kind, theirs.name, theirs.api_group);
+                    let owner = match theirs.api_group.as_deref().filter(|g| !g.is_empty()) {
+                        Some(group) => format!("{} \"{}\" of group {group}", theirs.kind, theirs.name),
+                        None => format!("{} \"{}\" of the core group", theirs.kind, theirs.name),
+                    };
                     belongs_elsewhere(claim, ctx, key, pool_key, &owner).await
                 }
             }
@@ -274,6 +287,14 @@ async fn adopt(
         return belongs_elsewhere(claim, ctx, key, pool_key, &record.pool.to_string()).await;
     }
     ctx.registry.stop_waiting(pool_key, key);
+    // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
+    // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
+    if claim.address_ref.is_none() && ctx.registry.is_duplicated(pool_key, key) {
+        if record.deleting {
+            return Ok(Next::After(Duration::from_secs(1)));
+        }
+        return withdraw_duplicate(ctx, key, pool_key, record).await;
+    }
     let claim_uid = claim.uid.to_string();
     let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
     let has_claim_owner = record.claim_owner == Some(Uid::of(&claim_uid));
@@ -289,6 +310,39 @@ async fn adopt(
     let message = format!("allocated {} from {pool_key}", record.address);
     set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
     Ok(Next::AwaitChange)
+}
+
+/// Deletes an IPAddress whose address another IPAddress of the pool holds, before its claim is bound to it; the
+/// claim then gets a free address. A bound claim's address is never withdrawn: a machine may use it already.
+async fn withdraw_duplicate(
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    record: &AddressRecord,
+) -> Result<Next, Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
+    let address = match api.get(&key.name).await {
+        Ok(address) => address,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Next::After(Duration::from_millis(200))),
+        Err(e) => return Err(Error::kube("reading a duplicated IPAddress")(e)),
+    };
+    if !is_ours_for(&address, &key.name, Some(pool_key)) {
+        return Ok(Next::AwaitChange);
+    }
+    tracing::error!(
+        claim = %key,
+        pool = %pool_key,
+        address = %record.address,
+        "DUPLICATE ADDRESS withdrawn: IPAddress {key} holds an address another IPAddress of the pool holds, and its \
+         claim was not bound to it yet; deleting it so that the claim gets a free address"
+    );
+    if delete_ip_address(ctx, &api, &address, "deleting a duplicated IPAddress").await? {
+        let woken = ctx.registry.forget(pool_key, key);
+        ctx.wake(woken);
+        ctx.forget_address(key);
+    }
+    ctx.metrics.duplicate_withdrawn(pool_key.kind);
+    Ok(Next::After(Duration::from_millis(200)))
 }
 
 /// An IPAddress of the claim's name exists for another pool: the claim cannot get one (IPAddress specs are
@@ -341,9 +395,11 @@ async fn repair_address(
     if let Some(v) = &claim.cluster_label {
         metadata["labels"] = json!({ CLUSTER_NAME_LABEL: &**v });
     }
-    let patched = api
-        .patch(&key.name, &PatchParams::default(), &Patch::Merge(json!({ "metadata": metadata })))
-        .await
+    let patch = json!({ "metadata": metadata });
+    let patched = ctx
+        .fence
+        .guard(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)))
+        .await?
         .map_err(Error::kube("adopting the IPAddress"))?;
     ctx.remember_address(key, &patched);
     info!(claim = %key, "adopted the existing IPAddress");
@@ -382,7 +438,8 @@ async fn set_ready(
                 "metadata": {"name": &*claim.key.name, "namespace": namespace},
                 "status": body,
             });
-            api.patch_status(&claim.key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            ctx.fence.guard(api.patch_status(&claim.key.name, &params, &Patch::Apply(&patch))).await?
         }
         // v1beta1 keeps conditions in atomic lists: read them live (the cache keeps only ours), replace them whole,
         // guarded by the version read.
@@ -402,7 +459,7 @@ async fn set_ready(
                 now,
             );
             let patch = json!({"metadata": {"resourceVersion": live.resource_version()}, "status": body});
-            api.patch_status(&claim.key.name, &PatchParams::default(), &Patch::Merge(&patch)).await
+            ctx.fence.guard(api.patch_status(&claim.key.name, &PatchParams::default(), &Patch::Merge(&patch))).await?
         }
     };
     result.map_err(Error::kube("writing the claim status"))?;
@@ -445,12 +502,16 @@ async fn release(
     }
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
     match api.get(&key.name).await {
+        // Only an IPAddress of the claim's pool, made for this claim, is ours to delete.
+        Ok(address) if !is_ours_for(&address, &key.name, Some(pool_key)) => {
+            debug!(claim = %key, "the IPAddress of this name belongs to another provider; leaving it alone");
+        }
         Ok(address) => {
             let held_pool = crate::capi::spec_of::<IpAddressSpec>(&address)
                 .and_then(|s| s.pool_ref.our_kind().map(|k| (k, s)))
                 .map(|(k, s)| PoolKey::new(k, &key.namespace, &s.pool_ref.name));
             // Gone now: the address is free at once (the watch event confirms it later).
-            if delete_ip_address(&api, &address, "deleting the IPAddress").await? {
+            if delete_ip_address(ctx, &api, &address, "deleting the IPAddress").await? {
                 if let Some(p) = held_pool {
                     let woken = ctx.registry.forget(&p, key);
                     ctx.wake(woken);
@@ -473,7 +534,7 @@ async fn release(
         )
         .await;
     let claims = ctx.claims_api(&key.namespace);
-    remove_finalizer(&claims, &key.name, RELEASE_ADDRESS_FINALIZER, claim.release_finalizer_index).await?;
+    remove_finalizer(ctx, &claims, &key.name, RELEASE_ADDRESS_FINALIZER, claim.release_finalizer_index).await?;
     ctx.forget_claim(&claim.uid);
     Ok(Next::AwaitChange)
 }
@@ -484,7 +545,13 @@ pub fn finalizer_index(meta: &kube::api::ObjectMeta, finalizer: &str) -> Option<
 
 /// Removes one finalizer, found at `index` of the finalizers we read, with a JSON patch that first tests it is still
 /// there (a concurrent change fails the patch, and the retry reads the list again).
-pub async fn remove_finalizer<K>(api: &Api<K>, name: &str, finalizer: &str, index: Option<usize>) -> Result<(), Error>
+pub async fn remove_finalizer<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    name: &str,
+    finalizer: &str,
+    index: Option<usize>,
+) -> Result<(), Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -494,9 +561,14 @@ where
         {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
     ]))
     .map_err(Error::internal)?;
-    match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+    match ctx.fence.guard(api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))).await? {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        // The list changed since we read it (the test op failed): an ordinary race, retried with a fresh read.
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => {
+            debug!(object = name, finalizer, error = %s.message, "the finalizers changed meanwhile; retrying");
+            Err(Error::kube("removing a finalizer")(kube::Error::Api(s)))
+        }
         Err(e) => {
             warn!(object = name, finalizer, error = %e, "removing a finalizer");
             Err(Error::kube("removing a finalizer")(e))
@@ -506,29 +578,44 @@ where
 
 /// Takes our finalizer off an IPAddress and deletes it; `true` when it is gone at once (no other finalizer).
 async fn delete_ip_address(
+    ctx: &Context,
     api: &Api<DynamicObject>,
     address: &DynamicObject,
     what: &'static str,
 ) -> Result<bool, Error> {
     let name = address.name_any();
     let index = finalizer_index(&address.metadata, PROTECT_ADDRESS_FINALIZER);
-    remove_finalizer(api, &name, PROTECT_ADDRESS_FINALIZER, index).await?;
-    match api.delete(&name, &DeleteParams::default()).await {
+    remove_finalizer(ctx, api, &name, PROTECT_ADDRESS_FINALIZER, index).await?;
+    // Deleted only while it is still the object we checked (a new one of the same name is not ours to judge).
+    let params = DeleteParams {
+        preconditions: address.metadata.uid.clone().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match ctx.fence.guard(api.delete(&name, &params)).await? {
         Ok(either::Either::Right(_)) => Ok(true),
         Ok(either::Either::Left(_)) => Ok(false),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
         Err(e) => Err(Error::kube(what)(e)),
     }
+}
+
+/// Whether an IPAddress references one of our pools (`pool`, when given) and names `claim` in its `claimRef`: the
+/// only IPAddresses we ever delete.
+fn is_ours_for(address: &DynamicObject, claim: &str, pool: Option<&PoolKey>) -> bool {
+    let Some(spec) = crate::capi::spec_of::<IpAddressSpec>(address) else { return false };
+    let Some(kind) = spec.pool_ref.our_kind() else { return false };
+    let namespace = address.metadata.namespace.as_deref().unwrap_or_default();
+    spec.claim_ref.name == claim && pool.is_none_or(|p| *p == PoolKey::new(kind, namespace, &spec.pool_ref.name))
 }
 
 /// Releases an IPAddress whose claim no longer exists (decision D11).
 pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> Result<(), Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
     let Ok(address) = api.get(&key.name).await else { return Ok(()) };
-    if address.metadata.uid.as_deref().map(Uid::of) != record.uid {
+    if address.metadata.uid.as_deref().map(Uid::of) != record.uid || !is_ours_for(&address, &key.name, None) {
         return Ok(());
     }
-    delete_ip_address(&api, &address, "deleting an orphaned IPAddress").await?;
+    delete_ip_address(ctx, &api, &address, "deleting an orphaned IPAddress").await?;
     warn!(address = %key, value = record.address, "released an IPAddress whose claim is gone");
     Ok(())
 }

@@ -9,6 +9,7 @@ mod claim_cache;
 mod events;
 mod pool;
 mod queue;
+mod reachability;
 pub mod registry;
 pub mod status;
 
@@ -35,10 +36,12 @@ use crate::api::{
 use crate::capi::{CapiApis, CapiVersion, Claim, ClaimResource, Cluster, IpAddress};
 use crate::compact::{Uid, intern};
 use crate::diagnostics::Readiness;
+use crate::leader::{Fence, Fenced};
 use crate::metrics::Metrics;
 use claim_cache::ClaimCache;
 use queue::{Next, WorkQueue};
-use registry::{Held, ObjectKey, PoolKey, Registry};
+use reachability::Reachability;
+use registry::{Duplicate, Held, ObjectKey, PoolKey, Registry};
 use status::Ready;
 
 /// The field manager of our server-side applies.
@@ -70,6 +73,8 @@ pub enum Error {
     Rejected(String),
     #[error("internal error: {0}")]
     Internal(String),
+    #[error(transparent)]
+    Fenced(#[from] Fenced),
 }
 
 impl Error {
@@ -93,7 +98,62 @@ impl Error {
             },
             Error::Rejected(_) => "rejected",
             Error::Internal(_) => "internal",
+            Error::Fenced(_) => "fenced",
         }
+    }
+
+    /// The request never got an answer from the API server (connect, TLS, timeout, a dropped connection).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Error::Kube { source, .. } if is_transport(source))
+    }
+}
+
+fn is_transport(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::HttpError(_))
+}
+
+/// Whether a watch failed because the API server did not answer (rather than refused).
+fn watch_unreachable(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+            is_transport(e)
+        }
+        _ => false,
+    }
+}
+
+/// The watches' reconnect delay: 0.5 s doubling to 4 s, back to the start after any event. Short, so that the
+/// controllers see the API server again within seconds of its return (kube's default grows to 30 s and resets only
+/// after 2 quiet minutes); a failing watch costs one request per stream every few seconds.
+#[derive(Clone, Debug)]
+struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(4);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self { next: Self::FIRST }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        Some(delay)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
     }
 }
 
@@ -149,10 +209,13 @@ impl AddressRecord {
 /// Everything the reconcilers share.
 pub struct Context {
     pub client: Client,
+    /// Every write goes through it: a replica whose leader term ended writes nothing (`crate::leader`).
+    pub fence: Fence,
     pub capi: CapiApis,
     pub options: ControllerOptions,
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
+    reachability: Reachability,
     events: events::Events,
     addresses: RwLock<HashMap<ObjectKey, AddressRecord>>,
     pools: HashMap<PoolKind, (Store<DynamicObject>, ApiResource)>,
@@ -201,9 +264,25 @@ impl Context {
         let typed =
             IpAddress { metadata: object.metadata.clone(), spec: crate::capi::spec_of(object).unwrap_or_default() };
         let record = AddressRecord::of(&typed)?;
-        self.registry.record(&record.pool, key, Held::of(record.pool.kind, &typed.spec));
+        if let Some(duplicate) = self.registry.record(&record.pool, key, Held::of(record.pool.kind, &typed.spec)) {
+            self.report_duplicate(&duplicate);
+        }
         self.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record.clone());
         Some(record)
+    }
+
+    /// An address held twice: the one promise of an IPAddress provider is broken, so this is as loud as it gets.
+    /// Both IPAddresses stay (either may already be configured on a machine); the pool's Ready condition and the
+    /// metric say so until one of them is released (docs/operations.md).
+    fn report_duplicate(&self, duplicate: &Duplicate) {
+        let holders: Vec<String> = duplicate.holders.iter().map(ToString::to_string).collect();
+        tracing::error!(
+            pool = %duplicate.pool,
+            address = %duplicate.held,
+            ipaddresses = holders.join(", "),
+            "DUPLICATE ADDRESS: one address of the pool is held by more than one IPAddress"
+        );
+        self.metrics.duplicate_detected(duplicate.pool.kind);
     }
 
     pub fn forget_address(&self, key: &ObjectKey) {
@@ -218,6 +297,24 @@ impl Context {
     pub fn wake(&self, claims: Vec<ObjectKey>) {
         for c in claims {
             self.queue.add(c);
+        }
+    }
+
+    /// A watch delivered an event or a request succeeded: the claims parked while the API server did not answer
+    /// are reconciled now.
+    fn api_answered(&self) {
+        let parked = self.reachability.answered();
+        if !parked.is_empty() {
+            self.wake(parked);
+        }
+    }
+
+    /// A watch failed: said once when the API server does not answer, else each time (a refusal is worth reading).
+    fn watch_failed(&self, what: &'static str, error: &watcher::Error) {
+        if watch_unreachable(error) {
+            self.reachability.unreachable("watching", &what, error);
+        } else {
+            warn!(watch = what, error = %error, "watch failed; retrying");
         }
     }
 
@@ -292,6 +389,7 @@ fn pool_resource(kind: PoolKind) -> ApiResource {
 pub async fn run(
     client: Client,
     options: ControllerOptions,
+    fence: Fence,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
     stop: CancellationToken,
@@ -307,8 +405,8 @@ pub async fn run(
     if let Some(filter) = &options.watch_filter {
         claim_watch = claim_watch.labels(&format!("{WATCH_FILTER_LABEL}={filter}"));
     }
-    let claim_stream =
-        watcher(api_for::<ClaimResource>(&client, namespace.as_deref(), &capi.ipam), claim_watch).default_backoff();
+    let claim_stream = watcher(api_for::<ClaimResource>(&client, namespace.as_deref(), &capi.ipam), claim_watch)
+        .backoff(WatchBackoff::default());
 
     // Pools: one cached stream per kind.
     let mut pools = HashMap::new();
@@ -321,7 +419,7 @@ pub async fn run(
         pools.insert(kind, (writer.as_reader(), resource.clone()));
         let scope = if kind.is_global() { None } else { namespace.as_deref() };
         let stream = watcher(api_for::<DynamicObject>(&client, scope, &resource), watch_config())
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .modify(|p: &mut DynamicObject| p.metadata.managed_fields = None)
             .reflect(writer);
         pool_streams.push((kind, stream));
@@ -335,7 +433,7 @@ pub async fn run(
         let writer = Writer::<Cluster>::new(version);
         let reader = writer.as_reader();
         let stream = watcher(api_for::<Cluster>(&client, namespace.as_deref(), &version), watch_config())
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .reflect(writer);
         (reader, version, stream)
     });
@@ -343,9 +441,11 @@ pub async fn run(
     let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());
     let ctx = Arc::new(Context {
         client: client.clone(),
+        fence,
         capi,
         registry: Arc::new(Registry::new()),
         metrics: metrics.clone(),
+        reachability: Reachability::default(),
         events: events::Events::new(client.clone(), identity),
         addresses: RwLock::new(HashMap::new()),
         pools,
@@ -379,8 +479,8 @@ pub async fn run(
     let (addresses_synced_tx, mut addresses_synced) = watch::channel(false);
     {
         let ctx = ctx.clone();
-        let stream =
-            watcher(api_for::<IpAddress>(&client, namespace.as_deref(), &capi.ipam), watch_config()).default_backoff();
+        let stream = watcher(api_for::<IpAddress>(&client, namespace.as_deref(), &capi.ipam), watch_config())
+            .backoff(WatchBackoff::default());
         tasks.push(
             async move {
                 let result = watch_addresses(ctx, stream, addresses_synced_tx).await;
@@ -439,7 +539,7 @@ pub async fn run(
                             paused.remove(&(c.namespace().unwrap_or_default(), c.name_any()));
                         }
                         Ok(_) => {}
-                        Err(e) => warn!(error = %e, "Cluster watch"),
+                        Err(e) => ctx.watch_failed("Clusters", &e),
                     }
                 }
                 ("Cluster watch", Ok(()))
@@ -616,6 +716,9 @@ async fn watch_claims(
         }
     };
     while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            ctx.api_answered();
+        }
         match event {
             Ok(watcher::Event::Init) => unlisted = Some(ctx.claims.keys_where(|_| true).into_iter().collect()),
             Ok(watcher::Event::InitApply(c)) => {
@@ -632,7 +735,7 @@ async fn watch_claims(
             }
             Ok(watcher::Event::Apply(c)) => apply_claim(&ctx, c.claim),
             Ok(watcher::Event::Delete(c)) => forget(&c.claim.key),
-            Err(e) => warn!(error = %e, "IPAddressClaim watch"),
+            Err(e) => ctx.watch_failed("IPAddressClaims", &e),
         }
     }
     Ok(())
@@ -667,7 +770,20 @@ async fn claim_worker(ctx: Arc<Context>, stop: CancellationToken) {
                 match claim::reconcile(claim, ctx.clone()).await {
                     Ok(next) => {
                         reset_backoff(&ctx, &uid);
+                        ctx.api_answered();
                         next
+                    }
+                    Err(error) if error.is_unreachable() => {
+                        // Said once for all claims; the claim is reconciled again when the API server answers.
+                        ctx.reachability.unreachable("reconciling", &key, &error);
+                        ctx.reachability.park(key.clone());
+                        debug!(claim = %key, error = %error, "claim reconcile failed: the API server does not answer");
+                        if ctx.reachability.is_down() {
+                            Next::After(backoff(&ctx, &uid))
+                        } else {
+                            // It answered while this claim was failing: do not wait for the next outage.
+                            Next::After(Duration::from_millis(200))
+                        }
                     }
                     Err(error) => {
                         debug!(claim = %key, error = %error, "claim reconcile failed; retrying");
@@ -695,6 +811,9 @@ async fn watch_addresses(
     // On a relist: the known IPAddresses not listed again (empty at start-up, so the first list costs nothing here).
     let mut unlisted: Option<HashSet<ObjectKey>> = None;
     while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            ctx.api_answered();
+        }
         match event {
             Ok(watcher::Event::Init) => {
                 unlisted = Some(ctx.addresses.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect());
@@ -719,7 +838,7 @@ async fn watch_addresses(
                 let key = ObjectKey::new(&a.namespace().unwrap_or_default(), &a.name_any());
                 delete_address(&ctx, &key);
             }
-            Err(e) => warn!(error = %e, "IPAddress watch"),
+            Err(e) => ctx.watch_failed("IPAddresses", &e),
         }
     }
     Ok(())
@@ -738,7 +857,9 @@ fn apply_address(ctx: &Context, address: &IpAddress) -> ObjectKey {
         let woken = ctx.registry.forget(&old.pool, &key);
         ctx.wake(woken);
     }
-    ctx.registry.record(&pool, &key, held);
+    if let Some(duplicate) = ctx.registry.record(&pool, &key, held) {
+        ctx.report_duplicate(&duplicate);
+    }
     // The claim of the same name may need its finalizer, owner references or status (restore, move).
     ctx.wake(vec![key.clone()]);
     key

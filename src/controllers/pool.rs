@@ -50,7 +50,7 @@ async fn reconcile_pool(kind: PoolKind, pool: &DynamicObject, ctx: &Context) -> 
         let used = ctx.registry.used(&key);
         if used == 0 && has_finalizer {
             let index = finalizer_index(&pool.metadata, PROTECT_POOL_FINALIZER);
-            remove_finalizer(&api, &key.name, PROTECT_POOL_FINALIZER, index).await?;
+            remove_finalizer(ctx, &api, &key.name, PROTECT_POOL_FINALIZER, index).await?;
             ctx.metrics.forget_pool(kind, &key.namespace, &key.name);
             info!(pool = %key, "no IPAddress left; the pool may go");
         }
@@ -61,8 +61,10 @@ async fn reconcile_pool(kind: PoolKind, pool: &DynamicObject, ctx: &Context) -> 
             "apiVersion": format!("{GROUP}/v1alpha2"), "kind": kind.kind(),
             "metadata": {"name": key.name, "finalizers": [PROTECT_POOL_FINALIZER]},
         });
-        api.patch(&key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-            .await
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        ctx.fence
+            .guard(api.patch(&key.name, &params, &Patch::Apply(&patch)))
+            .await?
             .map_err(Error::kube("adding the pool finalizer"))?;
     }
     if let Some(spec) = pool.data.get("spec") {
@@ -70,11 +72,22 @@ async fn reconcile_pool(kind: PoolKind, pool: &DynamicObject, ctx: &Context) -> 
         ctx.wake(woken);
     }
     let (counts, spec_error) = ctx.registry.counts(&key);
+    let duplicates = ctx.registry.duplicates(&key);
     ctx.metrics.set_pool(kind, &key.namespace, &key.name, counts);
+    ctx.metrics.set_pool_duplicated(kind, &key.namespace, &key.name, duplicates.len());
     let addresses = serde_json::to_value(PoolAddressesStatus::from(counts)).map_err(Error::internal)?;
-    let (status, reason, message) = match &spec_error {
-        None => ("True", "Ready", String::new()),
-        Some(e) => ("False", "InvalidSpec", e.clone()),
+    let (status, reason, message) = match (&spec_error, duplicates.as_slice()) {
+        (Some(e), _) => ("False", "InvalidSpec", e.clone()),
+        (None, []) => ("True", "Ready", String::new()),
+        (None, duplicates) => {
+            let shown: Vec<String> = duplicates.iter().take(5).map(ToString::to_string).collect();
+            let more = duplicates.len().saturating_sub(shown.len());
+            let mut message = shown.join("; ");
+            if more > 0 {
+                message.push_str(&format!("; and {more} more"));
+            }
+            ("False", "DuplicateAddresses", message)
+        }
     };
     let stored = pool.data.get("status");
     let stored_ready = stored
@@ -105,8 +118,10 @@ async fn reconcile_pool(kind: PoolKind, pool: &DynamicObject, ctx: &Context) -> 
             }],
         },
     });
-    api.patch_status(&key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    ctx.fence
+        .guard(api.patch_status(&key.name, &params, &Patch::Apply(&patch)))
+        .await?
         .map_err(Error::kube("writing the pool status"))?;
     Ok(Action::requeue(RESYNC))
 }

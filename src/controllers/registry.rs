@@ -45,7 +45,7 @@ impl std::fmt::Display for PoolKey {
 pub use crate::compact::ObjectKey;
 
 /// What an IPAddress holds in its pool: an address (IP pools) or a prefix (prefix pools); `None` when unparsable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Held {
     Ip(Option<IpAddr>),
     Prefix(Option<Allocation>),
@@ -65,6 +65,32 @@ impl Held {
         } else {
             Held::Ip(spec.address.parse().ok())
         }
+    }
+}
+
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Ip(Some(ip)) => write!(f, "{ip}"),
+            Held::Prefix(Some(a)) => write!(f, "{}/{}", Ipv6Addr::from(a.base), a.len),
+            Held::Ip(None) | Held::Prefix(None) => f.write_str("(unparsable)"),
+        }
+    }
+}
+
+/// One address held by more than one IPAddress of a pool: something handed it out twice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Duplicate {
+    pub pool: PoolKey,
+    pub held: Held,
+    /// Every IPAddress holding it, sorted.
+    pub holders: Vec<ObjectKey>,
+}
+
+impl std::fmt::Display for Duplicate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.holders.iter().map(ToString::to_string).collect();
+        write!(f, "{} is held by more than one IPAddress: {}", self.held, names.join(", "))
     }
 }
 
@@ -120,11 +146,14 @@ struct PoolState {
     holders: HashMap<ObjectKey, Holding>,
     /// Claims that found the pool exhausted, oldest first.
     waiters: VecDeque<ObjectKey>,
+    /// Addresses held by more than one IPAddress, with their holders (empty unless something went wrong).
+    duplicates: HashMap<Held, Vec<ObjectKey>>,
 }
 
 impl PoolState {
     fn rebuild(&mut self, config: Config) {
         let held: Vec<Held> = self.holders.values().map(|h| h.held).collect();
+        self.find_duplicates();
         self.allocator = Some(match config {
             Config::Ip(c, gateway) => {
                 self.prefix = i64::from(c.prefix());
@@ -149,6 +178,56 @@ impl PoolState {
                 ))
             }
         });
+    }
+
+    /// Rebuilds the duplicate index from every holder (at a rebuild, when addresses arrived before the spec).
+    fn find_duplicates(&mut self) {
+        let mut by_held: HashMap<Held, Vec<ObjectKey>> = HashMap::new();
+        for (key, h) in &self.holders {
+            if matches!(h.held, Held::Ip(Some(_)) | Held::Prefix(Some(_))) {
+                by_held.entry(h.held).or_default().push(key.clone());
+            }
+        }
+        by_held.retain(|_, holders| holders.len() > 1);
+        for holders in by_held.values_mut() {
+            holders.sort();
+        }
+        self.duplicates = by_held;
+    }
+
+    /// Whether another IPAddress holds `held` already (known once the pool's spec is loaded).
+    fn is_held(&self, held: Held) -> bool {
+        match (&self.allocator, held) {
+            (Some(Allocator::Ip(a)), Held::Ip(Some(ip))) => a.is_in_use(ip),
+            (Some(Allocator::Prefix(a)), Held::Prefix(Some(p))) => a.holds(p),
+            _ => false,
+        }
+    }
+
+    /// Notes that `address` holds `held` as another IPAddress does; returns the duplicate.
+    fn note_duplicate(&mut self, pool: &PoolKey, address: &ObjectKey, held: Held) -> Duplicate {
+        let known = self.duplicates.contains_key(&held);
+        let holders = self.duplicates.entry(held).or_default();
+        if !known {
+            // The first duplicate of this address: find the earlier holder (rare, so a scan is fine).
+            holders
+                .extend(self.holders.iter().filter(|(k, h)| h.held == held && *k != address).map(|(k, _)| k.clone()));
+        }
+        if !holders.contains(address) {
+            holders.push(address.clone());
+        }
+        holders.sort();
+        Duplicate { pool: pool.clone(), held, holders: holders.clone() }
+    }
+
+    /// Takes `address` off the duplicate index of `held`.
+    fn clear_duplicate(&mut self, address: &ObjectKey, held: Held) {
+        if let Some(holders) = self.duplicates.get_mut(&held) {
+            holders.retain(|k| k != address);
+            if holders.len() < 2 {
+                self.duplicates.remove(&held);
+            }
+        }
     }
 
     fn record(&mut self, held: Held) {
@@ -277,26 +356,50 @@ impl Registry {
         }
     }
 
-    /// Records an IPAddress seen in the API server. Returns the claims to wake when it replaced another address.
-    pub fn record(&self, pool_key: &PoolKey, address: &ObjectKey, held: Held) {
+    /// Records an IPAddress seen in the API server (or just created by us). Returns the duplicate when another
+    /// IPAddress of the pool holds the same address: that must never happen, and the caller says so loudly.
+    pub fn record(&self, pool_key: &PoolKey, address: &ObjectKey, held: Held) -> Option<Duplicate> {
         let pool = self.pool(pool_key);
         let mut state = lock(&pool);
         match state.holders.get_mut(address) {
             Some(h) if h.held == held => {
                 h.confirmed = true;
-                return;
+                return None;
             }
             Some(_) => {
                 if let Some(old) = state.holders.remove(address) {
+                    state.clear_duplicate(address, old.held);
                     state.release(old.held);
                 }
             }
             None => {}
         }
+        let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, address, held));
         state.record(held);
         state.holders.insert(address.clone(), Holding { held, confirmed: true });
         drop(state);
         self.mark_dirty(pool_key);
+        duplicate
+    }
+
+    /// Whether the address the IPAddress `address` holds is held by another IPAddress of the pool too.
+    pub fn is_duplicated(&self, pool_key: &PoolKey, address: &ObjectKey) -> bool {
+        let Some(pool) = self.existing(pool_key) else { return false };
+        let state = lock(&pool);
+        state.holders.get(address).is_some_and(|h| state.duplicates.contains_key(&h.held))
+    }
+
+    /// The addresses of a pool that more than one IPAddress holds.
+    pub fn duplicates(&self, pool_key: &PoolKey) -> Vec<Duplicate> {
+        let Some(pool) = self.existing(pool_key) else { return Vec::new() };
+        let state = lock(&pool);
+        let mut out: Vec<Duplicate> = state
+            .duplicates
+            .iter()
+            .map(|(held, holders)| Duplicate { pool: pool_key.clone(), held: *held, holders: holders.clone() })
+            .collect();
+        out.sort_by(|a, b| a.holders.cmp(&b.holders));
+        out
     }
 
     /// Forgets an IPAddress that is gone. Returns the claims to wake now that its address is free.
@@ -304,6 +407,7 @@ impl Registry {
         let Some(pool) = self.existing(pool_key) else { return Vec::new() };
         let mut state = lock(&pool);
         let Some(old) = state.holders.remove(address) else { return Vec::new() };
+        state.clear_duplicate(address, old.held);
         state.release(old.held);
         let woken = take_waiters(&mut state);
         drop(state);
@@ -568,6 +672,42 @@ mod tests {
         let err = r.allocate(&pool(), &obj("b"), Some("10.0.9.9")).unwrap_err().to_string();
         assert!(err.contains("not in the pool's addresses"), "{err}");
         assert_eq!(r.allocate(&pool(), &obj("b"), None).unwrap().address.to_string(), "10.0.0.1");
+    }
+
+    #[test]
+    fn an_address_held_twice_is_reported_and_stays_in_use_until_both_are_released() {
+        let r = Registry::new();
+        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24}));
+        let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
+        assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+        // Seen again (a resync): not a duplicate.
+        assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+        let d = r.record(&pool(), &obj("b"), ip("10.0.0.1")).expect("a duplicate");
+        assert_eq!(d.holders, vec![obj("a"), obj("b")]);
+        assert_eq!(d.to_string(), "10.0.0.1 is held by more than one IPAddress: ns/a, ns/b");
+        let d = r.record(&pool(), &obj("c"), ip("10.0.0.1")).expect("a third holder");
+        assert_eq!(d.holders, vec![obj("a"), obj("b"), obj("c")]);
+        assert_eq!(r.duplicates(&pool()).len(), 1);
+        assert!(r.is_duplicated(&pool(), &obj("b")) && !r.is_duplicated(&pool(), &obj("x")));
+        // Releasing one holder keeps the address in use: the next allocation does not hand it out a third time.
+        r.forget(&pool(), &obj("a"));
+        r.forget(&pool(), &obj("b"));
+        assert!(r.duplicates(&pool()).is_empty(), "one holder left: no longer a duplicate");
+        assert_eq!(r.allocate(&pool(), &obj("d"), None).unwrap().address.to_string(), "10.0.0.2");
+        r.forget(&pool(), &obj("c"));
+        assert_eq!(r.allocate(&pool(), &obj("e"), None).unwrap().address.to_string(), "10.0.0.1");
+    }
+
+    #[test]
+    fn duplicates_recorded_before_the_pool_spec_are_found_when_it_arrives() {
+        let r = Registry::new();
+        let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
+        assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+        assert_eq!(r.record(&pool(), &obj("b"), ip("10.0.0.1")), None, "unknown before the spec");
+        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24}));
+        let found = r.duplicates(&pool());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].holders, vec![obj("a"), obj("b")]);
     }
 
     #[test]

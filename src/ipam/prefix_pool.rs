@@ -260,6 +260,11 @@ impl PrefixPoolAllocator {
     }
 
     /// Records an allocation that exists already (loaded from an IPAddress), allocatable or not.
+    /// Whether an IPAddress already holds exactly this allocation.
+    pub fn holds(&self, allocation: Allocation) -> bool {
+        self.in_use.contains_key(&allocation)
+    }
+
     pub fn record(&mut self, allocation: Option<Allocation>) {
         self.used += 1;
         let Some(a) = allocation else {

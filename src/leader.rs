@@ -1,0 +1,447 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with the guarantee of client-go's leader election, and a
+//! [`Fence`] that every allocating write checks.
+//!
+//! The guarantee. A leader counts its term from the moment it *sent* its last successful renewal and ends it on its
+//! own monotonic clock `renew_deadline` later, whatever the API server or the network does meanwhile. Any other
+//! replica counts `lease_duration` (the record's `leaseDurationSeconds`) from the moment it *received* a record it had
+//! not seen before, so it cannot take the Lease over before the leader's term has ended as long as
+//! `lease_duration − renew_deadline` covers (a) the difference in rate between the two replicas' clocks over one
+//! lease duration (wall-clock offsets do not matter: only durations on each replica's own clock are compared) and
+//! (b) the time a write the leader sent before its term ended can take to reach the API server. With the defaults
+//! (15 s and 10 s) that margin is 5 s. A write that leaves after the term ended is never sent: [`Fence::guard`]
+//! refuses it, and drops one still in flight when the term ends.
+//!
+//! Renewals are read-modify-write updates guarded by the Lease's resourceVersion, so two replicas can never both
+//! succeed in taking the same Lease.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// The timings of leader election, with controller-runtime's flags and defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timings {
+    /// How long a non-leader waits after it last saw the Lease change before it may take it over.
+    pub lease_duration: Duration,
+    /// How long the leader keeps leading without a successful renewal.
+    pub renew_deadline: Duration,
+    /// How often the leader renews, and a candidate retries.
+    pub retry_period: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Timings {
+    /// client-go's rules: the renew deadline is shorter than the lease duration, and leaves room for more than one
+    /// renewal attempt (1.2 × the retry period, client-go's jitter factor).
+    pub fn validate(&self) -> Result<(), String> {
+        let Timings { lease_duration, renew_deadline, retry_period } = *self;
+        if retry_period.is_zero() {
+            return Err("--leader-elect-retry-period must be greater than zero".to_owned());
+        }
+        if lease_duration <= renew_deadline {
+            return Err(format!(
+                "--leader-elect-lease-duration ({lease_duration:?}) must be greater than \
+                 --leader-elect-renew-deadline ({renew_deadline:?})"
+            ));
+        }
+        if renew_deadline <= retry_period.mul_f64(1.2) {
+            return Err(format!(
+                "--leader-elect-renew-deadline ({renew_deadline:?}) must be greater than 1.2 × \
+                 --leader-elect-retry-period ({retry_period:?})"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The writes of a leader's term go through this. `Fence::none()` (no leader election: a single replica) lets
+/// everything through.
+#[derive(Clone, Debug, Default)]
+pub struct Fence {
+    term: Option<Arc<Term>>,
+}
+
+/// The write was not sent, or was dropped in flight: this replica's term has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this replica no longer holds the leader election lease; the write was not made")]
+pub struct Fenced;
+
+/// One leader term: it ends when `valid_until` passes without a renewal, or when `ended` is cancelled.
+#[derive(Debug)]
+struct Term {
+    valid_until: Mutex<Instant>,
+    ended: CancellationToken,
+}
+
+impl Term {
+    fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn holds(&self) -> bool {
+        !self.ended.is_cancelled() && Instant::now() < self.valid_until()
+    }
+
+    /// Resolves when the term ends, on the clock or by `end()`.
+    async fn ended(&self) {
+        loop {
+            let until = self.valid_until();
+            tokio::select! {
+                _ = self.ended.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => {
+                    // A renewal may have moved the deadline while we slept.
+                    if Instant::now() >= self.valid_until() {
+                        self.ended.cancel();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Fence {
+    /// No leader election: every write goes through.
+    pub fn none() -> Self {
+        Self { term: None }
+    }
+
+    /// Whether a write may be sent now.
+    pub fn holds(&self) -> bool {
+        self.term.as_ref().is_none_or(|t| t.holds())
+    }
+
+    /// Runs `write` if this replica leads now, and drops it (closing its request) if the term ends before it
+    /// completes.
+    pub async fn guard<F: std::future::Future>(&self, write: F) -> Result<F::Output, Fenced> {
+        let Some(term) = &self.term else { return Ok(write.await) };
+        if !term.holds() {
+            return Err(Fenced);
+        }
+        tokio::select! {
+            biased;
+            _ = term.ended() => Err(Fenced),
+            output = write => Ok(output),
+        }
+    }
+
+    /// Resolves when the term ends (never, without leader election).
+    pub async fn ended(&self) {
+        match &self.term {
+            Some(term) => term.ended().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// How a term ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TermEnd {
+    /// No renewal succeeded within the renew deadline: writes stopped on the local clock. The Lease may still name
+    /// this replica (an API server outage), so it stays a candidate and resumes at once when it can renew again.
+    DeadlinePassed,
+    /// Another replica holds the Lease now.
+    Lost { holder: String },
+    /// Shutdown was asked for.
+    Stopped,
+}
+
+/// A replica's view of the Lease, as client-go's `LeaderElector` keeps it.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    timings: Timings,
+    /// The last record seen (its resourceVersion, holder and duration) and when it was first seen, on our clock.
+    observed: Option<Observed>,
+}
+
+#[derive(Clone, Debug)]
+struct Observed {
+    resource_version: Option<String>,
+    holder: String,
+    duration: Duration,
+    at: Instant,
+}
+
+/// What one attempt found.
+enum Attempt {
+    /// We hold the Lease; the term is valid from the given instant (when the successful request was sent).
+    Held { sent: Instant },
+    /// Someone else holds a valid Lease.
+    Other { holder: String },
+    /// The attempt failed (transport, timeout, conflict): try again.
+    Failed,
+}
+
+impl Elector {
+    pub fn new(client: Client, namespace: &str, name: &str, identity: &str, timings: Timings) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            timings,
+            observed: None,
+        }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Tries every retry period until this replica holds the Lease; `None` on `stop`.
+    pub async fn acquire(&mut self, stop: &CancellationToken) -> Option<Fence> {
+        let mut waiting_for: Option<String> = None;
+        loop {
+            match self.try_acquire_or_renew(None).await {
+                Attempt::Held { sent } => {
+                    let term = Term {
+                        valid_until: Mutex::new(sent + self.timings.renew_deadline),
+                        ended: CancellationToken::new(),
+                    };
+                    return Some(Fence { term: Some(Arc::new(term)) });
+                }
+                Attempt::Other { holder } => {
+                    if waiting_for.as_ref() != Some(&holder) {
+                        info!(lease = %self.name, %holder, "another replica holds the lease; waiting");
+                        waiting_for = Some(holder);
+                    }
+                }
+                Attempt::Failed => {}
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return None,
+                _ = tokio::time::sleep(jittered(self.timings.retry_period)) => {}
+            }
+        }
+    }
+
+    /// Renews the Lease every retry period while `fence` leads; returns how the term ended. The fence's term is
+    /// extended by each successful renewal and ends on the local clock when none succeeded within the renew
+    /// deadline.
+    pub async fn keep(&mut self, fence: &Fence, stop: &CancellationToken) -> TermEnd {
+        let Some(term) = fence.term.clone() else { return TermEnd::Stopped };
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return TermEnd::Stopped,
+                _ = term.ended() => return TermEnd::DeadlinePassed,
+                _ = tokio::time::sleep(self.timings.retry_period) => {}
+            }
+            let deadline = term.valid_until();
+            let attempt = tokio::select! {
+                _ = term.ended() => return TermEnd::DeadlinePassed,
+                attempt = self.try_acquire_or_renew(Some(deadline)) => attempt,
+            };
+            match attempt {
+                Attempt::Held { sent } => {
+                    let mut until = term.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+                    // Never extend a term that has already ended on the clock.
+                    if !term.ended.is_cancelled() && Instant::now() < *until {
+                        *until = (*until).max(sent + self.timings.renew_deadline);
+                    }
+                }
+                Attempt::Other { holder } => {
+                    term.ended.cancel();
+                    return TermEnd::Lost { holder };
+                }
+                Attempt::Failed => {
+                    debug!(lease = %self.name, "lease renewal failed; retrying");
+                }
+            }
+        }
+    }
+
+    /// Gives the Lease up on shutdown, so that another replica takes over at once. Only once our writes stopped.
+    pub async fn release(&mut self) {
+        let Ok(Ok(Some(mut lease))) =
+            tokio::time::timeout(self.timings.retry_period, self.api.get_opt(&self.name)).await
+        else {
+            return;
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        let now = MicroTime(Timestamp::now());
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now.clone());
+        spec.acquire_time = Some(now);
+        match tokio::time::timeout(
+            self.timings.retry_period,
+            self.api.replace(&self.name, &PostParams::default(), &lease),
+        )
+        .await
+        {
+            Ok(Ok(_)) => info!(lease = %self.name, "released the lease"),
+            Ok(Err(e)) => warn!(lease = %self.name, error = %e, "releasing the lease"),
+            Err(_) => warn!(lease = %self.name, "releasing the lease timed out"),
+        }
+    }
+
+    /// client-go's `tryAcquireOrRenew`. `deadline`: the current term's end; the request is abandoned then.
+    async fn try_acquire_or_renew(&mut self, deadline: Option<Instant>) -> Attempt {
+        // One attempt never outlives the renew deadline (client-go bounds it the same way).
+        let limit = Instant::now() + self.timings.renew_deadline;
+        let limit = deadline.map_or(limit, |d| d.min(limit));
+        match tokio::time::timeout_at(limit, self.attempt()).await {
+            Ok(Ok(attempt)) => attempt,
+            Ok(Err(e)) => {
+                debug!(lease = %self.name, error = %e, "leader election request failed");
+                Attempt::Failed
+            }
+            Err(_) => {
+                debug!(lease = %self.name, "leader election request timed out");
+                Attempt::Failed
+            }
+        }
+    }
+
+    async fn attempt(&mut self) -> Result<Attempt, kube::Error> {
+        let sent = Instant::now();
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            let now = MicroTime(Timestamp::now());
+            let lease = Lease {
+                metadata: ObjectMeta { name: Some(self.name.clone()), ..Default::default() },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(self.identity.clone()),
+                    lease_duration_seconds: Some(seconds(self.timings.lease_duration)),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            let sent = Instant::now();
+            let created = self.api.create(&PostParams::default(), &lease).await?;
+            self.observe(&created);
+            return Ok(Attempt::Held { sent });
+        };
+        self.observe(&lease);
+        let observed = self.observed.clone().expect("observed just now");
+        let ours = observed.holder == self.identity;
+        if !observed.holder.is_empty() && !ours && observed.at + observed.duration > Instant::now() {
+            return Ok(Attempt::Other { holder: observed.holder });
+        }
+        let now = MicroTime(Timestamp::now());
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if !ours {
+            spec.acquire_time = Some(now.clone());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        spec.holder_identity = Some(self.identity.clone());
+        spec.lease_duration_seconds = Some(seconds(self.timings.lease_duration));
+        spec.renew_time = Some(now);
+        // The term counts from the GET: the record we update is the one we read then, and a successful update proves
+        // nobody changed it since (resourceVersion precondition of `replace`).
+        let updated = self.api.replace(&self.name, &PostParams::default(), &lease).await?;
+        self.observe(&updated);
+        if !ours {
+            info!(lease = %self.name, identity = %self.identity, "acquired the lease");
+        }
+        Ok(Attempt::Held { sent })
+    }
+
+    /// Records the Lease as seen now when it changed since we last looked (client-go's `observedTime`).
+    fn observe(&mut self, lease: &Lease) {
+        let resource_version = lease.metadata.resource_version.clone();
+        if self.observed.as_ref().is_some_and(|o| o.resource_version == resource_version) {
+            return;
+        }
+        let spec = lease.spec.clone().unwrap_or_default();
+        self.observed = Some(Observed {
+            resource_version,
+            holder: spec.holder_identity.unwrap_or_default(),
+            duration: Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0))
+                .max(Duration::from_secs(1)),
+            at: Instant::now(),
+        });
+    }
+}
+
+fn seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+/// Up to 20 % more, so that candidates do not retry in lockstep.
+fn jittered(d: Duration) -> Duration {
+    use std::hash::{BuildHasher, RandomState};
+    let r = RandomState::new().hash_one(Instant::now()) % 1000;
+    d + d.mul_f64(0.2 * r as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timings_follow_client_go_rules() {
+        assert_eq!(Timings::default().validate(), Ok(()));
+        let t = |l, r, p| Timings {
+            lease_duration: Duration::from_secs(l),
+            renew_deadline: Duration::from_secs(r),
+            retry_period: Duration::from_secs(p),
+        };
+        assert!(t(10, 10, 2).validate().unwrap_err().contains("--leader-elect-lease-duration"));
+        assert!(t(15, 2, 2).validate().unwrap_err().contains("--leader-elect-renew-deadline"));
+        assert!(t(15, 10, 0).validate().unwrap_err().contains("--leader-elect-retry-period"));
+    }
+
+    fn term(valid_for: Duration) -> Fence {
+        let term = Term { valid_until: Mutex::new(Instant::now() + valid_for), ended: CancellationToken::new() };
+        Fence { term: Some(Arc::new(term)) }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_term_ends_on_the_local_clock_and_drops_writes_in_flight() {
+        let fence = term(Duration::from_secs(10));
+        assert!(fence.holds());
+        assert_eq!(fence.guard(async { 1 }).await, Ok(1));
+        // A write still waiting for its answer when the term ends is dropped.
+        let slow = fence.guard(tokio::time::sleep(Duration::from_secs(30)));
+        assert_eq!(slow.await, Err(Fenced));
+        assert!(!fence.holds());
+        // After the end, no write is even started.
+        let mut started = false;
+        assert_eq!(fence.guard(async { started = true }).await, Err(Fenced));
+        assert!(!started);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_moves_the_end_and_an_ended_term_stays_ended() {
+        let fence = term(Duration::from_secs(10));
+        let t = fence.term.clone().expect("a term");
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        *t.valid_until.lock().expect("lock") = Instant::now() + Duration::from_secs(10);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        assert!(fence.holds(), "renewed at 8 s, so it holds at 16 s");
+        fence.ended().await;
+        assert!(!fence.holds());
+        *t.valid_until.lock().expect("lock") = Instant::now() + Duration::from_secs(10);
+        assert!(!fence.holds(), "a term that ended is never revived");
+    }
+
+    #[tokio::test]
+    async fn no_leader_election_lets_everything_through() {
+        let fence = Fence::none();
+        assert!(fence.holds());
+        assert_eq!(fence.guard(async { 2 }).await, Ok(2));
+    }
+}
