@@ -744,11 +744,14 @@ async fn an_ipaddress_name_taken_by_another_pool_is_reported_and_frees_the_hold(
         a.data = json!({"spec": {"address": address, "prefix": 24, "claimRef": {"name": name}, "poolRef": pool_ref}});
         CAPI.addresses(c, ns).create(&PostParams::default(), &a).await.expect("IPAddress");
     }
-    for (name, owner) in [("metal3", "IPPool \"m3\""), ("ours", &format!("InClusterIPPool {ns}/other"))] {
+    for (name, owner) in
+        [("metal3", "IPPool \"m3\" of group ipam.metal3.io"), ("ours", &format!("InClusterIPPool {ns}/other"))]
+    {
         CAPI.create_claim(c, ns, name, "InClusterIPPool", "pool").await;
         let ready = CAPI.wait_reason(c, ns, name, "AllocationFailed").await;
         let message = ready["message"].as_str().unwrap_or_default();
         assert!(message.contains("already exists and belongs to") && message.contains(owner), "{name}: {message}");
+        assert!(!message.contains("Some(") && !message.contains("None"), "no Rust debug formatting: {message}");
     }
     // Neither failed claim keeps an address of the pool: both are still there for new claims.
     let mut got = HashSet::new();
@@ -760,6 +763,15 @@ async fn an_ipaddress_name_taken_by_another_pool_is_reported_and_frees_the_hold(
     let metal3 = CAPI.addresses(c, ns).get("metal3").await.expect("the Metal3 IPAddress");
     assert_eq!(metal3.data["spec"]["address"], "192.0.2.7", "its spec is untouched");
     assert!(metal3.owner_references().is_empty(), "and it is not adopted");
+    // Deleting the failed claims touches neither IPAddress: one is another provider's, the other another pool's.
+    for name in ["metal3", "ours"] {
+        CAPI.delete_claim(c, ns, name).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for name in ["metal3", "ours"] {
+        let kept = CAPI.addresses(c, ns).get(name).await.unwrap_or_else(|e| panic!("{name} was deleted: {e}"));
+        assert!(kept.metadata.deletion_timestamp.is_none(), "{name} is not being deleted");
+    }
 }
 
 /// Quiet watches end on the server's side before the client's 60 s read timeout could cut them (which logged a watch

@@ -130,7 +130,7 @@ impl Manager {
             .arg(r#"log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & pid=$!; echo "$pid"; cat >/dev/null; kill -9 "$pid" 2>/dev/null; wait"#)
             .arg("manager-wrapper")
             .arg(&self.log)
-            .arg(env!("CARGO_BIN_EXE_manager"))
+            .arg(manager_binary())
             .args(&self.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -247,6 +247,12 @@ impl Drop for Manager {
         }
         self.kill();
     }
+}
+
+/// The manager binary under test: this build's, or `CAPI_IPAM_MANAGER_BIN` (to run a suite against another build,
+/// such as an older commit's, and see a test fail there).
+fn manager_binary() -> std::ffi::OsString {
+    std::env::var_os("CAPI_IPAM_MANAGER_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_manager").into())
 }
 
 fn is_zombie(pid: u32) -> bool {

@@ -5,6 +5,7 @@
 
 pub mod claims;
 pub mod manager;
+pub mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,319 @@
+//! Chaos: two or three replicas with leader election under a burst of claims, while a fault strikes the leader or
+//! the control plane. After each fault: every claim bound, no address handed out twice, no IPAddress leaked, the pool's
+//! `used` equal to the IPAddresses that exist, and no replica logged a duplicate.
+//!
+//! `make test` runs each scenario once with a bounded burst. `CHAOS_ROUNDS=<n>` repeats each scenario (soak), and
+//! `CHAOS_CLAIMS=<n>` sets the burst (default 600). `CAPI_IPAM_MANAGER_BIN` runs the suite against another build.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::json;
+use support::claims::{Capi, address_of, create_pool, pools};
+use support::manager::Manager;
+use support::proxy::Proxy;
+use support::{Plane, eventually};
+use tokio::sync::Mutex;
+
+const CAPI: Capi = Capi::V1Beta2;
+const LEASE: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
+const POOL_ADDRESSES: i64 = 4094; // 10.80.0.0/20 less network and broadcast
+
+/// One scenario at a time: each runs several managers and some stop the control plane.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn rounds() -> usize {
+    env_number("CHAOS_ROUNDS", 1).max(1)
+}
+
+fn burst() -> usize {
+    env_number("CHAOS_CLAIMS", 600).clamp(10, 3000)
+}
+
+/// A replica: a manager, maybe behind a proxy. A replica that exits is started again, as the kubelet would.
+struct Replica {
+    manager: Manager,
+    proxy: Option<Proxy>,
+    restarts: usize,
+}
+
+impl Replica {
+    fn keep_running(&mut self) {
+        if !self.manager.is_running() {
+            self.restarts += 1;
+            self.manager.spawn();
+        }
+    }
+
+    /// Whether this replica is the holder the Lease names (each replica logs its identity when it starts).
+    fn is_holder(&self, holder: &str) -> bool {
+        self.manager.log_tail(100_000).contains(&format!("identity={holder}"))
+    }
+}
+
+/// Starts `n` replicas with leader election, watching only `namespace`, each behind a proxy of its own.
+async fn replicas(plane: &Plane, namespace: &str, n: usize) -> Vec<Replica> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let proxy = Proxy::start(plane.api_port()).await;
+        let kubeconfig = proxy.kubeconfig(&plane.kubeconfig(), plane.api_port(), &plane.dir.join("chaos"));
+        let args = [
+            "--insecure-diagnostics".to_owned(),
+            "--leader-elect".to_owned(),
+            format!("--leader-election-namespace={namespace}"),
+            format!("--namespace={namespace}"),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--log-level=info".to_owned(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let manager = tokio::task::block_in_place(|| Manager::start(plane, "v1.14.0", &args));
+        out.push(Replica { manager, proxy: Some(proxy), restarts: 0 });
+    }
+    out
+}
+
+async fn wait_for_leader(client: &kube::Client, namespace: &str, replicas: &mut [Replica]) -> usize {
+    let leases = kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for r in replicas.iter_mut() {
+            r.keep_running();
+        }
+        let holder = leases.get_opt(LEASE).await.ok().flatten().and_then(|l| l.spec?.holder_identity);
+        if let Some(i) = holder.and_then(|h| replicas.iter().position(|r| r.is_holder(&h))) {
+            return i;
+        }
+        assert!(Instant::now() < deadline, "no replica became the leader");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// After the fault, claims keep arriving for this long: whenever a stale leader and a new one both allocate, they
+/// meet claims to hand addresses to.
+const AFTER_FAULT: Duration = Duration::from_secs(20);
+
+/// Creates claims c{from}..c{to-1}, 32 requests at a time, like a load generator, spread evenly over `spread` (all at
+/// once when zero); returns when all exist.
+async fn create_burst(client: kube::Client, namespace: String, claims: std::ops::Range<usize>, spread: Duration) {
+    let start = tokio::time::Instant::now();
+    let first = claims.start;
+    let interval = spread / u32::try_from(claims.len().max(1)).expect("a bounded burst");
+    futures::stream::iter(claims)
+        .for_each_concurrent(32, |i| {
+            let (client, namespace) = (client.clone(), namespace.clone());
+            async move {
+                tokio::time::sleep_until(start + interval * u32::try_from(i - first).expect("bounded")).await;
+                let name = format!("c{i}");
+                let api = CAPI.claims(&client, &namespace);
+                // The API server may be down for a while: retry until the claim exists.
+                for _ in 0..600 {
+                    match api.create(&Default::default(), &CAPI.claim(&name, "InClusterIPPool", "pool")).await {
+                        Ok(_) => return,
+                        Err(kube::Error::Api(s)) if s.code == 409 => return,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                }
+                panic!("claim {name} could not be created");
+            }
+        })
+        .await;
+}
+
+/// The invariants after a fault: every claim bound to its own IPAddress, all addresses distinct, no IPAddress without
+/// a claim, pool counts equal to the IPAddresses, and no replica saw a duplicate.
+async fn check_invariants(
+    client: &kube::Client,
+    namespace: &str,
+    claims: usize,
+    replicas: &mut [Replica],
+    late_writes: bool,
+) -> Duration {
+    let started = Instant::now();
+    let claims_api = CAPI.claims(client, namespace);
+    let addresses_api = CAPI.addresses(client, namespace);
+    let mut last = String::new();
+    let bound_all = async {
+        loop {
+            for r in replicas.iter_mut() {
+                r.keep_running();
+            }
+            if let Ok(list) = claims_api.list(&Default::default()).await {
+                let bound = list.items.iter().filter(|c| c.data.pointer("/status/addressRef/name").is_some()).count();
+                last = format!("{bound} of {} claims bound", list.items.len());
+                if list.items.len() == claims && bound == claims {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(180), bound_all).await.is_err() {
+        let logs: Vec<String> = replicas.iter().map(|r| r.manager.log_tail(30)).collect();
+        panic!("not every claim was bound within 180 s after the fault ({last}):\n{}", logs.join("\n-----\n"));
+    }
+    let bound_after = started.elapsed();
+
+    let claims_list = claims_api.list(&Default::default()).await.expect("claims");
+    let addresses = addresses_api.list(&Default::default()).await.expect("IPAddresses");
+    let mut by_address: HashMap<String, Vec<String>> = HashMap::new();
+    for a in &addresses.items {
+        by_address.entry(address_of(a)).or_default().push(a.metadata.name.clone().unwrap_or_default());
+    }
+    let duplicates: Vec<_> = by_address.iter().filter(|(_, holders)| holders.len() > 1).collect();
+    assert!(duplicates.is_empty(), "{} addresses handed out twice: {duplicates:?}", duplicates.len());
+    let claim_names: HashSet<String> = claims_list.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
+    let leaked: Vec<_> =
+        addresses.items.iter().filter_map(|a| a.metadata.name.clone()).filter(|n| !claim_names.contains(n)).collect();
+    assert!(leaked.is_empty(), "IPAddresses without a claim: {leaked:?}");
+    assert_eq!(addresses.items.len(), claims, "one IPAddress per claim");
+    for c in &claims_list.items {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        assert_eq!(c.data.pointer("/status/addressRef/name").and_then(|v| v.as_str()), Some(name.as_str()));
+    }
+    // The pool's status is rebuilt from the IPAddresses: used is exact, and free follows.
+    let used = claims as i64;
+    let pool_api = pools(client, "InClusterIPPool", namespace);
+    eventually(Duration::from_secs(30), "the pool's counts to equal the IPAddresses", || async {
+        let p = pool_api.get("pool").await.ok()?;
+        let s = p.data.pointer("/status/ipAddresses")?;
+        (s["used"].as_i64()? == used && s["free"].as_i64()? == POOL_ADDRESSES - used).then_some(())
+    })
+    .await;
+    for r in replicas.iter() {
+        let log = r.manager.log_tail(100_000);
+        // Late writes of a fenced leader may create a duplicate that the new leader withdraws before any claim is
+        // bound to it; without late writes, none may ever be seen.
+        if !late_writes {
+            assert!(!log.contains("DUPLICATE ADDRESS"), "a replica saw a duplicate:\n{}", r.manager.log_tail(40));
+        }
+        assert!(!log.contains("panicked"), "a replica panicked:\n{}", r.manager.log_tail(40));
+    }
+    bound_after
+}
+
+/// Copies the replicas' logs to `.dev/chaos-logs/<namespace>/` at the end of a round, passed or failed: they outlive
+/// a private plane, for a look afterwards.
+struct KeepLogs {
+    logs: Vec<std::path::PathBuf>,
+    namespace: String,
+}
+
+impl Drop for KeepLogs {
+    fn drop(&mut self) {
+        let kept = support::repo_root().join(".dev/chaos-logs").join(&self.namespace);
+        let _ = std::fs::create_dir_all(&kept);
+        for (i, log) in self.logs.iter().enumerate() {
+            let _ = std::fs::copy(log, kept.join(format!("replica-{i}.log")));
+        }
+    }
+}
+
+enum Fault {
+    /// The leader's connections to the API server are cut for this long, then healed.
+    PartitionLeader(Duration),
+    /// Nothing moves between the leader and the API server for this long; then what the leader sent meanwhile is
+    /// delivered, late.
+    HoldLeader(Duration),
+    /// SIGKILL of the leader.
+    KillLeader,
+    /// A component of the control plane is stopped for this long, then started.
+    Stop(&'static str, Duration),
+}
+
+/// One round: replicas up, a burst of claims, the fault while it is being served, then claims arriving steadily from
+/// the moment the fault ends (when a stale leader and a new one could both be allocating), then the invariants.
+async fn round(plane: &Plane, replica_count: usize, fault: Fault) {
+    let client = plane.client().await;
+    let namespace = support::create_namespace(&client, "chaos").await;
+    let mut replicas = replicas(plane, &namespace, replica_count).await;
+    let _logs =
+        KeepLogs { logs: replicas.iter().map(|r| r.manager.log.clone()).collect(), namespace: namespace.clone() };
+    create_pool(&client, "InClusterIPPool", &namespace, "pool", json!({"addresses": ["10.80.0.0/20"], "prefix": 20}))
+        .await;
+    let leader = wait_for_leader(&client, &namespace, &mut replicas).await;
+    let claims = burst();
+    let first = claims / 2;
+    let load = tokio::spawn(create_burst(client.clone(), namespace.clone(), 0..first, Duration::ZERO));
+    // Strike once some, not all, claims of the first burst are bound.
+    let addresses = CAPI.addresses(&client, &namespace);
+    eventually(Duration::from_secs(120), "a third of the first burst bound", || async {
+        let n = addresses.list(&Default::default()).await.ok()?.items.len();
+        (n >= first / 3).then_some(())
+    })
+    .await;
+    let struck = Instant::now();
+    let late_writes = matches!(fault, Fault::HoldLeader(_));
+    match fault {
+        Fault::PartitionLeader(outage) => {
+            let proxy = replicas[leader].proxy.as_ref().expect("a proxy");
+            proxy.cut();
+            tokio::time::sleep(outage).await;
+            replicas[leader].proxy.as_ref().expect("a proxy").heal();
+        }
+        Fault::HoldLeader(outage) => {
+            replicas[leader].proxy.as_ref().expect("a proxy").hold();
+            tokio::time::sleep(outage).await;
+            replicas[leader].proxy.as_ref().expect("a proxy").heal();
+        }
+        Fault::KillLeader => replicas[leader].manager.kill(),
+        Fault::Stop(component, outage) => {
+            tokio::task::block_in_place(|| plane.stop(component));
+            tokio::time::sleep(outage).await;
+            tokio::task::block_in_place(|| plane.start(component));
+        }
+    }
+    let healed = struck.elapsed();
+    let second = tokio::spawn(create_burst(client.clone(), namespace.clone(), first..claims, AFTER_FAULT));
+    load.await.expect("the first burst");
+    second.await.expect("the second burst");
+    let bound_after = check_invariants(&client, &namespace, claims, &mut replicas, late_writes).await;
+    let restarts: usize = replicas.iter().map(|r| r.restarts).sum();
+    let withdrawn: usize =
+        replicas.iter().map(|r| r.manager.log_tail(100_000).matches("DUPLICATE ADDRESS withdrawn").count()).sum();
+    eprintln!(
+        "chaos round: {replica_count} replicas, {claims} claims; fault over after {healed:.1?}; all bound {bound_after:.1?} \
+         after that; replica restarts {restarts}; late duplicates withdrawn {withdrawn}; no duplicate, no leak"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_partitioned_from_the_api_server_hands_out_nothing_twice() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    for _ in 0..rounds() {
+        round(Plane::shared(), 2, Fault::PartitionLeader(Duration::from_secs(22))).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_held_off_the_api_server_with_its_writes_delivered_late_hands_out_nothing_twice() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    for _ in 0..rounds() {
+        round(Plane::shared(), 2, Fault::HoldLeader(Duration::from_secs(22))).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_restarted_under_two_replicas_hands_out_nothing_twice() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let plane = tokio::task::block_in_place(|| Plane::private("chaos-restart"));
+    for _ in 0..rounds() {
+        round(&plane, 2, Fault::Stop("apiserver", Duration::from_secs(25))).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_survive_a_sigkill_of_the_leader_and_an_etcd_restart() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let plane = tokio::task::block_in_place(|| Plane::private("chaos-etcd"));
+    for _ in 0..rounds() {
+        round(&plane, 3, Fault::KillLeader).await;
+        round(&plane, 3, Fault::Stop("etcd", Duration::from_secs(10))).await;
+    }
+}
