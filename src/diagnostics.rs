@@ -16,7 +16,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::PostParams;
 use kube::{Api, Client};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -60,58 +60,94 @@ pub async fn serve_http(addr: SocketAddr, router: Router, stop: CancellationToke
 }
 
 /// Decides who may read `/metrics`: authenticated through a TokenReview, authorized through a SubjectAccessReview
-/// for `get` on the non-resource URL `/metrics` (as controller-runtime's secure metrics do). Decisions are cached
-/// for a minute per token.
+/// for `get` on the non-resource URL `/metrics` (as controller-runtime's secure metrics do).
+///
+/// Anyone who reaches the port can send tokens, so what a token can cost is bounded: only allowed tokens are cached
+/// (for a minute, keyed by their SHA-256, at most [`AUTH_CACHE_ENTRIES`]); a token longer than [`MAX_TOKEN`] is
+/// refused unread; at most [`CONCURRENT_REVIEWS`] reviews are in flight, further requests get 503 at once.
 pub struct MetricsAuth {
     client: Client,
-    cache: Mutex<HashMap<String, (bool, Instant)>>,
+    allowed: Mutex<HashMap<[u8; 32], Instant>>,
+    reviews: Semaphore,
 }
 
 const AUTH_CACHE_TTL: Duration = Duration::from_secs(60);
+const AUTH_CACHE_ENTRIES: usize = 1024;
+/// Service account tokens are about 1 KiB, OIDC tokens a few; anything longer is not a token.
+const MAX_TOKEN: usize = 16 * 1024;
+const CONCURRENT_REVIEWS: usize = 4;
+
+/// The outcome of one authorization.
+enum Decision {
+    Allowed,
+    Denied,
+    Busy,
+}
 
 impl MetricsAuth {
     pub fn new(client: Client) -> Self {
-        Self { client, cache: Mutex::new(HashMap::new()) }
+        Self { client, allowed: Mutex::new(HashMap::new()), reviews: Semaphore::new(CONCURRENT_REVIEWS) }
     }
 
-    async fn allowed(&self, token: &str) -> Result<bool, kube::Error> {
-        if let Some((ok, at)) = self.cache.lock().await.get(token)
-            && at.elapsed() < AUTH_CACHE_TTL
-        {
-            return Ok(*ok);
+    fn key(token: &str) -> [u8; 32] {
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        let mut key = [0u8; 32];
+        key.copy_from_slice(digest.as_ref());
+        key
+    }
+
+    async fn decide(&self, token: &str) -> Result<Decision, kube::Error> {
+        if token.len() > MAX_TOKEN {
+            return Ok(Decision::Denied);
         }
+        let key = Self::key(token);
+        if self.allowed.lock().await.get(&key).is_some_and(|at| at.elapsed() < AUTH_CACHE_TTL) {
+            return Ok(Decision::Allowed);
+        }
+        let Ok(_review) = self.reviews.try_acquire() else { return Ok(Decision::Busy) };
+        if !self.review(token).await? {
+            return Ok(Decision::Denied);
+        }
+        let mut allowed = self.allowed.lock().await;
+        allowed.retain(|_, at| at.elapsed() < AUTH_CACHE_TTL);
+        if allowed.len() >= AUTH_CACHE_ENTRIES {
+            // Full of live entries: forget the oldest (scrapers are few; this only happens under a flood).
+            if let Some(oldest) = allowed.iter().min_by_key(|(_, at)| **at).map(|(k, _)| *k) {
+                allowed.remove(&oldest);
+            }
+        }
+        allowed.insert(key, Instant::now());
+        Ok(Decision::Allowed)
+    }
+
+    /// A TokenReview, then a SubjectAccessReview for `get /metrics`.
+    async fn review(&self, token: &str) -> Result<bool, kube::Error> {
         let review = TokenReview {
             spec: TokenReviewSpec { token: token.to_owned(), ..Default::default() },
             ..Default::default()
         };
         let reviewed = Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await?;
         let status = reviewed.status.unwrap_or_default();
-        let ok = if status.authenticated == Some(true) {
-            let user = status.user.unwrap_or_default();
-            let sar = SubjectAccessReview {
-                spec: SubjectAccessReviewSpec {
-                    user: user.username,
-                    groups: user.groups,
-                    uid: user.uid,
-                    extra: user.extra,
-                    non_resource_attributes: Some(NonResourceAttributes {
-                        path: Some("/metrics".to_owned()),
-                        verb: Some("get".to_owned()),
-                    }),
-                    ..Default::default()
-                },
+        if status.authenticated != Some(true) {
+            return Ok(false);
+        }
+        let user = status.user.unwrap_or_default();
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username,
+                groups: user.groups,
+                uid: user.uid,
+                extra: user.extra,
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some("/metrics".to_owned()),
+                    verb: Some("get".to_owned()),
+                }),
                 ..Default::default()
-            };
-            let decided =
-                Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &sar).await?;
-            decided.status.is_some_and(|s| s.allowed)
-        } else {
-            false
+            },
+            ..Default::default()
         };
-        let mut cache = self.cache.lock().await;
-        cache.retain(|_, (_, at)| at.elapsed() < AUTH_CACHE_TTL);
-        cache.insert(token.to_owned(), (ok, Instant::now()));
-        Ok(ok)
+        let decided = Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &sar).await?;
+        Ok(decided.status.is_some_and(|s| s.allowed))
     }
 }
 
@@ -132,9 +168,14 @@ async fn metrics_handler(State(state): State<MetricsState>, headers: HeaderMap) 
         let Some(token) = token else {
             return (StatusCode::UNAUTHORIZED, "Unauthorized: a bearer token is required").into_response();
         };
-        match auth.allowed(token).await {
-            Ok(true) => {}
-            Ok(false) => return (StatusCode::FORBIDDEN, "Forbidden: get on /metrics is not allowed").into_response(),
+        match auth.decide(token).await {
+            Ok(Decision::Allowed) => {}
+            Ok(Decision::Denied) => {
+                return (StatusCode::FORBIDDEN, "Forbidden: get on /metrics is not allowed").into_response();
+            }
+            Ok(Decision::Busy) => {
+                return (StatusCode::SERVICE_UNAVAILABLE, "too many authorizations at once; retry").into_response();
+            }
             Err(e) => {
                 warn!(error = %e, "authorizing a metrics request");
                 return (StatusCode::INTERNAL_SERVER_ERROR, "Authorization error").into_response();
@@ -159,15 +200,8 @@ pub async fn serve_https(
 ) -> anyhow::Result<()> {
     let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
     let config = server_config(generated.cert.pem().as_bytes(), generated.signing_key.serialize_pem().as_bytes(), tls)?;
-    let handle = axum_server::Handle::new();
-    let shutdown = handle.clone();
-    tokio::spawn(async move {
-        stop.cancelled().await;
-        shutdown.graceful_shutdown(Some(Duration::from_secs(2)));
-    });
-    axum_server::bind_rustls(addr, axum_server::tls_rustls::RustlsConfig::from_config(config))
-        .handle(handle)
-        .serve(router.into_make_service())
+    let tls = axum_server::tls_rustls::RustlsConfig::from_config(config);
+    crate::server::serve_tls(addr, tls, router, crate::server::Limits::default(), Duration::from_secs(2), stop, |_| {})
         .await
         .map_err(|e| anyhow::anyhow!("metrics server on {addr}: {e}"))
 }

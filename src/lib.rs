@@ -13,5 +13,6 @@ pub mod ipam;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod server;
 pub mod telemetry;
 pub mod webhooks;

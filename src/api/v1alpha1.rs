@@ -14,6 +14,7 @@ pub struct IPPoolSpec {
     /// Addresses is a list of IP addresses that can be assigned. This set of addresses can be non-contiguous.
     /// Can be omitted if subnet, start and end are set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), inner(length(max = 128)))]
     pub addresses: Option<Vec<String>>,
 
     /// Subnet is the subnet to assign IP addresses from. Can be omitted if addresses or first, last and prefix are set.

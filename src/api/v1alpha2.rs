@@ -19,6 +19,7 @@ use crate::ipam;
 pub struct IPPoolSpec {
     /// Addresses is a list of IP addresses that can be assigned. This set of addresses can be non-contiguous. Each
     /// entry is a single IP (10.0.0.5), an inclusive range (10.0.0.10-10.0.0.20) or a CIDR (10.0.0.0/24).
+    #[schemars(length(max = 1024), inner(length(max = 128)))]
     pub addresses: Vec<String>,
 
     /// Prefix is the network prefix to use.
@@ -37,6 +38,7 @@ pub struct IPPoolSpec {
 
     /// ExcludedAddresses is a list of IP addresses, which will be excluded from the set of assignable IP addresses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), inner(length(max = 128)))]
     pub excluded_addresses: Option<Vec<String>>,
 
     /// AddressReuseGracePeriodSeconds is the number of seconds an IPAddress is held after its claim is deleted,
@@ -47,6 +49,7 @@ pub struct IPPoolSpec {
 
     /// PreAllocations pins addresses to claims by claim name: a claim of that name gets this address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 4096))]
     pub pre_allocations: Option<BTreeMap<String, String>>,
 }
 
@@ -102,6 +105,7 @@ impl From<ipam::PoolCounts> for PoolAddressesStatus {
 #[serde(rename_all = "camelCase")]
 pub struct PrefixPoolSpec {
     /// Prefixes is a list of network-aligned IPv6 CIDRs (fd00::/48) that child prefixes are carved from.
+    #[schemars(length(max = 1024), inner(length(max = 128)))]
     pub prefixes: Vec<String>,
 
     /// AllocationPrefixLength is the length of every allocated child prefix. Immutable.
@@ -115,6 +119,7 @@ pub struct PrefixPoolSpec {
 
     /// ExcludedPrefixes lists IPs, ranges or CIDRs; no child prefix overlapping one of them is handed out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), inner(length(max = 128)))]
     pub excluded_prefixes: Option<Vec<String>>,
 }
 

@@ -526,6 +526,30 @@ fn pre_allocations_are_validated() {
 }
 
 #[test]
+fn oversized_specs_are_refused_before_anything_is_parsed() {
+    let many: Vec<String> = (0..MAX_LIST_ENTRIES + 1).map(|i| format!("10.{}.{}.1", i / 256, i % 256)).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let got = messages(&validate_ip_pool(&spec(&many, 8, ""), &extras()));
+    assert_eq!(got, ["spec.addresses: Too many: 1025: must have at most 1024 items"]);
+    assert!(validate_ip_pool(&spec(&many[..MAX_LIST_ENTRIES], 8, ""), &extras()).is_empty(), "1024 is fine");
+    let long = format!("10.0.0.1{}", " ".repeat(200));
+    let got = messages(&validate_ip_pool(&spec(&["10.0.0.2", &long], 24, ""), &extras()));
+    assert_eq!(got.len(), 1);
+    assert!(got[0].starts_with("spec.addresses[1]: Invalid value: ") && got[0].ends_with("at most 128 characters"));
+    let pre: std::collections::BTreeMap<String, String> =
+        (0..MAX_PRE_ALLOCATIONS + 1).map(|i| (format!("c{i}"), "10.0.0.1".to_owned())).collect();
+    let x = IpPoolExtras { pre_allocations: Some(&pre), ..extras() };
+    let got = messages(&validate_ip_pool(&spec(&["10.0.0.0/24"], 24, ""), &x));
+    assert_eq!(got, ["spec.preAllocations: Too many: 4097: must have at most 4096 items"]);
+    let prefixes: Vec<String> = (0..MAX_LIST_ENTRIES + 1).map(|i| format!("fd00:{i:x}::/48")).collect();
+    let prefix_spec = PrefixPoolSpec { prefixes, allocation_prefix_length: 64, ..Default::default() };
+    assert_eq!(
+        messages(&validate_prefix_pool(&prefix_spec)),
+        ["spec.prefixes: Too many: 1025: must have at most 1024 items"]
+    );
+}
+
+#[test]
 fn update_guard_lists_stranded_ranges() {
     let new = IpPoolConfig::new(&spec(&["10.0.0.15-10.0.0.20"], 24, "")).unwrap();
     assert_eq!(

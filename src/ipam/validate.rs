@@ -17,6 +17,7 @@ pub enum FieldErrorKind {
     Invalid,
     Required,
     Forbidden,
+    TooMany,
 }
 
 impl FieldErrorKind {
@@ -26,6 +27,7 @@ impl FieldErrorKind {
             FieldErrorKind::Invalid => "FieldValueInvalid",
             FieldErrorKind::Required => "FieldValueRequired",
             FieldErrorKind::Forbidden => "FieldValueForbidden",
+            FieldErrorKind::TooMany => "FieldValueTooMany",
         }
     }
 }
@@ -45,6 +47,16 @@ impl FieldError {
         Self { kind: FieldErrorKind::Invalid, field: field.into(), value: value.into(), detail: detail.into() }
     }
 
+    /// A list or map with more than `max` entries (`count` of them).
+    pub fn too_many(field: impl Into<String>, count: usize, max: usize) -> Self {
+        Self {
+            kind: FieldErrorKind::TooMany,
+            field: field.into(),
+            value: count.to_string(),
+            detail: format!("must have at most {max} items"),
+        }
+    }
+
     pub fn required(field: impl Into<String>, detail: impl Into<String>) -> Self {
         Self { kind: FieldErrorKind::Required, field: field.into(), value: String::new(), detail: detail.into() }
     }
@@ -57,6 +69,7 @@ impl fmt::Display for FieldError {
             FieldErrorKind::Invalid => write!(f, "{}: Invalid value: {}: {}", self.field, self.value, self.detail),
             FieldErrorKind::Required => write!(f, "{}: Required value: {}", self.field, self.detail),
             FieldErrorKind::Forbidden => write!(f, "{}: Forbidden: {}", self.field, self.detail),
+            FieldErrorKind::TooMany => write!(f, "{}: Too many: {}: {}", self.field, self.value, self.detail),
         }
     }
 }
@@ -70,6 +83,37 @@ pub fn quote(s: &str) -> String {
 pub fn quote_list<S: AsRef<str>>(items: &[S]) -> String {
     let inner: Vec<String> = items.iter().map(|s| quote(s.as_ref())).collect();
     format!("[]string{{{}}}", inner.join(", "))
+}
+
+/// The most entries a list of a pool spec may hold (addresses, excluded addresses, prefixes, excluded prefixes). The
+/// CRD schema says so too (`maxItems`), so the API server refuses a larger pool before any webhook runs; the webhook
+/// checks it again, first, because anyone who reaches its port can send a review: the work one review causes is
+/// bounded by this, not by the size of what is sent. Ranges and CIDRs keep real pools far below it.
+pub const MAX_LIST_ENTRIES: usize = 1024;
+/// The most entries of `spec.preAllocations` (claim names pinned to addresses).
+pub const MAX_PRE_ALLOCATIONS: usize = 4096;
+/// The longest entry: an IPv6 range of two full addresses is 79 characters.
+pub const MAX_ENTRY_LENGTH: usize = 128;
+
+/// The size checks, before anything is parsed.
+fn too_large<S: AsRef<str>>(lists: &[(&str, &[S])], pre_allocations: usize) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (field, entries) in lists {
+        if entries.len() > MAX_LIST_ENTRIES {
+            errs.push(FieldError::too_many(*field, entries.len(), MAX_LIST_ENTRIES));
+        } else if let Some((i, e)) = entries.iter().enumerate().find(|(_, e)| e.as_ref().len() > MAX_ENTRY_LENGTH) {
+            let shown: String = e.as_ref().chars().take(40).collect();
+            errs.push(FieldError::invalid(
+                format!("{field}[{i}]"),
+                quote(&format!("{shown}...")),
+                format!("must be at most {MAX_ENTRY_LENGTH} characters"),
+            ));
+        }
+    }
+    if pre_allocations > MAX_PRE_ALLOCATIONS {
+        errs.push(FieldError::too_many("spec.preAllocations", pre_allocations, MAX_PRE_ALLOCATIONS));
+    }
+    errs
 }
 
 const NOT_AN_ADDRESS: &str = "provided address is not a valid IP, range, nor CIDR";
@@ -87,6 +131,11 @@ pub struct IpPoolExtras<'a> {
 
 /// Validates an IP pool spec: the Go provider's rules and texts in their order (reference §2.3), then D12 and D14.
 pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<FieldError> {
+    let lists = [("spec.addresses", spec.addresses.as_slice()), ("spec.excludedAddresses", &spec.excluded_addresses)];
+    let errs = too_large(&lists, extras.pre_allocations.map_or(0, BTreeMap::len));
+    if !errs.is_empty() {
+        return errs;
+    }
     let mut errs = Vec::new();
     if spec.addresses.is_empty() {
         errs.push(FieldError::invalid("spec.addresses", quote_list(&spec.addresses), "addresses is required"));
@@ -262,6 +311,11 @@ pub fn ip_pool_stranded_addresses<S: AsRef<str>>(new: &IpPoolConfig, allocated: 
 
 /// Validates a prefix pool spec (reference §2.6), after defaulting.
 pub fn validate_prefix_pool(spec: &PrefixPoolSpec) -> Vec<FieldError> {
+    let lists = [("spec.prefixes", spec.prefixes.as_slice()), ("spec.excludedPrefixes", &spec.excluded_prefixes)];
+    let errs = too_large(&lists, 0);
+    if !errs.is_empty() {
+        return errs;
+    }
     let mut errs = Vec::new();
     if spec.prefixes.is_empty() {
         errs.push(FieldError::required("spec.prefixes", "prefixes is required"));
