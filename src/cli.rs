@@ -75,6 +75,19 @@ pub struct Args {
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub insecure_diagnostics: bool,
 
+    /// A folder holding the metrics serving certificate (reloaded when it changes); empty: a self-signed certificate
+    /// made at start. The Helm chart mounts a cert-manager certificate here so that Prometheus can verify it.
+    #[arg(long, default_value = "")]
+    pub metrics_cert_dir: String,
+
+    /// The certificate file in --metrics-cert-dir.
+    #[arg(long, default_value = "tls.crt")]
+    pub metrics_cert_name: String,
+
+    /// The key file in --metrics-cert-dir.
+    #[arg(long, default_value = "tls.key")]
+    pub metrics_key_name: String,
+
     /// The minimum TLS version of the webhook and metrics servers: VersionTLS12 or VersionTLS13.
     #[arg(long, default_value = "VersionTLS12")]
     pub tls_min_version: TlsVersion,

@@ -44,7 +44,7 @@ pub fn manager_rules() -> Vec<PolicyRule> {
 
 /// The rules of the leader-election Role, in the manager's namespace.
 pub fn leader_election_rules() -> Vec<PolicyRule> {
-    vec![rule(&["coordination.k8s.io"], &names(&["leases"]), &["get", "create", "update", "patch"])]
+    vec![rule(&["coordination.k8s.io"], &names(&["leases"]), &["get", "create", "update"])]
 }
 
 /// The rules that let a scraper read `/metrics` (ClusterRole `metrics-reader`).

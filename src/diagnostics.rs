@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum_server::tls_rustls::RustlsConfig;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::PostParams;
@@ -190,17 +191,20 @@ pub fn metrics_router(metrics: Arc<Metrics>, auth: Option<Arc<MetricsAuth>>) -> 
     Router::new().route("/metrics", get(metrics_handler)).with_state(MetricsState { metrics, auth })
 }
 
-/// Serves the metrics router over HTTPS with a self-signed certificate made at start (as controller-runtime does when
-/// no certificate is given), until `stop`.
+/// A self-signed serving certificate made at start (as controller-runtime does when no certificate is given).
+pub fn self_signed(tls: &TlsOptions) -> anyhow::Result<RustlsConfig> {
+    let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+    let config = server_config(generated.cert.pem().as_bytes(), generated.signing_key.serialize_pem().as_bytes(), tls)?;
+    Ok(RustlsConfig::from_config(config))
+}
+
+/// Serves the metrics router over HTTPS until `stop`.
 pub async fn serve_https(
     addr: SocketAddr,
     router: Router,
-    tls: &TlsOptions,
+    tls: RustlsConfig,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
-    let config = server_config(generated.cert.pem().as_bytes(), generated.signing_key.serialize_pem().as_bytes(), tls)?;
-    let tls = axum_server::tls_rustls::RustlsConfig::from_config(config);
     crate::server::serve_tls(addr, tls, router, crate::server::Limits::default(), Duration::from_secs(2), stop, |_| {})
         .await
         .map_err(|e| anyhow::anyhow!("metrics server on {addr}: {e}"))

@@ -298,8 +298,9 @@ impl Elector {
 
     /// client-go's `tryAcquireOrRenew`. `deadline`: the current term's end; the request is abandoned then.
     async fn try_acquire_or_renew(&mut self, deadline: Option<Instant>) -> Attempt {
-        // One attempt never outlives the renew deadline (client-go bounds it the same way).
-        let limit = Instant::now() + self.timings.renew_deadline;
+        // A request that hangs (an API server waiting for etcd) is abandoned after two retry periods and tried again,
+        // so that the Lease is taken back within moments of the API server answering; never past the term's end.
+        let limit = Instant::now() + (self.timings.retry_period * 2).max(Duration::from_secs(1));
         let limit = deadline.map_or(limit, |d| d.min(limit));
         match tokio::time::timeout_at(limit, self.attempt()).await {
             Ok(Ok(attempt)) => attempt,

@@ -130,10 +130,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             info!(%addr, "serving /metrics over plain HTTP (--insecure-diagnostics)");
         } else {
             let router = diagnostics::metrics_router(metrics.clone(), Some(Arc::new(MetricsAuth::new(client.clone()))));
-            let tls_options = tls_options.clone();
-            tasks.spawn(
-                async move { ("metrics server", diagnostics::serve_https(addr, router, &tls_options, stop).await) },
-            );
+            let rustls = if args.metrics_cert_dir.is_empty() {
+                diagnostics::self_signed(&tls_options)?
+            } else {
+                let dir = std::path::Path::new(&args.metrics_cert_dir);
+                let files = tls::CertFiles::new(dir, &args.metrics_cert_name, &args.metrics_key_name);
+                tls::load_and_watch(files, tls_options.clone(), CERT_POLL, stop.clone())
+                    .await
+                    .context("loading the metrics serving certificate")?
+            };
+            tasks.spawn(async move { ("metrics server", diagnostics::serve_https(addr, router, rustls, stop).await) });
             info!(%addr, "serving /metrics over HTTPS with TokenReview/SubjectAccessReview authorization");
         }
     }

@@ -33,6 +33,12 @@ fn rounds() -> usize {
     env_number("CHAOS_ROUNDS", 1).max(1)
 }
 
+/// A fault's length in round `round`: `base`, then longer in later rounds, so that repeated rounds meet the
+/// replicas' retry and backoff timers in different phases.
+fn outage(base: u64, round: usize) -> Duration {
+    Duration::from_secs(base + 7 * (round as u64 % 4))
+}
+
 fn burst() -> usize {
     env_number("CHAOS_CLAIMS", 600).clamp(10, 3000)
 }
@@ -198,6 +204,24 @@ async fn check_invariants(
     bound_after
 }
 
+/// The longest time, in whole seconds (creation timestamps have no more), from a claim's creation to its IPAddress's,
+/// over the claims `range`: how soon claims are served after a fault.
+async fn slowest_binding(client: &kube::Client, namespace: &str, range: std::ops::Range<usize>) -> i64 {
+    let created = |o: &kube::api::DynamicObject| o.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second());
+    let claims = CAPI.claims(client, namespace).list(&Default::default()).await.expect("claims");
+    let addresses = CAPI.addresses(client, namespace).list(&Default::default()).await.expect("IPAddresses");
+    let bound: HashMap<String, i64> =
+        addresses.items.iter().filter_map(|a| Some((a.metadata.name.clone()?, created(a)?))).collect();
+    let wanted: HashSet<String> = range.map(|i| format!("c{i}")).collect();
+    claims
+        .items
+        .iter()
+        .filter(|c| c.metadata.name.as_ref().is_some_and(|n| wanted.contains(n)))
+        .filter_map(|c| Some(bound.get(c.metadata.name.as_ref()?)? - created(c)?))
+        .max()
+        .unwrap_or(0)
+}
+
 /// Copies the replicas' logs to `.dev/chaos-logs/<namespace>/` at the end of a round, passed or failed: they outlive
 /// a private plane, for a look afterwards.
 struct KeepLogs {
@@ -227,8 +251,9 @@ enum Fault {
     Stop(&'static str, Duration),
 }
 
-/// One round: replicas up, a burst of claims, the fault while it is being served, then claims arriving steadily from
-/// the moment the fault ends (when a stale leader and a new one could both be allocating), then the invariants.
+/// One round: replicas up, a burst of claims, the fault while it is being served, then from the moment the fault ends
+/// (when a stale leader and a new one could both be allocating) a second burst and a steady stream, then the
+/// invariants.
 async fn round(plane: &Plane, replica_count: usize, fault: Fault) {
     let client = plane.client().await;
     let namespace = support::create_namespace(&client, "chaos").await;
@@ -270,32 +295,38 @@ async fn round(plane: &Plane, replica_count: usize, fault: Fault) {
         }
     }
     let healed = struck.elapsed();
-    let second = tokio::spawn(create_burst(client.clone(), namespace.clone(), first..claims, AFTER_FAULT));
+    // Right after the fault a burst (many claims for two would-be leaders at once), then a steady stream.
+    let burst_end = first + (claims - first) / 2;
+    let second = tokio::spawn(create_burst(client.clone(), namespace.clone(), first..burst_end, Duration::ZERO));
+    let third = tokio::spawn(create_burst(client.clone(), namespace.clone(), burst_end..claims, AFTER_FAULT));
     load.await.expect("the first burst");
-    second.await.expect("the second burst");
+    second.await.expect("the burst after the fault");
+    third.await.expect("the stream after the fault");
     let bound_after = check_invariants(&client, &namespace, claims, &mut replicas, late_writes).await;
+    let wait_after_fault = slowest_binding(&client, &namespace, first..claims).await;
     let restarts: usize = replicas.iter().map(|r| r.restarts).sum();
     let withdrawn: usize =
         replicas.iter().map(|r| r.manager.log_tail(100_000).matches("DUPLICATE ADDRESS withdrawn").count()).sum();
     eprintln!(
         "chaos round: {replica_count} replicas, {claims} claims; fault over after {healed:.1?}; all bound {bound_after:.1?} \
-         after that; replica restarts {restarts}; late duplicates withdrawn {withdrawn}; no duplicate, no leak"
+         after the load; slowest binding of a claim created after the fault {wait_after_fault} s; replica restarts \
+         {restarts}; late duplicates withdrawn {withdrawn}; no duplicate, no leak"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_partitioned_from_the_api_server_hands_out_nothing_twice() {
     let _one = ONE_AT_A_TIME.lock().await;
-    for _ in 0..rounds() {
-        round(Plane::shared(), 2, Fault::PartitionLeader(Duration::from_secs(22))).await;
+    for n in 0..rounds() {
+        round(Plane::shared(), 2, Fault::PartitionLeader(outage(22, n))).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_held_off_the_api_server_with_its_writes_delivered_late_hands_out_nothing_twice() {
     let _one = ONE_AT_A_TIME.lock().await;
-    for _ in 0..rounds() {
-        round(Plane::shared(), 2, Fault::HoldLeader(Duration::from_secs(22))).await;
+    for n in 0..rounds() {
+        round(Plane::shared(), 2, Fault::HoldLeader(outage(22, n))).await;
     }
 }
 
@@ -303,8 +334,8 @@ async fn the_leader_held_off_the_api_server_with_its_writes_delivered_late_hands
 async fn the_api_server_restarted_under_two_replicas_hands_out_nothing_twice() {
     let _one = ONE_AT_A_TIME.lock().await;
     let plane = tokio::task::block_in_place(|| Plane::private("chaos-restart"));
-    for _ in 0..rounds() {
-        round(&plane, 2, Fault::Stop("apiserver", Duration::from_secs(25))).await;
+    for n in 0..rounds() {
+        round(&plane, 2, Fault::Stop("apiserver", outage(25, n))).await;
     }
 }
 
@@ -312,8 +343,8 @@ async fn the_api_server_restarted_under_two_replicas_hands_out_nothing_twice() {
 async fn three_replicas_survive_a_sigkill_of_the_leader_and_an_etcd_restart() {
     let _one = ONE_AT_A_TIME.lock().await;
     let plane = tokio::task::block_in_place(|| Plane::private("chaos-etcd"));
-    for _ in 0..rounds() {
+    for n in 0..rounds() {
         round(&plane, 3, Fault::KillLeader).await;
-        round(&plane, 3, Fault::Stop("etcd", Duration::from_secs(10))).await;
+        round(&plane, 3, Fault::Stop("etcd", outage(10, n))).await;
     }
 }

@@ -595,12 +595,19 @@ async fn an_ipaddress_whose_claim_is_gone_is_released() {
 }
 
 #[tokio::test]
-async fn a_deleted_ipaddress_of_a_live_claim_is_made_again() {
+async fn a_deleted_ipaddress_of_a_live_claim_is_made_again_with_its_old_address() {
     let env = TestEnv::with_manager("recreate").await;
     let (c, ns) = (&env.client, &env.namespace);
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.0.0.1-10.0.0.5"], "prefix": 24})).await;
-    CAPI.create_claim(c, ns, "claim", "InClusterIPPool", "pool").await;
-    let first = CAPI.wait_bound(c, ns, "claim").await;
+    for name in ["a", "claim"] {
+        CAPI.create_claim(c, ns, name, "InClusterIPPool", "pool").await;
+        CAPI.wait_bound(c, ns, name).await;
+    }
+    let first = CAPI.addresses(c, ns).get("claim").await.expect("the IPAddress");
+    assert_eq!(address_of(&first), "10.0.0.2");
+    // A lower address frees up, so the lowest free one is no longer the claim's old one.
+    CAPI.delete_claim(c, ns, "a").await;
+    wait_pool_counts(c, "InClusterIPPool", ns, "pool", (5, 1, 4, 0)).await;
     let addresses = CAPI.addresses(c, ns);
     addresses.delete("claim", &DeleteParams::default()).await.expect("delete");
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -618,7 +625,7 @@ async fn a_deleted_ipaddress_of_a_live_claim_is_made_again() {
         addresses.get_opt("claim").await.ok().flatten().filter(|a| a.metadata.uid != first.metadata.uid)
     })
     .await;
-    assert_eq!(address_of(&again), address_of(&first));
+    assert_eq!(address_of(&again), "10.0.0.2", "the live claim gets its old address back, not the lowest free one");
 }
 
 #[tokio::test]

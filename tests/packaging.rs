@@ -190,8 +190,35 @@ async fn helm_chart(plane: &Plane) {
             }
             _ => {
                 assert!(k.contains(&"PodDisruptionBudget".to_owned()) && k.contains(&"ServiceMonitor".to_owned()));
+                // Prometheus verifies the metrics certificate against cert-manager's CA, and the manager serves it.
+                let monitor = objs.iter().find(|o| o["kind"] == "ServiceMonitor").expect("ServiceMonitor");
+                let tls = &monitor["spec"]["endpoints"][0]["tlsConfig"];
+                assert!(tls.get("insecureSkipVerify").is_none(), "{tls}");
+                let secret = tls["ca"]["secret"]["name"].as_str().expect("a CA Secret");
+                let cert = objs
+                    .iter()
+                    .find(|o| o["kind"] == "Certificate" && o["spec"]["secretName"] == secret)
+                    .expect("the metrics Certificate");
+                let dns = format!("ipam-capi-ipam-in-cluster-metrics.{namespace}.svc");
+                assert_eq!(tls["serverName"], dns.as_str());
+                assert!(cert["spec"]["dnsNames"].as_array().expect("names").iter().any(|n| n == dns.as_str()));
+                let args = deployment(&objs)["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+                assert!(args.contains("--metrics-cert-dir=/tmp/k8s-metrics-server/serving-certs"), "{args}");
             }
         }
+        // Ingress is refused but for the webhook, metrics (from the monitoring namespace) and probe ports.
+        let policy = objs.iter().find(|o| o["kind"] == "NetworkPolicy").expect("a NetworkPolicy");
+        let ports: Vec<&str> = policy["spec"]["ingress"]
+            .as_array()
+            .expect("ingress rules")
+            .iter()
+            .filter_map(|r| r["ports"][0]["port"].as_str())
+            .collect();
+        assert_eq!(ports, ["webhook-server", "metrics", "healthz"], "{name}");
+        assert_eq!(
+            policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "monitoring"
+        );
         // The chart's webhooks serve exactly our paths, with the chart's Service.
         let validating = objs.iter().find(|o| o["kind"] == "ValidatingWebhookConfiguration").expect("webhooks");
         for hook in validating["webhooks"].as_array().expect("list") {
@@ -298,7 +325,7 @@ fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
         }
     }
     assert_hardened(deployment(&objs));
-    for kind in ["Issuer", "Certificate"] {
+    for kind in ["Issuer", "Certificate", "NetworkPolicy"] {
         assert!(objs.iter().any(|o| o["kind"] == kind), "{kind} missing");
     }
     let injected = |o: &&Value| {

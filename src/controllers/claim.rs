@@ -100,7 +100,16 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         ctx.wake(woken);
     }
     let requested = requested_address(claim, &pool);
-    match ctx.registry.allocate(&pool_key, &key, requested.as_deref()) {
+    // An IPAddress deleted from under a live claim: the claim gets its old address back while it is still free.
+    let previous = if requested.is_none() { ctx.take_vanished_address(&key, &pool_key) } else { None };
+    let allocated = match previous {
+        Some(previous) => match ctx.registry.allocate(&pool_key, &key, Some(&previous)) {
+            Err(AllocateError::Requested { .. }) => ctx.registry.allocate(&pool_key, &key, None),
+            again => again,
+        },
+        None => ctx.registry.allocate(&pool_key, &key, requested.as_deref()),
+    };
+    match allocated {
         Ok(assigned) => create_address(claim, ctx, &key, &pool_key, &pool, &assigned).await,
         Err(AllocateError::Exhausted { .. }) => {
             ctx.registry.wait(&pool_key, &key);
@@ -535,7 +544,7 @@ async fn release(
         .await;
     let claims = ctx.claims_api(&key.namespace);
     remove_finalizer(ctx, &claims, &key.name, RELEASE_ADDRESS_FINALIZER, claim.release_finalizer_index).await?;
-    ctx.forget_claim(&claim.uid);
+    ctx.forget_claim(key, &claim.uid);
     Ok(Next::AwaitChange)
 }
 

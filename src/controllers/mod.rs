@@ -229,6 +229,8 @@ pub struct Context {
     /// When each claim was first seen without an address (for the allocation latency histogram).
     first_seen: Mutex<HashMap<Uid, Instant>>,
     failures: Mutex<HashMap<Uid, u32>>,
+    /// The address a live claim's IPAddress held when it was deleted from under it: the claim gets it back if free.
+    vanished_addresses: Mutex<HashMap<ObjectKey, (PoolKey, Box<str>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -330,7 +332,14 @@ impl Context {
         lock(&self.written).insert(Uid::of(uid), crate::compact::digest(&(ready, address_ref)));
     }
 
-    pub fn forget_claim(&self, uid: &str) {
+    /// The address the claim's IPAddress held in `pool` before it was deleted from under the live claim, once.
+    pub fn take_vanished_address(&self, claim: &ObjectKey, pool: &PoolKey) -> Option<Box<str>> {
+        let mut vanished = lock(&self.vanished_addresses);
+        vanished.remove(claim).filter(|(p, _)| p == pool).map(|(_, address)| address)
+    }
+
+    pub fn forget_claim(&self, key: &ObjectKey, uid: &str) {
+        lock(&self.vanished_addresses).remove(key);
         let uid = Uid::of(uid);
         lock(&self.written).remove(&uid);
         lock(&self.first_seen).remove(&uid);
@@ -457,6 +466,7 @@ pub async fn run(
         written: Mutex::new(HashMap::new()),
         first_seen: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
+        vanished_addresses: Mutex::new(HashMap::new()),
         options: options.clone(),
     });
 
@@ -867,11 +877,14 @@ fn apply_address(ctx: &Context, address: &IpAddress) -> ObjectKey {
 
 fn delete_address(ctx: &Context, key: &ObjectKey) {
     let removed = ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).remove(key);
-    if let Some(pool) = removed.map(|r| r.pool) {
-        let woken = ctx.registry.forget(&pool, key);
-        ctx.metrics.released(pool.kind);
+    if let Some(record) = removed {
+        let woken = ctx.registry.forget(&record.pool, key);
+        ctx.metrics.released(record.pool.kind);
         ctx.wake(woken);
-        // If its claim still lives, it gets a new IPAddress.
+        // If its claim still lives, it gets a new IPAddress: with the same address, while that is still free.
+        if ctx.claims.get(key).is_some_and(|c| c.deletion_timestamp.is_none()) {
+            lock(&ctx.vanished_addresses).insert(key.clone(), (record.pool, record.address));
+        }
         ctx.wake(vec![key.clone()]);
     }
 }

@@ -137,9 +137,9 @@ pub async fn load_and_watch(
                 Ok(config) => {
                     handle.reload_from_config(config);
                     last = h;
-                    info!(cert = %files.cert.display(), "reloaded the webhook serving certificate");
+                    info!(cert = %files.cert.display(), "reloaded the serving certificate");
                 }
-                Err(e) => warn!(error = %e, "the new webhook certificate is not usable yet; keeping the old one"),
+                Err(e) => warn!(error = %e, "the new serving certificate is not usable yet; keeping the old one"),
             }
         }
     });

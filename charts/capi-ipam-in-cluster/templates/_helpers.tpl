@@ -36,6 +36,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret of the metrics serving certificate (cert-manager issues it; Prometheus verifies against its ca.crt). */}}
+{{- define "capi-ipam.metricsCertSecret" -}}
+{{- printf "%s-metrics-cert" (include "capi-ipam.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Whether the manager serves metrics with the cert-manager certificate. */}}
+{{- define "capi-ipam.metricsCertManaged" -}}
+{{- if and .Values.webhook.certManager.enabled (not .Values.metrics.insecure) -}}true{{- end -}}
+{{- end -}}
+
 {{/* The annotation that makes cert-manager inject the CA, when it issues the certificate. */}}
 {{- define "capi-ipam.caInjection" -}}
 {{- if .Values.webhook.certManager.enabled }}
