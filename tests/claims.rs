@@ -791,3 +791,70 @@ async fn quiet_watches_are_not_cut_by_the_read_timeout() {
     let errors: Vec<&str> = log.lines().filter(|l| l.contains("watch stream failed")).collect();
     assert!(errors.is_empty(), "quiet watches were cut:\n{}", errors.join("\n"));
 }
+
+/// Two IPAddresses of one pool holding one address (made by hand here; a late write of a fenced leader in real life):
+/// the pool says so in its Ready condition; an IPAddress whose claim was never bound to it is withdrawn and its claim
+/// gets a free address; a bound claim keeps its address and its condition names the duplicate until it is resolved.
+#[tokio::test]
+async fn an_address_held_twice_is_reported_and_an_unbound_duplicate_is_withdrawn() {
+    let env = TestEnv::with_manager("dup").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.90.0.1-10.90.0.5"], "prefix": 24})).await;
+    CAPI.create_claim(c, ns, "a", "InClusterIPPool", "pool").await;
+    assert_eq!(address_of(&CAPI.wait_bound(c, ns, "a").await), "10.90.0.1");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
+        "ipaddresses",
+    );
+    let duplicate_of_a = |name: &str| {
+        let mut a = kube::api::DynamicObject::new(name, &resource);
+        a.data = json!({"spec": {"address": "10.90.0.1", "prefix": 24, "claimRef": {"name": name},
+            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}}});
+        a
+    };
+    let pool_ready = |reason: &'static str| async move {
+        support::eventually(Duration::from_secs(20), &format!("the pool's Ready reason {reason}"), || async {
+            let p = support::claims::pools(c, "InClusterIPPool", ns).get("pool").await.ok()?;
+            let ready =
+                p.data.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Ready")?.clone();
+            (ready["reason"] == reason).then_some(ready)
+        })
+        .await
+    };
+
+    // Unbound: claim b finds an IPAddress of its name holding a's address; it is withdrawn and b gets a free one.
+    let addresses = CAPI.addresses(c, ns);
+    addresses.create(&PostParams::default(), &duplicate_of_a("b")).await.expect("IPAddress b");
+    let ready = pool_ready("DuplicateAddresses").await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains("10.90.0.1") && message.contains("/a") && message.contains("/b"), "{message}");
+    CAPI.create_claim(c, ns, "b", "InClusterIPPool", "pool").await;
+    let b = support::eventually(Duration::from_secs(20), "b bound to a free address", || async {
+        let a = addresses.get_opt("b").await.ok().flatten()?;
+        (address_of(&a) != "10.90.0.1").then_some(a)
+    })
+    .await;
+    assert_eq!(address_of(&b), "10.90.0.2");
+    pool_ready("Ready").await;
+
+    // Bound: a keeps its address; its condition and the pool's name the duplicate until the other one goes.
+    addresses.create(&PostParams::default(), &duplicate_of_a("x")).await.expect("IPAddress x");
+    pool_ready("DuplicateAddresses").await;
+    let claim_a = CAPI.claims(c, ns);
+    support::eventually(Duration::from_secs(20), "a's condition names the duplicate", || async {
+        let ready = CAPI.ready(c, ns, "a").await?;
+        let message = ready["message"].as_str()?;
+        (ready["reason"] == "Allocated" && message.contains("DUPLICATE") && message.contains("/x")).then_some(())
+    })
+    .await;
+    assert_eq!(address_of(&addresses.get("a").await.expect("a's IPAddress")), "10.90.0.1", "a keeps its address");
+    addresses.delete("x", &DeleteParams::default()).await.expect("delete x");
+    pool_ready("Ready").await;
+    support::eventually(Duration::from_secs(20), "a's condition clears", || async {
+        let ready = CAPI.ready(c, ns, "a").await?;
+        (!ready["message"].as_str()?.contains("DUPLICATE")).then_some(())
+    })
+    .await;
+    assert!(claim_a.get("a").await.is_ok());
+    wait_pool_counts(c, "InClusterIPPool", ns, "pool", (5, 2, 3, 0)).await;
+}

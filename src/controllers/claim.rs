@@ -298,7 +298,8 @@ async fn adopt(
     ctx.registry.stop_waiting(pool_key, key);
     // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
     // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
-    if claim.address_ref.is_none() && ctx.registry.is_duplicated(pool_key, key) {
+    let duplicate = ctx.registry.duplicate_of(pool_key, key);
+    if claim.address_ref.is_none() && duplicate.is_some() {
         if record.deleting {
             return Ok(Next::After(Duration::from_secs(1)));
         }
@@ -316,7 +317,13 @@ async fn adopt(
     if record.deleting {
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
     }
-    let message = format!("allocated {} from {pool_key}", record.address);
+    let mut message = format!("allocated {} from {pool_key}", record.address);
+    if let Some(duplicate) = duplicate {
+        // Bound, so it stays (a machine may use it); the condition says so until one holder is released.
+        message.push_str(&format!(
+            "; DUPLICATE: {duplicate}. Delete one of these claims to resolve it (see docs/operations.md)"
+        ));
+    }
     set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
     Ok(Next::AwaitChange)
 }

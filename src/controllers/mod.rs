@@ -273,9 +273,10 @@ impl Context {
         Some(record)
     }
 
-    /// An address held twice: the one promise of an IPAddress provider is broken, so this is as loud as it gets.
-    /// Both IPAddresses stay (either may already be configured on a machine); the pool's Ready condition and the
-    /// metric say so until one of them is released (docs/operations.md).
+    /// An address held twice: the one promise of an IPAddress provider is broken, so this is as loud as it gets. An
+    /// IPAddress whose claim was never bound to it is withdrawn (`claim::adopt`); bound ones stay (a machine may
+    /// use them), and the pool's Ready condition, both claims' conditions and the metric say so until one of them is
+    /// released (docs/operations.md).
     fn report_duplicate(&self, duplicate: &Duplicate) {
         let holders: Vec<String> = duplicate.holders.iter().map(ToString::to_string).collect();
         tracing::error!(
@@ -285,6 +286,8 @@ impl Context {
             "DUPLICATE ADDRESS: one address of the pool is held by more than one IPAddress"
         );
         self.metrics.duplicate_detected(duplicate.pool.kind);
+        // Their claims' conditions name the duplicate (an unbound one withdraws its IPAddress).
+        self.wake(duplicate.holders.clone());
     }
 
     pub fn forget_address(&self, key: &ObjectKey) {

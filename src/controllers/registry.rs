@@ -220,14 +220,16 @@ impl PoolState {
         Duplicate { pool: pool.clone(), held, holders: holders.clone() }
     }
 
-    /// Takes `address` off the duplicate index of `held`.
-    fn clear_duplicate(&mut self, address: &ObjectKey, held: Held) {
-        if let Some(holders) = self.duplicates.get_mut(&held) {
-            holders.retain(|k| k != address);
-            if holders.len() < 2 {
-                self.duplicates.remove(&held);
-            }
+    /// Takes `address` off the duplicate index of `held`; returns the other holders (their claims' conditions name
+    /// the duplicate, and must be told it is gone or changed).
+    fn clear_duplicate(&mut self, address: &ObjectKey, held: Held) -> Vec<ObjectKey> {
+        let Some(holders) = self.duplicates.get_mut(&held) else { return Vec::new() };
+        holders.retain(|k| k != address);
+        let others = holders.clone();
+        if holders.len() < 2 {
+            self.duplicates.remove(&held);
         }
+        others
     }
 
     fn record(&mut self, held: Held) {
@@ -368,7 +370,7 @@ impl Registry {
             }
             Some(_) => {
                 if let Some(old) = state.holders.remove(address) {
-                    state.clear_duplicate(address, old.held);
+                    let _ = state.clear_duplicate(address, old.held);
                     state.release(old.held);
                 }
             }
@@ -382,11 +384,13 @@ impl Registry {
         duplicate
     }
 
-    /// Whether the address the IPAddress `address` holds is held by another IPAddress of the pool too.
-    pub fn is_duplicated(&self, pool_key: &PoolKey, address: &ObjectKey) -> bool {
-        let Some(pool) = self.existing(pool_key) else { return false };
+    /// The duplicate the IPAddress `address` is part of, if another IPAddress of the pool holds its address too.
+    pub fn duplicate_of(&self, pool_key: &PoolKey, address: &ObjectKey) -> Option<Duplicate> {
+        let pool = self.existing(pool_key)?;
         let state = lock(&pool);
-        state.holders.get(address).is_some_and(|h| state.duplicates.contains_key(&h.held))
+        let held = state.holders.get(address)?.held;
+        let holders = state.duplicates.get(&held)?.clone();
+        Some(Duplicate { pool: pool_key.clone(), held, holders })
     }
 
     /// The addresses of a pool that more than one IPAddress holds.
@@ -407,9 +411,9 @@ impl Registry {
         let Some(pool) = self.existing(pool_key) else { return Vec::new() };
         let mut state = lock(&pool);
         let Some(old) = state.holders.remove(address) else { return Vec::new() };
-        state.clear_duplicate(address, old.held);
+        let mut woken = state.clear_duplicate(address, old.held);
         state.release(old.held);
-        let woken = take_waiters(&mut state);
+        woken.extend(take_waiters(&mut state));
         drop(state);
         self.mark_dirty(pool_key);
         woken
@@ -688,10 +692,11 @@ mod tests {
         let d = r.record(&pool(), &obj("c"), ip("10.0.0.1")).expect("a third holder");
         assert_eq!(d.holders, vec![obj("a"), obj("b"), obj("c")]);
         assert_eq!(r.duplicates(&pool()).len(), 1);
-        assert!(r.is_duplicated(&pool(), &obj("b")) && !r.is_duplicated(&pool(), &obj("x")));
-        // Releasing one holder keeps the address in use: the next allocation does not hand it out a third time.
-        r.forget(&pool(), &obj("a"));
-        r.forget(&pool(), &obj("b"));
+        assert!(r.duplicate_of(&pool(), &obj("b")).is_some() && r.duplicate_of(&pool(), &obj("x")).is_none());
+        // Releasing one holder keeps the address in use: the next allocation does not hand it out a third time. The
+        // remaining holders are woken (their claims' conditions name the duplicate).
+        assert_eq!(r.forget(&pool(), &obj("a")), vec![obj("b"), obj("c")]);
+        assert_eq!(r.forget(&pool(), &obj("b")), vec![obj("c")]);
         assert!(r.duplicates(&pool()).is_empty(), "one holder left: no longer a duplicate");
         assert_eq!(r.allocate(&pool(), &obj("d"), None).unwrap().address.to_string(), "10.0.0.2");
         r.forget(&pool(), &obj("c"));
