@@ -1,6 +1,7 @@
-//! Chaos: two or three replicas with leader election under a burst of claims, while a fault strikes the leader or
-//! the control plane. After each fault: every claim bound, no address handed out twice, no IPAddress leaked, the pool's
-//! `used` equal to the IPAddresses that exist, and no replica logged a duplicate.
+//! Chaos: two or three replicas with leader election under a burst of claims and a churn of claims created and
+//! deleted again, while a fault strikes the leader or the control plane. After each fault: every claim bound, every
+//! deleted claim gone, no address handed out twice, no IPAddress leaked, the pool's `used` equal to the IPAddresses
+//! that exist, and no replica logged a duplicate.
 //!
 //! `make test` runs each scenario once with a bounded burst. `CHAOS_ROUNDS=<n>` repeats each scenario (soak), and
 //! `CHAOS_CLAIMS=<n>` sets the burst (default 600). `CAPI_IPAM_MANAGER_BIN` runs the suite against another build.
@@ -98,6 +99,32 @@ async fn wait_for_leader(client: &kube::Client, namespace: &str, replicas: &mut 
         }
         assert!(Instant::now() < deadline, "no replica became the leader");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Claims created and deleted again, one after another, through the fault: none may leave an IPAddress behind.
+const CHURN: usize = 60;
+
+/// Creates claim d{i}, waits a moment, deletes it; `CHURN` times. Requests are retried while the API server is down.
+async fn churn(client: kube::Client, namespace: String) {
+    let api = CAPI.claims(&client, &namespace);
+    for i in 0..CHURN {
+        let name = format!("d{i}");
+        for _ in 0..600 {
+            match api.create(&Default::default(), &CAPI.claim(&name, "InClusterIPPool", "pool")).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 409 => break,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50 + 37 * (i as u64 % 7))).await;
+        for _ in 0..600 {
+            match api.delete(&name, &Default::default()).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 404 => break,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
     }
 }
 
@@ -274,6 +301,7 @@ async fn round(plane: &Plane, replica_count: usize, fault: Fault) {
     })
     .await;
     let struck = Instant::now();
+    let churning = tokio::spawn(churn(client.clone(), namespace.clone()));
     let late_writes = matches!(fault, Fault::HoldLeader(_));
     match fault {
         Fault::PartitionLeader(outage) => {
@@ -300,6 +328,7 @@ async fn round(plane: &Plane, replica_count: usize, fault: Fault) {
     let second = tokio::spawn(create_burst(client.clone(), namespace.clone(), first..burst_end, Duration::ZERO));
     let third = tokio::spawn(create_burst(client.clone(), namespace.clone(), burst_end..claims, AFTER_FAULT));
     load.await.expect("the first burst");
+    churning.await.expect("the churn");
     second.await.expect("the burst after the fault");
     third.await.expect("the stream after the fault");
     let bound_after = check_invariants(&client, &namespace, claims, &mut replicas, late_writes).await;
