@@ -219,6 +219,7 @@ async fn check_invariants(
         (s["used"].as_i64()? == used && s["free"].as_i64()? == POOL_ADDRESSES - used).then_some(())
     })
     .await;
+    assert_one_leader_at_a_time(replicas);
     for r in replicas.iter() {
         let log = r.manager.log_tail(100_000);
         // Late writes of a fenced leader may create a duplicate that the new leader withdraws before any claim is
@@ -262,6 +263,53 @@ impl Drop for KeepLogs {
         let _ = std::fs::create_dir_all(&kept);
         for (i, log) in self.logs.iter().enumerate() {
             let _ = std::fs::copy(log, kept.join(format!("replica-{i}.log")));
+        }
+    }
+}
+
+/// The leader terms in a replica's log (text format, one RFC 3339 timestamp per line): from "became the leader" to
+/// the line that ends it ("fenced", a lost lease, a shutdown, or the next process's start after a kill); a term still
+/// open at the end of the log lasts forever.
+fn leader_terms(log: &str) -> Vec<(jiff::Timestamp, Option<jiff::Timestamp>)> {
+    let mut terms = Vec::new();
+    let mut open: Option<jiff::Timestamp> = None;
+    for line in log.lines() {
+        let Some(at) = line.split_whitespace().next().and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
+            continue;
+        };
+        if line.contains("became the leader") {
+            open = open.or(Some(at));
+        } else if ["fenced:", "lost the leader election lease", "waiting for leadership", " stopped"]
+            .iter()
+            .any(|end| line.contains(end))
+            && let Some(start) = open.take()
+        {
+            terms.push((start, Some(at)));
+        }
+    }
+    if let Some(start) = open {
+        terms.push((start, None));
+    }
+    terms
+}
+
+/// No two replicas ever led at the same time, by their own logs (one clock: they run on this machine).
+fn assert_one_leader_at_a_time(replicas: &[Replica]) {
+    let terms: Vec<Vec<_>> = replicas.iter().map(|r| leader_terms(&r.manager.log_tail(1_000_000))).collect();
+    for (i, a_terms) in terms.iter().enumerate() {
+        for (j, b_terms) in terms.iter().enumerate().skip(i + 1) {
+            for (a_start, a_end) in a_terms {
+                for (b_start, b_end) in b_terms {
+                    let overlap = a_end.is_none_or(|e| *b_start < e) && b_end.is_none_or(|e| *a_start < e);
+                    assert!(
+                        !overlap,
+                        "replicas {i} and {j} led at the same time: {a_start}..{a_end:?} and {b_start}..{b_end:?}\n\
+                         --- replica {i} ---\n{}\n--- replica {j} ---\n{}",
+                        replicas[i].manager.log_tail(30),
+                        replicas[j].manager.log_tail(30)
+                    );
+                }
+            }
         }
     }
 }
@@ -315,7 +363,11 @@ async fn round(plane: &Plane, replica_count: usize, fault: Fault) {
             tokio::time::sleep(outage).await;
             replicas[leader].proxy.as_ref().expect("a proxy").heal();
         }
-        Fault::KillLeader => replicas[leader].manager.kill(),
+        Fault::KillLeader => {
+            replicas[leader].manager.kill();
+            // Restarted at once, as the kubelet would (its log then marks where the killed process's term ended).
+            replicas[leader].keep_running();
+        }
         Fault::Stop(component, outage) => {
             tokio::task::block_in_place(|| plane.stop(component));
             tokio::time::sleep(outage).await;

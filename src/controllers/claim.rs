@@ -585,10 +585,8 @@ where
             debug!(object = name, finalizer, error = %s.message, "the finalizers changed meanwhile; retrying");
             Err(Error::kube("removing a finalizer")(kube::Error::Api(s)))
         }
-        Err(e) => {
-            warn!(object = name, finalizer, error = %e, "removing a finalizer");
-            Err(Error::kube("removing a finalizer")(e))
-        }
+        // The caller reports it (an unreachable API server once, anything else with the object it was reconciling).
+        Err(e) => Err(Error::kube("removing a finalizer")(e)),
     }
 }
 

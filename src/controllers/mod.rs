@@ -314,12 +314,27 @@ impl Context {
         }
     }
 
-    /// A watch failed: said once when the API server does not answer, else each time (a refusal is worth reading).
+    /// A watch failed: said once when the API server does not answer; a watch that expired (410 Gone: it relists,
+    /// as designed) at debug; anything else each time (a refusal is worth reading).
     fn watch_failed(&self, what: &'static str, error: &watcher::Error) {
         if watch_unreachable(error) {
             self.reachability.unreachable("watching", &what, error);
+        } else if matches!(error, watcher::Error::WatchError(e) if e.code == 410) {
+            debug!(watch = what, error = %error, "the watch expired; relisting");
         } else {
             warn!(watch = what, error = %error, "watch failed; retrying");
+        }
+    }
+
+    /// A background operation on `object` failed: an unreachable API server is said once, a fenced write is
+    /// expected (the term ended), anything else is a WARN naming the operation and the object.
+    fn report_failure(&self, operation: &'static str, object: &ObjectKey, error: &Error) {
+        if error.is_unreachable() {
+            self.reachability.unreachable(operation, object, error);
+        } else if matches!(error, Error::Fenced(_)) {
+            debug!(operation, object = %object, "not done: this replica's leader term ended");
+        } else {
+            warn!(operation, object = %object, error = %error, "failed; retried later");
         }
     }
 
@@ -799,7 +814,12 @@ async fn claim_worker(ctx: Arc<Context>, stop: CancellationToken) {
                         }
                     }
                     Err(error) => {
-                        debug!(claim = %key, error = %error, "claim reconcile failed; retrying");
+                        // Conflicts and vanished objects are the ordinary races of a controller; the rest is news.
+                        if matches!(error.kind(), "conflict" | "not_found" | "fenced") {
+                            debug!(claim = %key, error = %error, "claim reconcile failed; retrying");
+                        } else {
+                            warn!(claim = %key, error = %error, "claim reconcile failed; retrying");
+                        }
                         Next::After(backoff(&ctx, &uid))
                     }
                 }
@@ -902,14 +922,19 @@ async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     {
         return;
     }
+    release_if_claim_gone(ctx, key, &record).await;
+}
+
+/// Releases the IPAddress `key` once the API server confirms that its claim is gone (the cache may lag).
+async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
     match ctx.claims_api(&key.namespace).get_opt(&key.name).await {
         Ok(None) => {
-            if let Err(e) = claim::release_orphan(ctx, key, &record).await {
-                warn!(address = %key, error = %e, "releasing the IPAddress of a vanished claim");
+            if let Err(e) = claim::release_orphan(ctx, key, record).await {
+                ctx.report_failure("releasing the IPAddress of a vanished claim", key, &e);
             }
         }
         Ok(Some(_)) => {}
-        Err(e) => warn!(address = %key, error = %e, "checking a vanished claim"),
+        Err(e) => ctx.report_failure("checking the claim of an IPAddress", key, &Error::kube("reading the claim")(e)),
     }
 }
 
@@ -935,16 +960,7 @@ async fn sweep_orphans(ctx: &Context, orphaned_since: &mut HashMap<ObjectKey, In
         if since.elapsed() < delay {
             continue;
         }
-        // The cache says the claim is gone; the API server must agree.
-        match ctx.claims_api(&key.namespace).get_opt(&key.name).await {
-            Ok(None) => {
-                if let Err(e) = claim::release_orphan(ctx, &key, &record).await {
-                    warn!(address = %key, error = %e, "releasing an orphaned IPAddress");
-                }
-            }
-            Ok(Some(_)) => {}
-            Err(e) => warn!(address = %key, error = %e, "checking the claim of an IPAddress"),
-        }
+        release_if_claim_gone(ctx, &key, &record).await;
         orphaned_since.remove(&key);
     }
     orphaned_since.retain(|k, _| still.contains(k));
