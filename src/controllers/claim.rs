@@ -336,6 +336,11 @@ async fn withdraw_duplicate(
     pool_key: &PoolKey,
     record: &AddressRecord,
 ) -> Result<Next, Error> {
+    // The cache may not show a status we wrote a moment ago: only the live claim can say it was never bound.
+    let live = ctx.claims_api(&key.namespace).get_opt(&key.name).await.map_err(Error::kube("reading the claim"))?;
+    if live.is_none_or(|c| c.claim.address_ref.is_some()) {
+        return Ok(Next::After(Duration::from_millis(500)));
+    }
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.capi.ipam.ip_address());
     let address = match api.get(&key.name).await {
         Ok(address) => address,
