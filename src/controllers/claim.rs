@@ -358,9 +358,7 @@ async fn withdraw_duplicate(
          claim was not bound to it yet; deleting it so that the claim gets a free address"
     );
     if delete_ip_address(ctx, &api, &address, "deleting a duplicated IPAddress").await? {
-        let woken = ctx.registry.forget(pool_key, key);
-        ctx.wake(woken);
-        ctx.forget_address(key);
+        ctx.deleted_address(key, pool_key, address.metadata.uid.as_deref());
     }
     ctx.metrics.duplicate_withdrawn(pool_key.kind);
     Ok(Next::After(Duration::from_millis(200)))
@@ -532,13 +530,10 @@ async fn release(
                 .and_then(|s| s.pool_ref.our_kind().map(|k| (k, s)))
                 .map(|(k, s)| PoolKey::new(k, &key.namespace, &s.pool_ref.name));
             // Gone now: the address is free at once (the watch event confirms it later).
-            if delete_ip_address(ctx, &api, &address, "deleting the IPAddress").await? {
-                if let Some(p) = held_pool {
-                    let woken = ctx.registry.forget(&p, key);
-                    ctx.wake(woken);
-                    ctx.metrics.released(p.kind);
-                }
-                ctx.forget_address(key);
+            if delete_ip_address(ctx, &api, &address, "deleting the IPAddress").await?
+                && let Some(p) = held_pool
+            {
+                ctx.deleted_address(key, &p, address.metadata.uid.as_deref());
             }
             info!(claim = %key, "released");
         }

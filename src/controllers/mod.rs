@@ -231,6 +231,9 @@ pub struct Context {
     failures: Mutex<HashMap<Uid, u32>>,
     /// The address a live claim's IPAddress held when it was deleted from under it: the claim gets it back if free.
     vanished_addresses: Mutex<HashMap<ObjectKey, (PoolKey, Box<str>)>>,
+    /// IPAddresses we deleted (by UID), until the watch reports them gone: a late event about one of them (the
+    /// finalizer removal that preceded the delete) must not bring its address back into use.
+    deleted: Mutex<HashMap<ObjectKey, Uid>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -290,8 +293,22 @@ impl Context {
         self.wake(duplicate.holders.clone());
     }
 
-    pub fn forget_address(&self, key: &ObjectKey) {
+    /// We deleted the IPAddress `key` (`uid`) of `pool` and it is gone: its address is free at once, before the
+    /// watch confirms it, and late events about it are ignored.
+    pub fn deleted_address(&self, key: &ObjectKey, pool: &PoolKey, uid: Option<&str>) {
+        if let Some(uid) = uid {
+            lock(&self.deleted).insert(key.clone(), Uid::of(uid));
+        }
+        let woken = self.registry.forget(pool, key);
+        self.wake(woken);
+        self.metrics.released(pool.kind);
         self.addresses.write().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+
+    /// Whether `address` is one we deleted (its events are stale).
+    fn is_deleted(&self, key: &ObjectKey, address: &IpAddress) -> bool {
+        let deleted = lock(&self.deleted);
+        deleted.get(key).is_some_and(|uid| address.metadata.uid.as_deref().map(Uid::of).as_ref() == Some(uid))
     }
 
     pub fn claims_api(&self, namespace: &str) -> Api<ClaimResource> {
@@ -485,6 +502,7 @@ pub async fn run(
         first_seen: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
         vanished_addresses: Mutex::new(HashMap::new()),
+        deleted: Mutex::new(HashMap::new()),
         options: options.clone(),
     });
 
@@ -862,6 +880,10 @@ async fn watch_addresses(
                 for key in unlisted.take().into_iter().flatten() {
                     delete_address(&ctx, &key);
                 }
+                // What we deleted and the list no longer holds needs no tombstone.
+                let listed = ctx.addresses.read().unwrap_or_else(|e| e.into_inner());
+                lock(&ctx.deleted).retain(|key, _| listed.contains_key(key));
+                drop(listed);
                 let _ = synced.send(true);
             }
             Ok(watcher::Event::Apply(a)) => {
@@ -879,6 +901,9 @@ async fn watch_addresses(
 
 fn apply_address(ctx: &Context, address: &IpAddress) -> ObjectKey {
     let key = ObjectKey::new(&address.namespace().unwrap_or_default(), &address.name_any());
+    if ctx.is_deleted(&key, address) {
+        return key;
+    }
     let Some(record) = AddressRecord::of(address) else {
         // Not one of our pools' (IPAddress specs are immutable, so it never was).
         return key;
@@ -899,6 +924,7 @@ fn apply_address(ctx: &Context, address: &IpAddress) -> ObjectKey {
 }
 
 fn delete_address(ctx: &Context, key: &ObjectKey) {
+    lock(&ctx.deleted).remove(key);
     let removed = ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).remove(key);
     if let Some(record) = removed {
         let woken = ctx.registry.forget(&record.pool, key);

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::registry::ObjectKey;
 
@@ -22,8 +22,16 @@ pub struct Reachability {
 #[derive(Default)]
 struct State {
     down_since: Option<Instant>,
+    /// When the WARN was last said: requests that were already in flight when the API server went away fail one
+    /// after another, between the successes of others, and must not say it again and again.
+    warned_at: Option<Instant>,
     parked: HashSet<ObjectKey>,
 }
+
+/// An outage shorter than this is a blip (a connection that broke), not worth an INFO.
+const BLIP: std::time::Duration = std::time::Duration::from_secs(1);
+/// The WARN is said at most this often.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Reachability {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -37,7 +45,12 @@ impl Reachability {
         if state.down_since.is_none() {
             state.down_since = Some(Instant::now());
             self.down.store(true, Ordering::Release);
-            warn!(operation, object = %object, error = %error, "the API server does not answer; waiting for it");
+            if state.warned_at.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                state.warned_at = Some(Instant::now());
+                warn!(operation, object = %object, error = %error, "the API server does not answer; waiting for it");
+            } else {
+                debug!(operation, object = %object, error = %error, "the API server does not answer");
+            }
         }
     }
 
@@ -53,7 +66,13 @@ impl Reachability {
         }
         let mut state = self.state();
         if let Some(since) = state.down_since.take() {
-            info!(after_seconds = since.elapsed().as_secs_f64(), "the API server answers again");
+            if since.elapsed() >= BLIP {
+                info!(after_seconds = since.elapsed().as_secs_f64(), "the API server answers again");
+                // A new outage after a real return is news again.
+                state.warned_at = None;
+            } else {
+                debug!(after_seconds = since.elapsed().as_secs_f64(), "the API server answers again");
+            }
         }
         self.down.store(false, Ordering::Release);
         state.parked.drain().collect()
