@@ -203,14 +203,8 @@ async fn create_address(
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &key.namespace, &resource);
     // Leadership is checked again right before the create, and a create still in flight when the term ends is
     // dropped (`crate::leader`): a replica that may have lost the Lease never creates an IPAddress.
-    let created = match ctx.fence.guard(api.create(&PostParams::default(), &object)).await {
-        Ok(result) => result,
-        Err(fenced) => {
-            // Uncertain whether it was created: keep the hold (this replica's state is dropped with its term).
-            return Err(fenced.into());
-        }
-    };
-    match created {
+    // Fenced, it is uncertain whether it was created: the hold stays (this replica's state goes with its term).
+    match ctx.fence.guard(api.create(&PostParams::default(), &object)).await? {
         Ok(created) => {
             ctx.registry.confirm(pool_key, key);
             let record = ctx.remember_address(key, &created);
@@ -526,14 +520,9 @@ async fn release(
             debug!(claim = %key, "the IPAddress of this name belongs to another provider; leaving it alone");
         }
         Ok(address) => {
-            let held_pool = crate::capi::spec_of::<IpAddressSpec>(&address)
-                .and_then(|s| s.pool_ref.our_kind().map(|k| (k, s)))
-                .map(|(k, s)| PoolKey::new(k, &key.namespace, &s.pool_ref.name));
             // Gone now: the address is free at once (the watch event confirms it later).
-            if delete_ip_address(ctx, &api, &address, "deleting the IPAddress").await?
-                && let Some(p) = held_pool
-            {
-                ctx.deleted_address(key, &p, address.metadata.uid.as_deref());
+            if delete_ip_address(ctx, &api, &address, "deleting the IPAddress").await? {
+                ctx.deleted_address(key, pool_key, address.metadata.uid.as_deref());
             }
             info!(claim = %key, "released");
         }
@@ -580,9 +569,9 @@ where
     match ctx.fence.guard(api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))).await? {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        // The list changed since we read it (the test op failed): an ordinary race, retried with a fresh read.
-        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => {
-            debug!(object = name, finalizer, error = %s.message, "the finalizers changed meanwhile; retrying");
+        // The list changed since we read it (the test op failed, 422): a conflict, retried with a fresh read.
+        Err(kube::Error::Api(mut s)) if s.code == 422 => {
+            s.code = 409;
             Err(Error::kube("removing a finalizer")(kube::Error::Api(s)))
         }
         // The caller reports it (an unreachable API server once, anything else with the object it was reconciling).

@@ -343,13 +343,14 @@ impl Context {
         }
     }
 
-    /// A background operation on `object` failed: an unreachable API server is said once, a fenced write is
-    /// expected (the term ended), anything else is a WARN naming the operation and the object.
+    /// An operation on `object` failed: an unreachable API server is said once; conflicts, vanished objects and
+    /// fenced writes are the ordinary races of a controller (debug); anything else is a WARN naming the operation
+    /// and the object.
     fn report_failure(&self, operation: &'static str, object: &ObjectKey, error: &Error) {
         if error.is_unreachable() {
             self.reachability.unreachable(operation, object, error);
-        } else if matches!(error, Error::Fenced(_)) {
-            debug!(operation, object = %object, "not done: this replica's leader term ended");
+        } else if matches!(error.kind(), "conflict" | "not_found" | "fenced") {
+            debug!(operation, object = %object, error = %error, "failed; retried later");
         } else {
             warn!(operation, object = %object, error = %error, "failed; retried later");
         }
@@ -819,26 +820,18 @@ async fn claim_worker(ctx: Arc<Context>, stop: CancellationToken) {
                         ctx.api_answered();
                         next
                     }
-                    Err(error) if error.is_unreachable() => {
-                        // Said once for all claims; the claim is reconciled again when the API server answers.
-                        ctx.reachability.unreachable("reconciling", &key, &error);
-                        ctx.reachability.park(key.clone());
-                        debug!(claim = %key, error = %error, "claim reconcile failed: the API server does not answer");
-                        if ctx.reachability.is_down() {
-                            Next::After(backoff(&ctx, &uid))
-                        } else {
+                    Err(error) => {
+                        ctx.report_failure("reconciling the claim", &key, &error);
+                        if error.is_unreachable() {
+                            // Reconciled again when the API server answers.
+                            ctx.reachability.park(key.clone());
+                        }
+                        if error.is_unreachable() && !ctx.reachability.is_down() {
                             // It answered while this claim was failing: do not wait for the next outage.
                             Next::After(Duration::from_millis(200))
-                        }
-                    }
-                    Err(error) => {
-                        // Conflicts and vanished objects are the ordinary races of a controller; the rest is news.
-                        if matches!(error.kind(), "conflict" | "not_found" | "fenced") {
-                            debug!(claim = %key, error = %error, "claim reconcile failed; retrying");
                         } else {
-                            warn!(claim = %key, error = %error, "claim reconcile failed; retrying");
+                            Next::After(backoff(&ctx, &uid))
                         }
-                        Next::After(backoff(&ctx, &uid))
                     }
                 }
             }
