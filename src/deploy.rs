@@ -94,12 +94,6 @@ pub fn generated_files() -> Vec<(String, String)> {
         files.push((format!("config/crd/bases/{name}"), crate::api::crds::to_yaml(&crd)));
         files.push((format!("{CHART}/files/crds/{name}"), object_yaml(&crd)));
     }
-    for (version, crds) in crate::capi::crds::test_crds() {
-        for crd in crds {
-            let name = crate::api::crds::file_name(&crd);
-            files.push((format!("config/crd/capi-test/{version}/{name}"), crate::api::crds::to_yaml(&crd)));
-        }
-    }
     files.push(("config/webhook/manifests.yaml".to_owned(), crate::webhooks::routes::manifests_yaml()));
     let (mutating, validating) = chart_webhooks();
     files.push((format!("{CHART}/files/mutating-webhook-configuration.yaml"), mutating));

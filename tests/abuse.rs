@@ -80,7 +80,7 @@ impl ReadyWatch {
 #[test]
 fn abuse_of_every_port_keeps_memory_under_the_limit_and_readyz_green() {
     let plane = Plane::shared();
-    let manager = Manager::start(plane, "v1.14.0", &["--namespace=abuse-none"]);
+    let manager = Manager::start(plane, &["--namespace=abuse-none"]);
     let pid = manager.pid().expect("a pid");
     let baseline = peak_rss_kib(pid);
     let ready = ReadyWatch::start(manager.health_port);

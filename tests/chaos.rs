@@ -80,7 +80,7 @@ async fn replicas(plane: &Plane, namespace: &str, n: usize) -> Vec<Replica> {
             "--log-level=info".to_owned(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let manager = tokio::task::block_in_place(|| Manager::start(plane, "v1.14.0", &args));
+        let manager = tokio::task::block_in_place(|| Manager::start(plane, &args));
         out.push(Replica { manager, proxy: Some(proxy), restarts: 0 });
     }
     out

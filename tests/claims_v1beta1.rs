@@ -1,4 +1,5 @@
-//! The claim controller against CAPI 1.10 CRDs (v1beta1 storage), on a private control plane: discovery picks
+//! The claim controller against Cluster API v1.10.10 (its manager, CRDs and webhooks; v1beta1 storage), on a private
+//! control plane: discovery picks
 //! v1beta1 (decision D6), and allocation, exhaustion and pause work in that version, with v1beta1-shaped conditions
 //! that pass its real schema.
 
@@ -16,11 +17,12 @@ const CAPI: Capi = Capi::V1Beta1;
 
 #[tokio::test]
 async fn allocation_exhaustion_and_pause_in_v1beta1() {
-    let plane = tokio::task::spawn_blocking(|| Plane::private("v1beta1")).await.expect("plane");
+    let plane =
+        tokio::task::spawn_blocking(|| Plane::private_with("v1beta1", &["--capi", "v1.10"])).await.expect("plane");
     let plane_dir = plane.dir.clone();
     let manager = tokio::task::spawn_blocking({
         let plane = Plane::at(&plane_dir);
-        move || Manager::start(&plane, "v1.10.10", &["--insecure-diagnostics"])
+        move || Manager::start(&plane, &["--insecure-diagnostics"])
     })
     .await
     .expect("manager");

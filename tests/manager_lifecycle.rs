@@ -30,7 +30,7 @@ async fn start_manager(extra: &[&str]) -> Manager {
     let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = extra.iter().map(String::as_str).collect();
-        Manager::start(Plane::shared(), "v1.14.0", &args)
+        Manager::start(Plane::shared(), &args)
     })
     .await
     .expect("manager")
@@ -242,7 +242,7 @@ async fn the_charts_roles_are_enough_for_a_claims_whole_life() {
     ];
     let manager = tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Manager::start(&Plane::at(&dir), "v1.14.0", &args)
+        Manager::start(&Plane::at(&dir), &args)
     })
     .await
     .expect("manager");

@@ -375,17 +375,11 @@ fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
 
 fn clusterctl_init_installs_the_provider(plane: &Plane) {
     let (components, metadata) = release_manifests();
-    // A stand-in core provider: its namespace and the Cluster API CRDs the IPAM provider needs.
-    let mut core = String::from(
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-system\n  labels:\n    cluster.x-k8s.io/provider: cluster-api\n",
-    );
-    for entry in std::fs::read_dir(support::manager::capi_crd_dir("v1.14.0")).expect("CAPI CRDs").flatten() {
-        let text = std::fs::read_to_string(entry.path()).expect("read");
-        core.push_str("---\n");
-        core.push_str(&text.replace("---\n", ""));
-    }
+    // The core provider's components: its namespace. The plane already runs Cluster API's manager with its CRDs and
+    // webhooks (tests/tools/control-plane.sh), which clusterctl would otherwise overwrite with unreachable Services.
+    let core = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-system\n  labels:\n    cluster.x-k8s.io/provider: cluster-api\n";
     let dir = scratch("clusterctl-init");
-    let config = repository(&dir, &components, &metadata, Some(&core));
+    let config = repository(&dir, &components, &metadata, Some(core));
     let out = clusterctl(
         &dir,
         &[

@@ -3,8 +3,6 @@
 //! CAPI 1.6–1.10; the version is chosen once at start-up by discovery (decision D6), so these are handled as dynamic
 //! objects of that version and parsed into the small typed views below.
 
-pub mod crds;
-
 use std::sync::Arc;
 
 use kube::api::{ApiResource, DynamicObject, ListParams};

@@ -196,7 +196,7 @@ async fn main() {
     let client = plane.client().await;
     // A first start installs the CAPI CRDs and ours; the ceiling then runs with no manager.
     let dir = plane.dir.clone();
-    tokio::task::spawn_blocking(move || drop(Manager::start(&Plane::at(&dir), "v1.14.0", &["--log-level=warn"])))
+    tokio::task::spawn_blocking(move || drop(Manager::start(&Plane::at(&dir), &["--log-level=warn"])))
         .await
         .expect("install");
     let mut results = Vec::new();
@@ -205,7 +205,7 @@ async fn main() {
         let top = ceiling(&client, n).await;
         let dir = plane.dir.clone();
         let manager = tokio::task::spawn_blocking(move || {
-            Manager::start(&Plane::at(&dir), "v1.14.0", &["--insecure-diagnostics", "--log-level=warn"])
+            Manager::start(&Plane::at(&dir), &["--insecure-diagnostics", "--log-level=warn"])
         })
         .await
         .expect("manager");

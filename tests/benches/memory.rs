@@ -51,10 +51,9 @@ async fn main() {
 
     // A manager installs the CRDs and serves the webhook the pool's creation needs; then it goes.
     let dir = plane.dir.clone();
-    let installer =
-        tokio::task::spawn_blocking(move || Manager::start(&Plane::at(&dir), "v1.14.0", &["--log-level=warn"]))
-            .await
-            .expect("install");
+    let installer = tokio::task::spawn_blocking(move || Manager::start(&Plane::at(&dir), &["--log-level=warn"]))
+        .await
+        .expect("install");
     create_pool(&client, "InClusterIPPool", &namespace, "pool", json!({"addresses": ["10.0.0.0/8"], "prefix": 8}))
         .await;
     let pool_uid =
@@ -121,7 +120,7 @@ async fn main() {
     let started = Instant::now();
     let manager = tokio::task::spawn_blocking(move || {
         let args = ["--insecure-diagnostics", "--log-level=info"];
-        Manager::start_within(&Plane::at(&dir), "v1.14.0", &args, Duration::from_secs(900))
+        Manager::start_within(&Plane::at(&dir), &args, Duration::from_secs(900))
     })
     .await
     .expect("manager");

@@ -115,8 +115,9 @@ impl Capi {
         .await;
     }
 
-    /// A Cluster with the given spec.paused and paused annotation. v1beta2 requires a topology-free spec that passes
-    /// the real schema, which an empty spec does.
+    /// A Cluster with the given spec.paused and paused annotation, whose infrastructureRef names a stand-in
+    /// DemoCluster (tests/fixtures/stand-in-providers.yaml): CAPI's webhook wants an infrastructure or control-plane
+    /// reference or a topology.
     pub async fn create_cluster(self, client: &Client, namespace: &str, name: &str, paused: bool, annotation: bool) {
         let r = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("cluster.x-k8s.io", self.version(), "Cluster"),
@@ -126,7 +127,15 @@ impl Capi {
         if annotation {
             c.metadata.annotations = Some([("cluster.x-k8s.io/paused".to_owned(), String::new())].into());
         }
-        c.data = json!({"spec": {"paused": paused}});
+        let infrastructure = match self {
+            Capi::V1Beta1 => {
+                json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DemoCluster", "name": name})
+            }
+            Capi::V1Beta2 => {
+                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DemoCluster", "name": name})
+            }
+        };
+        c.data = json!({"spec": {"paused": paused, "infrastructureRef": infrastructure}});
         self.clusters(client, namespace)
             .create(&PostParams::default(), &c)
             .await

@@ -36,41 +36,19 @@ fn run(cmd: &mut Command, what: &str) {
     );
 }
 
-/// Which CAPI CRDs the tests install: `../shared/capi-crds/<release>` when it exists beside the repository, else the
-/// test CRDs generated from our types for the API version that release stores (`config/crd/capi-test/<version>`).
-pub fn capi_crd_dir(release: &str) -> PathBuf {
-    let shared = repo_root().join("../shared/capi-crds").join(release);
-    if shared.is_dir() {
-        return shared;
-    }
-    let mut numbers = release.trim_start_matches('v').split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
-    let version = if (major, minor) >= (1, 11) { "v1beta2" } else { "v1beta1" };
-    repo_root().join("config/crd/capi-test").join(version)
-}
-
 impl Manager {
-    /// Installs the CAPI CRDs of `capi_release` and ours, registers the webhooks at a new port, starts the manager and
-    /// waits until it is ready and the API server reaches its webhooks.
-    pub fn start(plane: &Plane, capi_release: &str, extra_args: &[&str]) -> Manager {
-        Self::start_within(plane, capi_release, extra_args, Duration::from_secs(90))
+    /// Installs our CRDs and registers our webhooks at a new port (the plane already runs Cluster API with its CRDs
+    /// and webhooks), starts the manager and waits until it is ready and the API server reaches its webhooks.
+    pub fn start(plane: &Plane, extra_args: &[&str]) -> Manager {
+        Self::start_within(plane, extra_args, Duration::from_secs(90))
     }
 
     /// As [`Manager::start`], allowing `ready_within` for the first list of everything (100,000 objects take long).
-    pub fn start_within(plane: &Plane, capi_release: &str, extra_args: &[&str], ready_within: Duration) -> Manager {
+    pub fn start_within(plane: &Plane, extra_args: &[&str], ready_within: Duration) -> Manager {
         let dir = plane.dir.join("managers").join(unique_name("m"));
         std::fs::create_dir_all(&dir).expect("manager folder");
         let certs = plane.dir.join("webhook-certs");
         run(Command::new("bash").arg(repo_root().join("tests/tools/dev-certs.sh")).arg(&certs), "dev-certs.sh");
-        let kubectl = plane.bin_dir().join("kubectl");
-        run(
-            Command::new(&kubectl)
-                .arg("--kubeconfig")
-                .arg(plane.kubeconfig())
-                .args(["apply", "--server-side", "--force-conflicts", "-f"])
-                .arg(capi_crd_dir(capi_release)),
-            "installing the CAPI CRDs",
-        );
         let (webhook_port, health_port, metrics_port) = (free_port(), free_port(), free_port());
         let mut args: Vec<String> = vec!["--log-format=text".into()];
         // The manager runs as admin unless the test gives it an identity of its own.

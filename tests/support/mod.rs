@@ -212,13 +212,13 @@ pub struct TestEnv {
     pub namespace: String,
 }
 
-/// The manager of this test binary, on the shared control plane with the CAPI v1.14.0 CRDs (v1beta2 storage),
+/// The manager of this test binary, on the shared control plane (with Cluster API v1.14.2, v1beta2 storage),
 /// started on first use. Test binaries run one after another, so only one manager reconciles at a time.
 static MANAGER: OnceLock<manager::Manager> = OnceLock::new();
 
 pub fn shared_manager() -> &'static manager::Manager {
     MANAGER.get_or_init(|| {
-        manager::Manager::start(Plane::shared(), "v1.14.0", &["--insecure-diagnostics", "--orphan-release-delay=2"])
+        manager::Manager::start(Plane::shared(), &["--insecure-diagnostics", "--orphan-release-delay=2"])
     })
 }
 

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# A real etcd + kube-apiserver on free 127.0.0.1 ports, for `make run`, `make test` and the integration tests.
+# A real etcd + kube-apiserver + Cluster API core controller-manager on free 127.0.0.1 ports, for `make run`,
+# `make test` and the integration tests.
 #
-#   control-plane.sh up     [--dir DIR] [--no-watch-cache]
-#                                                  start (or keep) a control plane; returns once /readyz is OK and
-#                                                  namespace default exists. Harmless when it is already running.
+#   control-plane.sh up     [--dir DIR] [--no-watch-cache] [--capi v1.14|v1.10|none]
+#                                                  start (or keep) a control plane; returns once /readyz is OK,
+#                                                  namespace default exists and CAPI's webhooks answer. Harmless when
+#                                                  it is already running.
 #                                                  --no-watch-cache: lists and watches go to etcd (the memory bench:
 #                                                  the API server's cache of 200,000 custom objects needs > 20 GB)
+#                                                  --capi: which Cluster API core manager runs beside the API server,
+#                                                  with all its CRDs (conversion webhooks) and admission webhooks
+#                                                  registered over TLS: v1.14 (v1.14.2, the default), v1.10 (v1.10.10,
+#                                                  IPAM v1beta1 storage) or none
 #   control-plane.sh down   [--dir DIR]            stop everything it started and remove its state
 #   control-plane.sh status [--dir DIR]            exit 0 when it is running and ready
-#   control-plane.sh stop   [--dir DIR] etcd|apiserver   stop one component, keeping the state (for restart tests)
-#   control-plane.sh start  [--dir DIR] etcd|apiserver   start one component again on the same port and data
+#   control-plane.sh stop   [--dir DIR] etcd|apiserver|capi   stop one component, keeping the state (restart tests)
+#   control-plane.sh start  [--dir DIR] etcd|apiserver|capi   start one component again on the same port and data
 #
 # DIR defaults to <repo>/.dev. It receives kubeconfig (admin, group system:masters), kubeconfig-restricted (user
 # it-restricted in group it:restricted, with no permissions until a test grants some), pki/, etcd/, logs/ and
 # control-plane.env. The binaries come from tests/tools/k8s-bin.sh (built once, cached outside the repository).
+# CAPI's CRDs carry the labels `clusterctl init` gives them, so `clusterctl move` sees Cluster API's kinds.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -22,11 +29,14 @@ cmd=${1:-}; shift || true
 dir="$repo/.dev"
 component=""
 watch_cache=true
+capi=v1.14
 while (($#)); do
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --no-watch-cache) watch_cache=false; shift ;;
-    etcd|apiserver) component=$1; shift ;;
+    --capi) capi=$2; shift 2
+      [[ $capi =~ ^(v1\.14|v1\.10|none)$ ]] || { echo "control-plane: --capi takes v1.14, v1.10 or none" >&2; exit 2; } ;;
+    etcd|apiserver|capi) component=$1; shift ;;
     *) echo "control-plane: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -45,6 +55,11 @@ ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
 API_PORT=$API_PORT
 WATCH_CACHE=$WATCH_CACHE
+CAPI=$CAPI
+CAPI_DIR=$CAPI_DIR
+CAPI_WEBHOOK_PORT=$CAPI_WEBHOOK_PORT
+CAPI_HEALTH_PORT=$CAPI_HEALTH_PORT
+CAPI_METRICS_PORT=$CAPI_METRICS_PORT
 EOF
   mv -f "$env_file.tmp" "$env_file"
 }
@@ -162,6 +177,37 @@ wait_ready() {
   done
 }
 
+# The CAPI core manager, out of cluster like ours: its CRDs' conversion and its admission webhooks point at
+# https://127.0.0.1:<port> with a throw-away CA. (Its webhook server has no bind-address flag; the other ports do.)
+start_capi() {
+  [[ $CAPI == none ]] && return
+  pid_alive "$dir/capi.pid" && return
+  mkdir -p "$dir/logs"
+  "$here/dev-certs.sh" "$dir/capi-certs"
+  python3 "$here/dev-install.py" --kubectl "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" \
+    --url "https://127.0.0.1:$CAPI_WEBHOOK_PORT" --ca "$dir/capi-certs/ca.crt" \
+    --crds "$CAPI_DIR/crd" --webhooks "$CAPI_DIR/webhook.yaml" --name-prefix capi- \
+    --label clusterctl.cluster.x-k8s.io= --label cluster.x-k8s.io/provider=cluster-api
+  "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" apply --server-side --force-conflicts \
+    -f "$repo/tests/fixtures/stand-in-providers.yaml" >/dev/null
+  "$CAPI_DIR/manager" --kubeconfig="$dir/kubeconfig" --leader-elect=false \
+    --webhook-port="$CAPI_WEBHOOK_PORT" --webhook-cert-dir="$dir/capi-certs" \
+    --health-addr="127.0.0.1:$CAPI_HEALTH_PORT" \
+    --diagnostics-address="127.0.0.1:$CAPI_METRICS_PORT" --insecure-diagnostics \
+    --v=1 >>"$dir/logs/capi.log" 2>&1 &
+  echo $! >"$dir/capi.pid"
+  local deadline=$((SECONDS + 120))
+  # Ready, and the API server reaches its webhook: an empty Cluster spec is refused by CAPI's schema or webhook.
+  until curl -sf "http://127.0.0.1:$CAPI_HEALTH_PORT/readyz" >/dev/null 2>&1 &&
+    "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" get clusters.cluster.x-k8s.io -A >/dev/null 2>&1; do
+    if ! pid_alive "$dir/capi.pid" || ((SECONDS > deadline)); then
+      log "the Cluster API manager did not become ready; the end of $dir/logs/capi.log:"
+      tail -n 40 "$dir/logs/capi.log" >&2; exit 1
+    fi
+    sleep 0.2
+  done
+}
+
 stop_pid() { # <pid file> <name>
   local f=$1 pid
   [[ -f $f ]] || return 0
@@ -185,7 +231,8 @@ case $cmd in
   up)
     if [[ -f $env_file ]]; then
       source "$env_file"
-      if pid_alive "$dir/etcd.pid" && pid_alive "$dir/apiserver.pid"; then
+      if [[ -n ${CAPI:-} ]] && pid_alive "$dir/etcd.pid" && pid_alive "$dir/apiserver.pid" &&
+        { [[ $CAPI == none ]] || pid_alive "$dir/capi.pid"; }; then
         log "already running: https://127.0.0.1:$API_PORT (kubeconfig: $dir/kubeconfig)"; exit 0
       fi
     fi
@@ -196,25 +243,36 @@ case $cmd in
       ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
       WATCH_CACHE=$watch_cache
     fi
+    if [[ -z ${CAPI:-} || -z ${CAPI_WEBHOOK_PORT:-} ]]; then
+      CAPI=$capi CAPI_WEBHOOK_PORT=$(free_port) CAPI_HEALTH_PORT=$(free_port) CAPI_METRICS_PORT=$(free_port)
+    fi
+    case $CAPI in
+      v1.14) CAPI_DIR=$("$here/k8s-bin.sh" capi | tail -n 1) ;;
+      v1.10) CAPI_DIR=$("$here/k8s-bin.sh" capi-v1.10 | tail -n 1) ;;
+      *) CAPI_DIR= ;;
+    esac
     write_env
     generate_pki
     write_kubeconfig "$dir/kubeconfig" it-admin "$(sed -n 1p "$dir/tokens.csv" | cut -d, -f1)"
     write_kubeconfig "$dir/kubeconfig-restricted" it-restricted "$(sed -n 2p "$dir/tokens.csv" | cut -d, -f1)"
     start_etcd
     start_apiserver
+    start_capi
     log "ready in $((SECONDS - started)) s: https://127.0.0.1:$API_PORT  (kubectl --kubeconfig $dir/kubeconfig ...)"
     ;;
   down)
     if [[ -f $env_file ]]; then
+      stop_pid "$dir/capi.pid" "Cluster API manager"
       stop_pid "$dir/apiserver.pid" kube-apiserver
       stop_pid "$dir/etcd.pid" etcd
     fi
-    rm -rf "$dir/pki" "$dir/etcd" "$dir/logs" "$dir/audit-policy.yaml" "$dir/tokens.csv" "$dir/kubeconfig" "$dir/kubeconfig-restricted" "$env_file"
+    rm -rf "$dir/pki" "$dir/capi-certs" "$dir/etcd" "$dir/logs" "$dir/audit-policy.yaml" "$dir/tokens.csv" "$dir/kubeconfig" "$dir/kubeconfig-restricted" "$env_file"
     log "removed the control plane in $dir"
     ;;
   status)
     load_env
     pid_alive "$dir/etcd.pid" && pid_alive "$dir/apiserver.pid" &&
+      { [[ ${CAPI:-none} == none ]] || pid_alive "$dir/capi.pid"; } &&
       curl -sf --cacert "$dir/pki/ca.crt" "https://127.0.0.1:$API_PORT/readyz" >/dev/null
     ;;
   stop)
@@ -222,7 +280,8 @@ case $cmd in
     case $component in
       etcd) stop_pid "$dir/etcd.pid" etcd ;;
       apiserver) stop_pid "$dir/apiserver.pid" kube-apiserver ;;
-      *) log "stop needs etcd or apiserver"; exit 2 ;;
+      capi) stop_pid "$dir/capi.pid" "Cluster API manager" ;;
+      *) log "stop needs etcd, apiserver or capi"; exit 2 ;;
     esac
     ;;
   start)
@@ -230,8 +289,9 @@ case $cmd in
     case $component in
       etcd) start_etcd ;;
       apiserver) start_apiserver ;;
-      *) log "start needs etcd or apiserver"; exit 2 ;;
+      capi) start_capi ;;
+      *) log "start needs etcd, apiserver or capi"; exit 2 ;;
     esac
     ;;
-  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
 esac

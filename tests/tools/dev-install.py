@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Installs our CRDs and webhook configurations into a development cluster, pointing the API server at a manager
-that runs outside the cluster (make run, integration tests), as envtest does: every Service reference becomes
-`<url>/<path>` with the CA bundle, and multi-version CRDs get the conversion webhook.
+"""Installs CRDs and webhook configurations into a development cluster, pointing the API server at a manager that
+runs outside the cluster (make run, integration tests), as envtest does: every Service reference becomes
+`<url>/<path>` with the CA bundle, and multi-version CRDs get the conversion webhook. By default it installs ours;
+control-plane.sh installs the Cluster API core manager's the same way (--crds, --webhooks, --name-prefix, --label).
 
 usage: dev-install.py --kubectl KUBECTL --kubeconfig FILE --url https://127.0.0.1:PORT --ca CA.crt
+                      [--crds DIR] [--webhooks FILE] [--name-prefix PREFIX] [--label KEY=VALUE ...]
 """
 import argparse
 import base64
@@ -13,7 +15,6 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-NAME_PREFIX = "capi-ipam-in-cluster-"
 
 
 def kubectl(args, kubeconfig, stdin=None):
@@ -40,8 +41,11 @@ def objects(path):
 def main():
     ca = base64.b64encode(pathlib.Path(ARGS.ca).read_bytes()).decode()
     out = []
-    for path in sorted((ROOT / "config/crd/bases").glob("*.yaml")):
+    labels = dict(kv.split("=", 1) for kv in ARGS.label)
+    for path in sorted(pathlib.Path(ARGS.crds).glob("*.yaml")):
         for crd in objects(path):
+            if labels:
+                crd["metadata"].setdefault("labels", {}).update(labels)
             if len(crd["spec"]["versions"]) > 1:
                 crd["spec"]["conversion"] = {
                     "strategy": "Webhook",
@@ -51,8 +55,8 @@ def main():
                     },
                 }
             out.append(crd)
-    for cfg in objects(ROOT / "config/webhook/manifests.yaml"):
-        cfg["metadata"]["name"] = NAME_PREFIX + cfg["metadata"]["name"]
+    for cfg in objects(ARGS.webhooks):
+        cfg["metadata"]["name"] = ARGS.name_prefix + cfg["metadata"]["name"]
         for hook in cfg["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{ARGS.url}{path}", "caBundle": ca}
@@ -69,5 +73,9 @@ if __name__ == "__main__":
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--url", required=True)
     p.add_argument("--ca", required=True)
+    p.add_argument("--crds", default=str(ROOT / "config/crd/bases"))
+    p.add_argument("--webhooks", default=str(ROOT / "config/webhook/manifests.yaml"))
+    p.add_argument("--name-prefix", default="capi-ipam-in-cluster-")
+    p.add_argument("--label", action="append", default=[], help="a label for every CRD, KEY=VALUE")
     ARGS = p.parse_args()
     main()

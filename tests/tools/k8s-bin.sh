@@ -3,15 +3,20 @@
 # outside the repository keyed by the pins and the go.sum files, only when they are missing. Prints the folder on the
 # last line of stdout; progress goes to stderr.
 #
-#   tests/tools/k8s-bin.sh [--print-dir] [k8s|release]
-#     k8s      kube-apiserver and kubectl (k8s.io/kubernetes v1.36.3) and etcd (v3.6.16)   (default)
-#     release  helm (v3.22.0) and clusterctl (v1.14.2), for the packaging checks
+#   tests/tools/k8s-bin.sh [--print-dir] [k8s|release|capi|capi-v1.10]
+#     k8s         kube-apiserver and kubectl (k8s.io/kubernetes v1.36.3) and etcd (v3.6.16)   (default)
+#     release     helm (v3.22.0) and clusterctl (v1.14.2), for the packaging checks
+#     capi        the Cluster API core controller-manager v1.14.2 (`manager`), with its CRDs (`crd/`) and webhook
+#                 configuration (`webhook.yaml`) from the same module, for every test control plane
+#     capi-v1.10  the same for Cluster API v1.10.10 (IPAM v1beta1 storage), for the v1beta1 tests
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
 CLUSTERCTL_VERSION=v1.14.2
+CAPI_VERSION=v1.14.2
+CAPI_V110_VERSION=v1.10.10
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 print_dir=0
@@ -19,13 +24,15 @@ set_name=k8s
 for arg in "$@"; do
   case $arg in
     --print-dir) print_dir=1 ;;
-    k8s|release) set_name=$arg ;;
+    k8s|release|capi|capi-v1.10) set_name=$arg ;;
     *) echo "k8s-bin: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
 case $set_name in
   k8s) modules=(k8s etcd); label="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}"; bins=(kube-apiserver kubectl etcd) ;;
   release) modules=(helm clusterctl); label="helm-${HELM_VERSION}-clusterctl-${CLUSTERCTL_VERSION}"; bins=(helm clusterctl) ;;
+  capi) modules=(capi); label="capi-${CAPI_VERSION}"; bins=(manager) ;;
+  capi-v1.10) modules=(capi-v1.10); label="capi-${CAPI_V110_VERSION}"; bins=(manager) ;;
 esac
 key=$(for m in "${modules[@]}"; do cat "$here/$m/go.mod" "$here/$m/go.sum"; done | sha256sum | cut -c1-12)
 dir="${CAPI_IPAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capi-ipam-in-cluster}/$set_name-bin/${label}-${key}"
@@ -65,6 +72,21 @@ if [[ $set_name == k8s ]]; then
   build "kube-apiserver + kubectl ($K8S_VERSION)" k8s "$dir.tmp/" kube-apiserver kubectl -- \
     -tags selinux,notest -ldflags "$ldflags" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
   build "etcd ($ETCD_VERSION)" etcd "$dir.tmp/etcd" etcd -- -ldflags "-s -w" go.etcd.io/etcd/server/v3
+elif [[ $set_name == capi* ]]; then
+  # The core manager's main package and its config/ folder: under core/ since v1.11, at the module root before.
+  if [[ $set_name == capi ]]; then version=$CAPI_VERSION main=sigs.k8s.io/cluster-api/core sub=core
+  else version=$CAPI_V110_VERSION main=sigs.k8s.io/cluster-api sub=.; fi
+  cv=sigs.k8s.io/cluster-api/version
+  minor=${version#v1.}; minor=${minor%%.*}
+  build "Cluster API core manager ($version)" "$set_name" "$dir.tmp/manager" manager -- \
+    -ldflags "-s -w -X $cv.gitVersion=$version -X $cv.gitMajor=1 -X $cv.gitMinor=$minor" "$main"
+  if [[ ! -f $dir/webhook.yaml ]]; then
+    src=$(cd "$here/$set_name" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)/$sub/config
+    mkdir -p "$dir.tmp/crd"
+    cp "$src"/crd/bases/*.yaml "$dir.tmp/crd/"
+    cp "$src/webhook/manifests.yaml" "$dir.tmp/webhook.yaml"
+    chmod -R u+w "$dir.tmp"
+  fi
 else
   # helm v3 assumes Kubernetes v1.20 unless told otherwise; its Makefile sets these.
   k8s_minor=${K8S_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
@@ -81,7 +103,7 @@ else
 fi
 if [[ -d "$dir.tmp" ]]; then
   mkdir -p "$dir"
-  for f in "$dir.tmp"/*; do [[ -e $f ]] && mv -f "$f" "$dir/"; done
+  for f in "$dir.tmp"/*; do [[ -e $f ]] && { rm -rf "${dir:?}/${f##*/}"; mv -f "$f" "$dir/"; }; done
   rmdir "$dir.tmp"
 fi
 for b in "${bins[@]}"; do [[ -x "$dir/$b" ]] || { echo "k8s-bin: $dir/$b is missing" >&2; exit 1; }; done

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# make run: a local control plane with the manager running against it, our CRDs and webhooks registered over TLS,
-# the example pools and claims applied, and what happened printed. Ctrl-C stops the manager; the control plane keeps
-# running until `make cluster-down`.
+# make run: a local control plane (etcd, kube-apiserver and the real Cluster API v1.14.2 core manager with its CRDs
+# and webhooks) with our manager running against it, our CRDs and webhooks registered over TLS, the example Cluster,
+# pools and claims applied, and what happened printed. Ctrl-C stops the manager; the control plane keeps running
+# until `make cluster-down`.
 #
-#   CAPI_CRDS=<dir>   install the Cluster API CRDs from <dir> (e.g. ../shared/capi-crds/v1.14.0) instead of the
-#                     ones generated from our types (config/crd/capi-test/v1beta2)
 #   RUN_EXIT=1        stop after the demo instead of following the manager's log
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -23,10 +22,6 @@ if [[ -f $dev/manager.pid ]] && kill -0 "$(cat "$dev/manager.pid")" 2>/dev/null;
   kill "$(cat "$dev/manager.pid")" 2>/dev/null || true
   sleep 1
 fi
-
-capi_crds=${CAPI_CRDS:-config/crd/capi-test/v1beta2}
-echo "==> installing the Cluster API CRDs from $capi_crds"
-k apply --server-side --force-conflicts -f "$capi_crds" >/dev/null
 
 tests/tools/dev-certs.sh "$dev/webhook-certs"
 webhook_port=$(free_port); health_port=$(free_port); metrics_port=$(free_port)
@@ -51,7 +46,8 @@ for _ in $(seq 1 300); do
 done
 
 echo
-echo "==> applying examples/: a Cluster, pools of every shape, claims as CAPV and CAPM3 create them"
+echo "==> applying examples/: a Cluster, pools of every shape, claims as CAPV and CAPM3 create them (every Cluster,"
+echo "    claim and IPAddress passes Cluster API's own webhooks)"
 k apply -f examples/cluster.yaml -f examples/pools -f examples/claims
 
 echo
