@@ -14,11 +14,12 @@ deps: ## Install missing Debian packages the scripts use (openssl, curl, python3
 	@$(TOOLS)/deps.sh
 
 .PHONY: k8s-bin
-k8s-bin: deps ## Build kube-apiserver, kubectl and etcd from their Go modules (cached outside the repo)
+k8s-bin: deps ## Build kube-apiserver, kubectl, etcd and the Cluster API manager from their Go modules (cached outside the repo)
 	@$(TOOLS)/k8s-bin.sh >/dev/null
+	@$(TOOLS)/k8s-bin.sh capi >/dev/null
 
 .PHONY: cluster-up
-cluster-up: k8s-bin ## Start etcd + kube-apiserver on 127.0.0.1 (kubeconfig: .dev/kubeconfig)
+cluster-up: k8s-bin ## Start etcd, kube-apiserver and the Cluster API core manager on 127.0.0.1 (kubeconfig: .dev/kubeconfig)
 	@$(TOOLS)/control-plane.sh up
 
 .PHONY: cluster-down

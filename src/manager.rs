@@ -38,6 +38,12 @@ pub async fn main(args: Args) -> ExitCode {
     }
 }
 
+/// `capi-ipam-in-cluster-manager/v<version> (<os>/<arch>)`, as client-go names its callers.
+pub fn user_agent() -> String {
+    let (os, arch) = (std::env::consts::OS, std::env::consts::ARCH);
+    format!("capi-ipam-in-cluster-manager/v{} ({os}/{arch})", env!("CARGO_PKG_VERSION"))
+}
+
 async fn client(args: &Args) -> anyhow::Result<Client> {
     let mut config = match &args.kubeconfig {
         Some(path) => {
@@ -52,6 +58,8 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
     // end sooner on the server's side (`controllers::watch_config`).
     config.read_timeout = Some(Duration::from_secs(60));
     config.reset_reader_on_write = true;
+    // Audit logs and API priority and fairness tell our requests apart by it.
+    config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_str(&user_agent())?));
     Ok(Client::try_from(config)?)
 }
 

@@ -1,5 +1,5 @@
-//! Claims get addresses: the claim and pool controllers against the real API server with the real CAPI v1.14.0 CRDs
-//! (v1beta2 storage), our webhooks registered over TLS.
+//! Claims get addresses: the claim and pool controllers against the real API server with the real Cluster API v1.14.2
+//! manager, CRDs (v1beta2 storage, conversion webhooks) and admission webhooks, our webhooks registered over TLS.
 
 mod support;
 
@@ -57,7 +57,23 @@ async fn a_claim_gets_the_exact_ipaddress() {
     assert_eq!(stored.finalizers(), ["ipam.cluster.x-k8s.io/ReleaseAddress"]);
     let ready = CAPI.ready(c, ns, "claim").await.expect("Ready condition");
     assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("True"), Some("Allocated")));
+    // A v1beta1 reader (through CAPI's conversion webhook) sees Ready in its status.conditions too.
+    let old = Capi::V1Beta1.ready(c, ns, "claim").await.expect("Ready condition read as v1beta1");
+    assert_eq!((old["status"].as_str(), old["reason"].as_str()), (Some("True"), Some("Allocated")), "{old}");
     wait_pool_counts(c, "InClusterIPPool", ns, "pool", (10, 1, 9, 0)).await;
+    // Our requests name us: the API server's audit log has the IPAddress create with our User-Agent.
+    let audit = std::fs::read_to_string(env.plane.dir.join("logs/audit.log")).expect("audit log");
+    let create = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "ipaddresses"
+                && e["objectRef"]["namespace"] == ns.as_str()
+        })
+        .expect("the IPAddress create in the audit log");
+    let agent = create["userAgent"].as_str().unwrap_or_default();
+    assert!(agent.starts_with(&format!("capi-ipam-in-cluster-manager/v{} (", env!("CARGO_PKG_VERSION"))), "{agent}");
 }
 
 #[tokio::test]
@@ -246,21 +262,26 @@ async fn an_exhausted_pool_serves_the_waiting_claim_as_soon_as_an_address_frees_
         let ready = CAPI.wait_reason(c, ns, &waiting, "Allocated").await;
         assert_eq!(ready["status"], "True");
         // Each transition has its Event.
-        let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.clone(), ns)
-            .list(&Default::default())
-            .await
-            .expect("events");
-        let reasons: Vec<String> = events
-            .items
-            .iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(waiting.as_str()))
-            .filter_map(|e| e.reason.clone())
-            .collect();
+        let reasons = event_reasons(c, ns, &waiting).await;
         assert!(
             reasons.contains(&"PoolExhausted".to_owned()) && reasons.contains(&"Allocated".to_owned()),
             "{reasons:?}"
         );
     }
+}
+
+/// The reasons of the Events about object `name` in `ns`, oldest first.
+async fn event_reasons(c: &kube::Client, ns: &str, name: &str) -> Vec<String> {
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.clone(), ns)
+        .list(&Default::default())
+        .await
+        .expect("events");
+    events
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.reason.clone())
+        .collect()
 }
 
 /// Asserts the claim stays without an address for a while (a negative check, so it waits a fixed time).
@@ -326,6 +347,14 @@ async fn a_paused_cluster_holds_allocation_until_it_is_unpaused() {
     CAPI.claims(c, ns).create(&PostParams::default(), &b).await.expect("claim b");
     assert_stays_unbound(&env, "a", Duration::from_secs(2)).await;
     assert_stays_unbound(&env, "b", Duration::ZERO).await;
+    // Each says why it waits, once.
+    for (claim, cluster) in [("a", "by-spec"), ("b", "by-annotation")] {
+        let ready = CAPI.wait_reason(c, ns, claim, "ClusterPaused").await;
+        assert_eq!(ready["status"], "False");
+        let message = ready["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("Cluster {ns}/{cluster} is paused")), "{message}");
+        assert_eq!(event_reasons(c, ns, claim).await, ["ClusterPaused"]);
+    }
     // A superficial update while paused changes nothing.
     support::claims::annotate(&CAPI.claims(c, ns), "a", "touched", Some("yes")).await;
     assert_stays_unbound(&env, "a", Duration::from_secs(1)).await;
@@ -362,14 +391,64 @@ async fn a_claim_waits_for_its_cluster_and_can_be_deleted_without_it() {
     claim.data["spec"]["clusterName"] = json!("restored-later");
     CAPI.claims(c, ns).create(&PostParams::default(), &claim).await.expect("claim");
     assert_stays_unbound(&env, "claim", Duration::from_secs(2)).await;
+    let ready = CAPI.wait_reason(c, ns, "claim", "WaitingForCluster").await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&format!("waiting for Cluster {ns}/restored-later to exist")), "{message}");
     CAPI.create_cluster(c, ns, "restored-later", false, false).await;
     CAPI.wait_bound(c, ns, "claim").await;
+    CAPI.wait_reason(c, ns, "claim", "Allocated").await;
+    assert_eq!(event_reasons(c, ns, "claim").await, ["WaitingForCluster", "Allocated"]);
 
     let mut gone = CAPI.claim("gone", "InClusterIPPool", "pool");
     gone.data["spec"]["clusterName"] = json!("never-there");
     CAPI.claims(c, ns).create(&PostParams::default(), &gone).await.expect("claim");
     assert_stays_unbound(&env, "gone", Duration::from_secs(1)).await;
     CAPI.delete_claim(c, ns, "gone").await;
+}
+
+/// `clusterctl move` deletes the source claims of a paused Cluster without their finalizers: the address stays held
+/// whether the claim names its Cluster by spec.clusterName or by the label, and is released once the Cluster is
+/// unpaused and the claim is still gone.
+#[tokio::test]
+async fn a_claim_deleted_while_its_cluster_is_paused_keeps_its_address_however_it_names_the_cluster() {
+    let env = TestEnv::with_manager("pausedel").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.0.0.1-10.0.0.10"], "prefix": 24})).await;
+    CAPI.create_cluster(c, ns, "cl", false, false).await;
+    let mut by_spec = CAPI.claim("by-spec", "InClusterIPPool", "pool");
+    by_spec.data["spec"]["clusterName"] = json!("cl");
+    CAPI.claims(c, ns).create(&PostParams::default(), &by_spec).await.expect("claim");
+    let mut by_label = CAPI.claim("by-label", "InClusterIPPool", "pool");
+    by_label.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".to_owned(), "cl".to_owned())].into());
+    CAPI.claims(c, ns).create(&PostParams::default(), &by_label).await.expect("claim");
+    for name in ["by-spec", "by-label"] {
+        let address = CAPI.wait_bound(c, ns, name).await;
+        assert_eq!(address.labels().get("cluster.x-k8s.io/cluster-name").map(String::as_str), Some("cl"), "{name}");
+    }
+    let clusters = CAPI.clusters(c, ns);
+    support::claims::annotate(&clusters, "cl", "cluster.x-k8s.io/paused", Some("")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // As clusterctl move deletes: finalizers dropped, then the delete.
+    for name in ["by-spec", "by-label"] {
+        let patch = json!({"metadata": {"finalizers": null}});
+        CAPI.claims(c, ns)
+            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .expect("drop finalizers");
+        CAPI.delete_claim(c, ns, name).await;
+    }
+    // Longer than the shared manager's --orphan-release-delay=2.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for name in ["by-spec", "by-label"] {
+        assert!(CAPI.addresses(c, ns).get_opt(name).await.expect("get").is_some(), "{name}: released while paused");
+    }
+    wait_pool_counts(c, "InClusterIPPool", ns, "pool", (10, 2, 8, 0)).await;
+    // Unpaused here (the move did not happen after all): the claims are gone, so are their addresses.
+    support::claims::annotate(&clusters, "cl", "cluster.x-k8s.io/paused", None).await;
+    wait_pool_counts(c, "InClusterIPPool", ns, "pool", (10, 0, 10, 0)).await;
+    for name in ["by-spec", "by-label"] {
+        assert!(CAPI.addresses(c, ns).get_opt(name).await.expect("get").is_none(), "{name}: not released");
+    }
 }
 
 #[tokio::test]

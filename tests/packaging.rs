@@ -170,6 +170,10 @@ async fn helm_chart(plane: &Plane) {
         let crd = objs.iter().find(|o| o["metadata"]["name"] == "inclusterippools.ipam.cluster.x-k8s.io").expect("CRD");
         assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"], "/convert");
         assert_eq!(crd["metadata"]["labels"]["clusterctl.cluster.x-k8s.io/move-hierarchy"], "");
+        // Without it `clusterctl move` does not see the pools and IPAddresses of a Helm install.
+        for crd in objs.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
+            assert_eq!(crd["metadata"]["labels"]["clusterctl.cluster.x-k8s.io"], "", "{}", crd["metadata"]["name"]);
+        }
         match name {
             "cert-manager" => {
                 assert!(k.contains(&"Certificate".to_owned()) && k.contains(&"Issuer".to_owned()));
@@ -317,7 +321,9 @@ fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
             o["metadata"]["labels"]["cluster.x-k8s.io/provider"], "ipam-in-cluster",
             "{name} lacks the provider label"
         );
-        if o["kind"] != "CustomResourceDefinition" {
+        if o["kind"] == "CustomResourceDefinition" {
+            assert_eq!(o["metadata"]["labels"]["clusterctl.cluster.x-k8s.io"], "", "{name}: clusterctl move skips it");
+        } else {
             assert!(name.starts_with("capi-ipam-in-cluster-"), "{name} lacks the name prefix");
         }
         if let Some(ns) = o["metadata"]["namespace"].as_str() {

@@ -9,10 +9,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 use kube::core::crd::merge_crds;
 
-use super::{MOVE_HIERARCHY_LABEL, PROVIDER_LABEL, PROVIDER_NAME, v1alpha1, v1alpha2};
+use super::{CLUSTERCTL_LABEL, MOVE_HIERARCHY_LABEL, PROVIDER_LABEL, PROVIDER_NAME, v1alpha1, v1alpha2};
 
 /// The four CRDs: the IP pools with v1alpha1 (served, deprecated) and v1alpha2 (storage), the prefix pools with
-/// v1alpha2 only. Each carries the clusterctl move-hierarchy and provider labels (decision D7).
+/// v1alpha2 only. Each carries the clusterctl, move-hierarchy and provider labels (decision D7).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let merged = |v1: CustomResourceDefinition, v2: CustomResourceDefinition| {
         merge_crds(vec![v1, v2], "v1alpha2").expect("the versions of one kind merge")
@@ -32,6 +32,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         // v1alpha1 first, as the Go provider lists them.
         crd.spec.versions.sort_by(|a, b| a.name.cmp(&b.name));
         let labels = crd.metadata.labels.get_or_insert_with(Default::default);
+        labels.insert(CLUSTERCTL_LABEL.to_owned(), String::new());
         labels.insert(MOVE_HIERARCHY_LABEL.to_owned(), String::new());
         labels.insert(PROVIDER_LABEL.to_owned(), PROVIDER_NAME.to_owned());
     }

@@ -58,7 +58,8 @@ pub const REQUESTED_ADDRESS_ANNOTATION: &str = "ipam.cluster.x-k8s.io/requested-
 /// The hub annotation carrying a v1alpha1 spec across a conversion (Cluster API's conversion-data convention).
 pub const CONVERSION_DATA_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";
 
-/// Links a claim to its Cluster when `spec.clusterName` is empty; copied onto IPAddresses.
+/// Links a claim to its Cluster when `spec.clusterName` is empty; put on every IPAddress of a claim that belongs to a
+/// Cluster, however the claim names it.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// `--watch-filter` selects objects carrying this label with the given value.
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
@@ -67,6 +68,10 @@ pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";
 pub const PROVIDER_NAME: &str = "ipam-in-cluster";
 /// On our CRDs: clusterctl move treats every pool as the root of a move hierarchy.
 pub const MOVE_HIERARCHY_LABEL: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
+/// On our CRDs, in every install path: `clusterctl move` only discovers the kinds of CRDs that carry it (`clusterctl
+/// init` adds it; a Helm or kustomize install has only what we ship). Without it a move leaves pools and IPAddresses
+/// behind.
+pub const CLUSTERCTL_LABEL: &str = "clusterctl.cluster.x-k8s.io";
 
 /// The four pool kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

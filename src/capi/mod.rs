@@ -311,12 +311,11 @@ pub struct Claim {
     /// `spec.poolRef`: the kind when it is one of ours, and the name.
     pub pool_kind: Option<PoolKind>,
     pub pool_name: Arc<str>,
-    /// `spec.clusterName`.
-    pub cluster_name: Option<Arc<str>>,
+    /// The Cluster it belongs to: `spec.clusterName` (v1beta2), else the `cluster.x-k8s.io/cluster-name` label (the
+    /// older way). Read through [`Claim::cluster`], the one place that decides.
+    pub(crate) cluster: Option<Arc<str>>,
     /// Where our `ReleaseAddress` finalizer is in `metadata.finalizers` (its removal tests that index).
     pub release_finalizer_index: Option<usize>,
-    /// The `cluster.x-k8s.io/cluster-name` label.
-    pub cluster_label: Option<Arc<str>>,
     /// The `cluster.x-k8s.io/paused` annotation is present.
     pub paused: bool,
     /// The `ipam.cluster.x-k8s.io/requested-address` annotation.
@@ -366,7 +365,7 @@ impl From<ClaimObject> for ClaimResource {
     fn from(mut o: ClaimObject) -> Self {
         let label = |k: &str| o.metadata.labels.as_ref().and_then(|l| l.get(k)).filter(|v| !v.is_empty()).cloned();
         let annotation = |k: &str| o.metadata.annotations.as_ref().and_then(|a| a.get(k)).cloned();
-        let cluster_label = label(CLUSTER_NAME_LABEL).map(|v| crate::compact::intern(&v));
+        let cluster = o.spec.cluster_name.take().filter(|n| !n.is_empty()).or_else(|| label(CLUSTER_NAME_LABEL));
         let watch_filter = label(crate::api::WATCH_FILTER_LABEL).map(|v| crate::compact::intern(&v));
         let release_finalizer_index =
             o.metadata.finalizers.iter().flatten().position(|f| f == crate::api::RELEASE_ADDRESS_FINALIZER);
@@ -386,9 +385,8 @@ impl From<ClaimObject> for ClaimResource {
             deletion_timestamp: meta.deletion_timestamp.clone(),
             pool_kind: o.spec.pool_ref.our_kind(),
             pool_name: crate::compact::intern(&o.spec.pool_ref.name),
-            cluster_name: o.spec.cluster_name.filter(|n| !n.is_empty()).map(|n| crate::compact::intern(&n)),
+            cluster: cluster.map(|n| crate::compact::intern(&n)),
             release_finalizer_index,
-            cluster_label,
             paused,
             requested_address,
             watch_filter,
@@ -402,7 +400,7 @@ impl From<ClaimObject> for ClaimResource {
 impl Claim {
     /// The Cluster this claim belongs to: `spec.clusterName`, else the cluster-name label.
     pub fn cluster(&self) -> Option<&str> {
-        self.cluster_name.as_deref().or(self.cluster_label.as_deref())
+        self.cluster.as_deref()
     }
 }
 

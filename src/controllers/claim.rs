@@ -51,19 +51,26 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         return Ok(Next::AwaitChange);
     }
     if let Some(cluster_name) = claim.cluster() {
-        match ctx.cluster(namespace, cluster_name) {
-            None if !deleting => {
-                // Velero restores Clusters last: wait, the Cluster's creation wakes this claim.
-                ctx.registry.stop_waiting(&pool_key, &key);
-                debug!(claim = %key, cluster = cluster_name, "waiting for the Cluster to exist");
-                return Ok(Next::AwaitChange);
+        // Velero restores Clusters last: wait, the Cluster's creation (or unpause) wakes this claim. A claim that
+        // waits says why, once; a bound one keeps its Ready as it is (nothing changes for it).
+        let waiting = match ctx.cluster(namespace, cluster_name) {
+            None if !deleting => Some((
+                ClaimReason::WaitingForCluster,
+                format!("waiting for Cluster {namespace}/{cluster_name} to exist"),
+            )),
+            Some(c) if c.is_paused() => Some((
+                ClaimReason::ClusterPaused,
+                format!("Cluster {namespace}/{cluster_name} is paused; allocation resumes when it is unpaused"),
+            )),
+            _ => None,
+        };
+        if let Some((reason, message)) = waiting {
+            ctx.registry.stop_waiting(&pool_key, &key);
+            debug!(claim = %key, cluster = cluster_name, reason = reason.as_str(), "waiting for the Cluster");
+            if claim.address_ref.is_none() && !deleting {
+                set_ready(claim, ctx, reason, message, None).await?;
             }
-            Some(c) if c.is_paused() => {
-                ctx.registry.stop_waiting(&pool_key, &key);
-                debug!(claim = %key, cluster = cluster_name, "the Cluster is paused");
-                return Ok(Next::AwaitChange);
-            }
-            _ => {}
+            return Ok(Next::AwaitChange);
         }
     }
     let pool = ctx.pool(&pool_key);
@@ -184,8 +191,9 @@ async fn create_address(
         "finalizers": [PROTECT_ADDRESS_FINALIZER],
         "ownerReferences": [claim_owner(claim, ctx.capi.ipam), pool_owner(pool_key.kind, pool)],
     });
-    if let Some(v) = &claim.cluster_label {
-        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: &**v });
+    // Named by spec.clusterName or by the label, the IPAddress carries the label: the orphan path reads it.
+    if let Some(cluster) = claim.cluster() {
+        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: cluster });
     }
     let mut spec = json!({
         "address": assigned.address.to_string(),
@@ -303,7 +311,7 @@ async fn adopt(
     let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
     let has_claim_owner = record.claim_owner == Some(Uid::of(&claim_uid));
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
-    let has_label = claim.cluster_label.as_ref().is_none_or(|v| record.cluster_label.as_ref() == Some(v));
+    let has_label = claim.cluster().is_none_or(|v| record.cluster_label.as_deref() == Some(v));
     let complete = has_claim_owner && has_pool_owner && record.protected && has_label;
     if !complete && !record.deleting {
         repair_address(claim, ctx, key, pool_key, pool).await?;
@@ -405,8 +413,9 @@ async fn repair_address(
         "ownerReferences": references,
         "finalizers": finalizers,
     });
-    if let Some(v) = &claim.cluster_label {
-        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: &**v });
+    // Named by spec.clusterName or by the label, the IPAddress carries the label: the orphan path reads it.
+    if let Some(cluster) = claim.cluster() {
+        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: cluster });
     }
     let patch = json!({ "metadata": metadata });
     let patched = ctx
@@ -478,7 +487,10 @@ async fn set_ready(
     result.map_err(Error::kube("writing the claim status"))?;
     ctx.remember_written(&uid, &ready, address_ref);
     if is_transition(stored, &ready) {
-        let type_ = if reason.is_ready() { EventType::Normal } else { EventType::Warning };
+        let type_ = match reason {
+            ClaimReason::Allocated | ClaimReason::WaitingForCluster | ClaimReason::ClusterPaused => EventType::Normal,
+            _ => EventType::Warning,
+        };
         ctx.events
             .publish(&claim_reference(claim, ctx.capi.ipam), type_, reason.as_str(), "Allocate", &ready.message)
             .await;

@@ -16,6 +16,10 @@ pub enum ClaimReason {
     PoolNotReady,
     PoolExhausted,
     AllocationFailed,
+    /// The claim names a Cluster that does not exist (yet: Velero restores Clusters last).
+    WaitingForCluster,
+    /// The claim's Cluster is paused (a `clusterctl move`, or by hand): no allocation until it is unpaused.
+    ClusterPaused,
 }
 
 impl ClaimReason {
@@ -25,6 +29,8 @@ impl ClaimReason {
             ClaimReason::PoolNotReady => "PoolNotReady",
             ClaimReason::PoolExhausted => "PoolExhausted",
             ClaimReason::AllocationFailed => "AllocationFailed",
+            ClaimReason::WaitingForCluster => "WaitingForCluster",
+            ClaimReason::ClusterPaused => "ClusterPaused",
         }
     }
 
@@ -119,7 +125,11 @@ pub fn v1beta1_condition(existing: &[Value], ready: &Ready, now: Timestamp) -> V
         c["message"] = json!(ready.message);
     }
     if !ready.reason.is_ready() {
-        let severity = if ready.reason == ClaimReason::PoolExhausted { "Warning" } else { "Error" };
+        let severity = match ready.reason {
+            ClaimReason::PoolExhausted => "Warning",
+            ClaimReason::WaitingForCluster | ClaimReason::ClusterPaused => "Info",
+            _ => "Error",
+        };
         c["severity"] = json!(severity);
     }
     c
@@ -135,8 +145,10 @@ pub fn with_condition(conditions: &[Value], ours: Value) -> Vec<Value> {
     out
 }
 
-/// The claim status body for `version`: for v1beta2 a server-side apply of our fields (addressRef and our Ready
-/// entry of a map list), for v1beta1 a merge patch of the whole conditions lists (they are atomic there).
+/// The claim status body for `version`: for v1beta2 a server-side apply of our fields (addressRef, our Ready entry of
+/// a map list, and the v1beta1-shaped Ready that CAPI's conversion shows to v1beta1 readers as `status.conditions`:
+/// `deprecated.v1beta1.conditions`, an atomic list only the IPAM provider writes), for v1beta1 a merge patch of the
+/// whole conditions lists (they are atomic there).
 pub fn claim_status(
     version: CapiVersion,
     conditions: &[Value],
@@ -147,7 +159,10 @@ pub fn claim_status(
     now: Timestamp,
 ) -> Value {
     let mut status = match version {
-        CapiVersion::V1Beta2 => json!({"conditions": [metav1_condition(conditions, ready, generation, now)]}),
+        CapiVersion::V1Beta2 => json!({
+            "conditions": [metav1_condition(conditions, ready, generation, now)],
+            "deprecated": {"v1beta1": {"conditions": [v1beta1_condition(conditions, ready, now)]}},
+        }),
         CapiVersion::V1Beta1 => json!({
             "conditions": with_condition(conditions, v1beta1_condition(conditions, ready, now)),
             "v1beta2": {"conditions": with_condition(v1beta2_conditions, metav1_condition(v1beta2_conditions, ready, generation, now))},

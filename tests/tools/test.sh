@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 step() { printf '\n==> %s\n' "$*"; }
 
-step "building helm and clusterctl for the packaging checks (cached after the first time)"
+step "building helm, clusterctl and the Cluster API v1.14.2 and v1.10.10 managers (cached after the first time)"
 tests/tools/k8s-bin.sh release >/dev/null
+tests/tools/k8s-bin.sh capi >/dev/null
+tests/tools/k8s-bin.sh capi-v1.10 >/dev/null
 
 step "cargo fmt --check"
 cargo fmt --check
