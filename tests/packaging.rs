@@ -5,41 +5,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
 use serde_json::Value;
-use support::{Plane, create_namespace, release_bin_dir, repo_root, unique_name};
+use support::release::{clusterctl, helm, install_fixture_crds, ok, release_manifests, repository, scratch};
+use support::{Plane, create_namespace, repo_root};
 
 const CHART: &str = "charts/capi-ipam-in-cluster";
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = repo_root().join(".dev/scratch").join(unique_name(name));
-    std::fs::create_dir_all(&dir).expect("scratch folder");
-    dir
-}
-
-fn helm(args: &[&str]) -> Output {
-    let state = scratch("helm");
-    Command::new(release_bin_dir().join("helm"))
-        .args(args)
-        .env("HELM_CACHE_HOME", &state)
-        .env("HELM_CONFIG_HOME", &state)
-        .env("HELM_DATA_HOME", &state)
-        .current_dir(repo_root())
-        .output()
-        .expect("helm")
-}
 
 /// The objects of a multi-document YAML text, as JSON (parsed by kubectl's own YAML reader).
 fn objects(plane: &Plane, yaml: &str) -> Vec<Value> {
@@ -67,23 +37,6 @@ fn dry_run(plane: &Plane, yaml: &str) {
     let out =
         plane.kubectl_stdin(&["apply", "--server-side", "--dry-run=server", "--force-conflicts", "-f", "-"], yaml);
     ok(out, "server-side dry run");
-}
-
-fn install_fixture_crds(plane: &Plane) {
-    for f in ["cert-manager-crds.yaml", "prometheus-operator-crds.yaml"] {
-        let path = repo_root().join("tests/fixtures").join(f);
-        ok(plane.kubectl_output(&["apply", "--server-side", "-f", &path.to_string_lossy()]), f);
-    }
-    ok(
-        plane.kubectl_output(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/certificates.cert-manager.io",
-            "crd/servicemonitors.monitoring.coreos.com",
-        ]),
-        "CRDs established",
-    );
 }
 
 fn deployment(objects: &[Value]) -> &Value {
@@ -234,80 +187,6 @@ async fn helm_chart(plane: &Plane) {
     }
 }
 
-fn release_manifests() -> (String, String) {
-    let out = Command::new("make")
-        .arg("--no-print-directory")
-        .arg("release-manifests")
-        .current_dir(repo_root())
-        .output()
-        .expect("make");
-    ok(out, "make release-manifests");
-    let components = std::fs::read_to_string(repo_root().join("out/ipam-components.yaml")).expect("components");
-    let metadata = std::fs::read_to_string(repo_root().join("out/metadata.yaml")).expect("metadata");
-    (components, metadata)
-}
-
-/// A local clusterctl repository with our release (and, for `init`, a stand-in core provider).
-fn repository(dir: &Path, components: &str, metadata: &str, core: Option<&str>) -> PathBuf {
-    let ours = dir.join("ipam-in-cluster/v0.1.0");
-    std::fs::create_dir_all(&ours).expect("repo");
-    std::fs::write(ours.join("ipam-components.yaml"), components).expect("write");
-    std::fs::write(ours.join("metadata.yaml"), metadata).expect("write");
-    let mut config = format!(
-        "providers:\n  - name: in-cluster\n    type: IPAMProvider\n    url: \"file://{}\"\n",
-        ours.join("ipam-components.yaml").display()
-    );
-    if let Some(core) = core {
-        let core_dir = dir.join("cluster-api/v1.14.2");
-        std::fs::create_dir_all(&core_dir).expect("repo");
-        std::fs::write(core_dir.join("core-components.yaml"), core).expect("write");
-        std::fs::write(
-            core_dir.join("metadata.yaml"),
-            "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n  - {major: 1, minor: 14, contract: v1beta2}\n",
-        )
-        .expect("write");
-        config.push_str(&format!(
-            "  - name: cluster-api\n    type: CoreProvider\n    url: \"file://{}\"\n",
-            core_dir.join("core-components.yaml").display()
-        ));
-        // clusterctl's first init always adds the kubeadm bootstrap and control-plane providers: stand-ins too.
-        for (label, kind, file) in [
-            ("bootstrap-kubeadm", "BootstrapProvider", "bootstrap-components.yaml"),
-            ("control-plane-kubeadm", "ControlPlaneProvider", "control-plane-components.yaml"),
-        ] {
-            let dir = dir.join(label).join("v1.14.2");
-            std::fs::create_dir_all(&dir).expect("repo");
-            let components = format!(
-                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-kubeadm-{label}-system\n  labels:\n    cluster.x-k8s.io/provider: {label}\n"
-            );
-            std::fs::write(dir.join(file), components).expect("write");
-            std::fs::write(
-                dir.join("metadata.yaml"),
-                "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n  - {major: 1, minor: 14, contract: v1beta2}\n",
-            )
-            .expect("write");
-            config.push_str(&format!(
-                "  - name: kubeadm\n    type: {kind}\n    url: \"file://{}\"\n",
-                dir.join(file).display()
-            ));
-        }
-        config.push_str("cert-manager:\n  version: v1.21.1\n");
-    }
-    let path = dir.join("clusterctl.yaml");
-    std::fs::write(&path, config).expect("write");
-    path
-}
-
-fn clusterctl(dir: &Path, args: &[&str]) -> Output {
-    Command::new(release_bin_dir().join("clusterctl"))
-        .args(args)
-        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
-        .env("XDG_CONFIG_HOME", dir)
-        .env("HOME", dir)
-        .output()
-        .expect("clusterctl")
-}
-
 fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
     let (components, metadata) = release_manifests();
     assert!(metadata.contains("contract: v1beta2"), "{metadata}");
@@ -349,7 +228,7 @@ fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
     assert!(components.contains("${CAPI_IPAM_IN_CLUSTER_LOG_FORMAT:=json}"), "variables with defaults");
 
     let dir = scratch("clusterctl");
-    let config = repository(&dir, &components, &metadata, None);
+    let config = repository(&dir, &components, &metadata, false);
     let config_arg = config.to_string_lossy().into_owned();
     let described = ok(
         clusterctl(
@@ -381,11 +260,8 @@ fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
 
 fn clusterctl_init_installs_the_provider(plane: &Plane) {
     let (components, metadata) = release_manifests();
-    // The core provider's components: its namespace. The plane already runs Cluster API's manager with its CRDs and
-    // webhooks (tests/tools/control-plane.sh), which clusterctl would otherwise overwrite with unreachable Services.
-    let core = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-system\n  labels:\n    cluster.x-k8s.io/provider: cluster-api\n";
     let dir = scratch("clusterctl-init");
-    let config = repository(&dir, &components, &metadata, Some(core));
+    let config = repository(&dir, &components, &metadata, true);
     let out = clusterctl(
         &dir,
         &[

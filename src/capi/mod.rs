@@ -318,6 +318,8 @@ pub struct Claim {
     pub release_finalizer_index: Option<usize>,
     /// The `cluster.x-k8s.io/paused` annotation is present.
     pub paused: bool,
+    /// `clusterctl move` is deleting it from this management cluster (its `delete-for-move` annotation).
+    pub moving_away: bool,
     /// The `ipam.cluster.x-k8s.io/requested-address` annotation.
     pub requested_address: Option<Box<str>>,
     /// The `cluster.x-k8s.io/watch-filter` label.
@@ -370,6 +372,7 @@ impl From<ClaimObject> for ClaimResource {
         let release_finalizer_index =
             o.metadata.finalizers.iter().flatten().position(|f| f == crate::api::RELEASE_ADDRESS_FINALIZER);
         let paused = annotation(crate::api::PAUSED_ANNOTATION).is_some();
+        let moving_away = annotation(crate::api::DELETE_FOR_MOVE_ANNOTATION).is_some();
         let requested_address =
             annotation(crate::api::REQUESTED_ADDRESS_ANNOTATION).filter(|v| !v.is_empty()).map(String::into_boxed_str);
         let status = o.status.take().unwrap_or_default();
@@ -388,6 +391,7 @@ impl From<ClaimObject> for ClaimResource {
             cluster: cluster.map(|n| crate::compact::intern(&n)),
             release_finalizer_index,
             paused,
+            moving_away,
             requested_address,
             watch_filter,
             address_ref: status.address_ref.map(|r| r.name).filter(|n| !n.is_empty()).map(String::into_boxed_str),

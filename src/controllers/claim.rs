@@ -631,6 +631,10 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         return Ok(());
     }
     delete_ip_address(ctx, &api, &address, "deleting an orphaned IPAddress").await?;
-    warn!(address = %key, value = record.address, "released an IPAddress whose claim is gone");
+    if record.moving_away {
+        info!(address = %key, value = record.address, "deleted the IPAddress of a claim moved away; its address stays reserved");
+    } else {
+        warn!(address = %key, value = record.address, "released an IPAddress whose claim is gone");
+    }
     Ok(())
 }

@@ -7,6 +7,7 @@
 mod claim;
 mod claim_cache;
 mod events;
+mod moved_away;
 mod pool;
 mod queue;
 mod reachability;
@@ -31,7 +32,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::api::{
-    CLUSTER_NAME_LABEL, GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind, WATCH_FILTER_LABEL,
+    CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, GROUP, PAUSED_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind,
+    WATCH_FILTER_LABEL,
 };
 use crate::capi::{CapiApis, CapiVersion, Claim, ClaimResource, Cluster, IpAddress};
 use crate::compact::{Uid, intern};
@@ -172,6 +174,8 @@ pub struct AddressRecord {
     pub pool_owner: Option<Uid>,
     pub cluster_label: Option<Arc<str>>,
     pub deleting: bool,
+    /// clusterctl is deleting it for a move (`moved_away`).
+    pub moving_away: bool,
 }
 
 impl AddressRecord {
@@ -197,6 +201,11 @@ impl AddressRecord {
             pool_owner: owner(kind.kind(), &pool.name),
             cluster_label: object.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)).map(|v| intern(v)),
             deleting: object.metadata.deletion_timestamp.is_some(),
+            moving_away: object
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(DELETE_FOR_MOVE_ANNOTATION)),
             pool,
         })
     }
@@ -234,6 +243,8 @@ pub struct Context {
     /// IPAddresses we deleted (by UID), until the watch reports them gone: a late event about one of them (the
     /// finalizer removal that preceded the delete) must not bring its address back into use.
     deleted: Mutex<HashMap<ObjectKey, Uid>>,
+    /// Addresses of global pools moved to another management cluster, not yet written into their pools.
+    moved_away: moved_away::MovedAway,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -484,6 +495,7 @@ pub async fn run(
     });
 
     let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());
+    let (moved_away, moved_away_writes) = moved_away::MovedAway::new();
     let ctx = Arc::new(Context {
         client: client.clone(),
         fence,
@@ -504,6 +516,7 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         vanished_addresses: Mutex::new(HashMap::new()),
         deleted: Mutex::new(HashMap::new()),
+        moved_away,
         options: options.clone(),
     });
 
@@ -648,6 +661,18 @@ pub async fn run(
         );
     }
 
+    // Reservations of addresses moved to another management cluster are written into their pools.
+    {
+        let ctx = ctx.clone();
+        tasks.push(
+            async move {
+                moved_away::write_pending(ctx, moved_away_writes).await;
+                ("moved-away writer", Ok(()))
+            }
+            .boxed(),
+        );
+    }
+
     // IPAddresses whose claim is gone are released (decision D11).
     {
         let ctx = ctx.clone();
@@ -720,6 +745,9 @@ fn on_pool_event(
                 let woken = ctx.registry.apply_spec(&key, spec);
                 ctx.wake(woken);
             }
+            if kind.is_global() {
+                moved_away::sync(ctx, &key, p);
+            }
             let paused = p.annotations().contains_key(PAUSED_ANNOTATION);
             let state = (p.metadata.generation, paused);
             let before = seen.insert(key.clone(), state);
@@ -758,7 +786,11 @@ async fn watch_claims(
     // On a relist: the cached claims not listed again (empty at start-up, so the first list costs nothing here).
     let mut unlisted: Option<HashSet<ObjectKey>> = None;
     let forget = |key: &ObjectKey| {
-        if ctx.claims.remove(key).is_some() {
+        if let Some(claim) = ctx.claims.remove(key) {
+            // Deleted by `clusterctl move`: an address of a global pool stays reserved here.
+            if claim.moving_away {
+                moved_away::claim_moved_away(&ctx, key);
+            }
             let _ = vanished.unbounded_send(key.clone());
         }
     };
@@ -781,7 +813,12 @@ async fn watch_claims(
                 let _ = synced.send(true);
             }
             Ok(watcher::Event::Apply(c)) => apply_claim(&ctx, c.claim),
-            Ok(watcher::Event::Delete(c)) => forget(&c.claim.key),
+            Ok(watcher::Event::Delete(c)) => {
+                if c.claim.moving_away {
+                    moved_away::claim_moved_away(&ctx, &c.claim.key);
+                }
+                forget(&c.claim.key);
+            }
             Err(e) => ctx.watch_failed("IPAddressClaims", &e),
         }
     }
@@ -897,12 +934,21 @@ fn apply_address(ctx: &Context, address: &IpAddress) -> ObjectKey {
     if ctx.is_deleted(&key, address) {
         return key;
     }
-    let Some(record) = AddressRecord::of(address) else {
+    let Some(mut record) = AddressRecord::of(address) else {
         // Not one of our pools' (IPAddress specs are immutable, so it never was).
         return key;
     };
     let held = Held::of(record.pool.kind, &address.spec);
     let pool = record.pool.clone();
+    if pool.kind.is_global() {
+        // Once moved away, its address is a reservation until the object is gone; else it may be one coming back.
+        record.moving_away |= ctx.address(&key).is_some_and(|r| r.moving_away);
+        if record.moving_away {
+            ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record);
+            return key;
+        }
+        moved_away::came_back(ctx, &pool, &key, held);
+    }
     let previous = ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record);
     if let Some(old) = previous.filter(|p| p.pool != pool) {
         let woken = ctx.registry.forget(&old.pool, &key);
@@ -920,6 +966,10 @@ fn delete_address(ctx: &Context, key: &ObjectKey) {
     lock(&ctx.deleted).remove(key);
     let removed = ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).remove(key);
     if let Some(record) = removed {
+        if record.moving_away && record.pool.kind.is_global() {
+            moved_away::moved_away(ctx, &record.pool, key);
+            return;
+        }
         let woken = ctx.registry.forget(&record.pool, key);
         ctx.metrics.released(record.pool.kind);
         ctx.wake(woken);

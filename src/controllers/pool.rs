@@ -16,7 +16,7 @@ use super::registry::PoolKey;
 use super::status::{READY, rfc3339};
 use super::{Context, Error, FIELD_MANAGER, pool_resource};
 use crate::api::v1alpha2::PoolAddressesStatus;
-use crate::api::{GROUP, PROTECT_POOL_FINALIZER, PoolKind};
+use crate::api::{GROUP, MOVED_AWAY_ANNOTATION, PROTECT_POOL_FINALIZER, PoolKind};
 
 /// A safety net for missed events; changes arrive through watches.
 const RESYNC: Duration = Duration::from_secs(600);
@@ -78,7 +78,15 @@ async fn reconcile_pool(kind: PoolKind, pool: &DynamicObject, ctx: &Context) -> 
     let addresses = serde_json::to_value(PoolAddressesStatus::from(counts)).map_err(Error::internal)?;
     let (status, reason, message) = match (&spec_error, duplicates.as_slice()) {
         (Some(e), _) => ("False", "InvalidSpec", e.clone()),
-        (None, []) => ("True", "Ready", String::new()),
+        (None, []) => match ctx.registry.reservations(&key).len() {
+            0 => ("True", "Ready", String::new()),
+            n => {
+                let message = format!(
+                    "{n} address(es) reserved for Clusters moved to another management cluster (annotation {MOVED_AWAY_ANNOTATION})"
+                );
+                ("True", "Ready", message)
+            }
+        },
         (None, duplicates) => {
             let shown: Vec<String> = duplicates.iter().take(5).map(ToString::to_string).collect();
             let more = duplicates.len().saturating_sub(shown.len());

@@ -78,6 +78,17 @@ impl std::fmt::Display for Held {
     }
 }
 
+/// The key of a reservation: an address of a global pool that an IPAddress took with it when `clusterctl move` moved
+/// its Cluster to another management cluster (`super::moved_away`). Keyed by the address, in no namespace: no
+/// IPAddress key is ever equal to it.
+pub fn reservation_key(held: Held) -> ObjectKey {
+    ObjectKey::new("", &held.to_string())
+}
+
+pub fn is_reservation(key: &ObjectKey) -> bool {
+    key.namespace.is_empty()
+}
+
 /// One address held by more than one IPAddress of a pool: something handed it out twice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Duplicate {
@@ -419,6 +430,55 @@ impl Registry {
         woken
     }
 
+    /// Hands the hold of `from` over to `to` under the pool's lock, so the address is never free in between (an
+    /// IPAddress moved away becomes a reservation, a reservation becomes the IPAddress that came back). Returns what
+    /// moved over, `None` when `from` held nothing.
+    pub fn transfer(&self, pool_key: &PoolKey, from: &ObjectKey, to: &ObjectKey) -> Option<Held> {
+        let pool = self.existing(pool_key)?;
+        let mut state = lock(&pool);
+        let holding = state.holders.remove(from)?;
+        if let Some(old) = state.holders.remove(to) {
+            let _ = state.clear_duplicate(to, old.held);
+            state.release(old.held);
+        }
+        if let Some(holders) = state.duplicates.get_mut(&holding.held) {
+            holders.iter_mut().filter(|k| *k == from).for_each(|k| *k = to.clone());
+        }
+        let held = holding.held;
+        state.holders.insert(to.clone(), Holding { held, confirmed: true });
+        drop(state);
+        self.mark_dirty(pool_key);
+        Some(held)
+    }
+
+    /// What `address` holds in the pool, if anything.
+    pub fn held_by(&self, pool_key: &PoolKey, address: &ObjectKey) -> Option<Held> {
+        let pool = self.existing(pool_key)?;
+        lock(&pool).holders.get(address).map(|h| h.held)
+    }
+
+    /// Reserves `held` (see [`reservation_key`]) unless something holds it already; returns whether it did.
+    pub fn reserve(&self, pool_key: &PoolKey, held: Held) -> bool {
+        let pool = self.pool(pool_key);
+        let mut state = lock(&pool);
+        let key = reservation_key(held);
+        if state.holders.contains_key(&key) || state.is_held(held) {
+            return false;
+        }
+        state.record(held);
+        state.holders.insert(key, Holding { held, confirmed: true });
+        drop(state);
+        self.mark_dirty(pool_key);
+        true
+    }
+
+    /// The reservations of a pool, as the addresses they hold.
+    pub fn reservations(&self, pool_key: &PoolKey) -> Vec<Held> {
+        let Some(pool) = self.existing(pool_key) else { return Vec::new() };
+        let state = lock(&pool);
+        state.holders.iter().filter(|(k, _)| is_reservation(k)).map(|(_, h)| h.held).collect()
+    }
+
     /// Drops our not-yet-confirmed hold after a create the API server rejected.
     pub fn abandon(&self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
         let Some(pool) = self.existing(pool_key) else { return Vec::new() };
@@ -537,9 +597,10 @@ impl Registry {
         }
     }
 
-    /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0).
+    /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0; reservations do not count, they go
+    /// with the pool).
     pub fn used(&self, key: &PoolKey) -> usize {
-        self.existing(key).map_or(0, |p| lock(&p).holders.len())
+        self.existing(key).map_or(0, |p| lock(&p).holders.keys().filter(|k| !is_reservation(k)).count())
     }
 
     /// The IPAddresses held in a pool, for diagnostics and tests.
@@ -726,5 +787,36 @@ mod tests {
         let spec = IpAddressSpec { address: "fd00:0:0:1::".into(), prefix: Some(64), ..Default::default() };
         r.record(&key, &obj("b"), Held::of(key.kind, &spec));
         assert_eq!(r.allocate(&key, &obj("c"), None).unwrap().address.to_string(), "fd00:0:0:2::");
+    }
+
+    #[test]
+    fn a_moved_away_address_stays_held_as_a_reservation_until_it_comes_back() {
+        let r = Registry::new();
+        let key = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+        r.apply_spec(&key, &json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24}));
+        let ip = Held::Ip(Some("10.0.0.1".parse().unwrap()));
+        r.record(&key, &obj("a"), ip);
+        // The IPAddress moves away: its hold becomes the reservation, never free in between.
+        assert_eq!(r.transfer(&key, &obj("a"), &reservation_key(ip)), Some(ip));
+        assert_eq!(r.held_by(&key, &obj("a")), None);
+        assert_eq!(r.reservations(&key), [ip]);
+        assert_eq!(r.used(&key), 0, "a reservation does not hold the pool's finalizer");
+        assert_eq!(r.counts(&key).0.used, 1, "but it counts as used");
+        assert_eq!(r.allocate(&key, &obj("b"), None).unwrap().address.to_string(), "10.0.0.2");
+        assert!(matches!(r.allocate(&key, &obj("c"), None), Err(AllocateError::Exhausted { .. })));
+        // Reserving what is held does nothing; an unknown key transfers nothing.
+        assert!(!r.reserve(&key, ip));
+        assert_eq!(r.transfer(&key, &obj("nobody"), &obj("x")), None);
+        // It comes back under a new IPAddress: no duplicate, no reservation left.
+        assert_eq!(r.transfer(&key, &reservation_key(ip), &obj("a2")), Some(ip));
+        assert_eq!(r.record(&key, &obj("a2"), ip), None);
+        assert!(r.reservations(&key).is_empty());
+        assert!(r.duplicates(&key).is_empty());
+        // A reservation from the pool's annotation alone, released again.
+        r.forget(&key, &obj("a2"));
+        assert!(r.reserve(&key, ip));
+        assert_eq!(r.counts(&key).0.used, 2);
+        r.forget(&key, &reservation_key(ip));
+        assert_eq!(r.allocate(&key, &obj("c"), None).unwrap().address.to_string(), "10.0.0.1");
     }
 }

@@ -6,6 +6,7 @@
 pub mod claims;
 pub mod manager;
 pub mod proxy;
+pub mod release;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

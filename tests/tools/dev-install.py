@@ -3,6 +3,8 @@
 runs outside the cluster (make run, integration tests), as envtest does: every Service reference becomes
 `<url>/<path>` with the CA bundle, and multi-version CRDs get the conversion webhook. By default it installs ours;
 control-plane.sh installs the Cluster API core manager's the same way (--crds, --webhooks, --name-prefix, --label).
+It takes the wiring over from an in-cluster install (clusterctl init, Helm) whose Services no API server here can
+reach: their conversion settings are replaced and their webhook configurations for the same paths deleted.
 
 usage: dev-install.py --kubectl KUBECTL --kubeconfig FILE --url https://127.0.0.1:PORT --ca CA.crt
                       [--crds DIR] [--webhooks FILE] [--name-prefix PREFIX] [--label KEY=VALUE ...]
@@ -38,6 +40,26 @@ def objects(path):
     return out
 
 
+def take_over(out):
+    """Server-side apply keeps fields another manager set, so a Service reference left by an in-cluster install would
+    sit beside our URL (invalid): replace those conversions whole, and delete the webhook configurations of the
+    install that serve our paths."""
+    wanted = {o["metadata"]["name"]: o for o in out if o["kind"] == "CustomResourceDefinition"}
+    live = json.loads(kubectl(["get", "crd", "-o", "json"], ARGS.kubeconfig))["items"]
+    for crd in live:
+        name = crd["metadata"]["name"]
+        service = crd["spec"].get("conversion", {}).get("webhook", {}).get("clientConfig", {}).get("service")
+        if name in wanted and service and "conversion" in wanted[name]["spec"]:
+            patch = [{"op": "replace", "path": "/spec/conversion", "value": wanted[name]["spec"]["conversion"]}]
+            kubectl(["patch", "crd", name, "--type=json", "-p", json.dumps(patch)], ARGS.kubeconfig)
+    paths = {h["clientConfig"]["url"].removeprefix(ARGS.url) for o in out if "webhooks" in o for h in o["webhooks"]}
+    for kind in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"]:
+        for cfg in json.loads(kubectl(["get", kind, "-o", "json"], ARGS.kubeconfig))["items"]:
+            served = {h["clientConfig"].get("service", {}).get("path") for h in cfg.get("webhooks") or []}
+            if served & paths:
+                kubectl(["delete", kind, cfg["metadata"]["name"]], ARGS.kubeconfig)
+
+
 def main():
     ca = base64.b64encode(pathlib.Path(ARGS.ca).read_bytes()).decode()
     out = []
@@ -61,6 +83,7 @@ def main():
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{ARGS.url}{path}", "caBundle": ca}
         out.append(cfg)
+    take_over(out)
     kubectl(["apply", "--server-side", "--force-conflicts", "--field-manager=dev-install", "-f", "-"], ARGS.kubeconfig,
             stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": out}))
     names = [f"customresourcedefinition/{o['metadata']['name']}" for o in out if o["kind"] == "CustomResourceDefinition"]

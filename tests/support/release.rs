@@ -1,0 +1,136 @@
+//! The release tools the packaging and `clusterctl move` tests drive: helm and clusterctl (built from their Go
+//! modules), a local clusterctl repository with our release manifests, and the fixture CRDs clusterctl and the chart
+//! expect (cert-manager, prometheus-operator).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use super::{Plane, release_bin_dir, repo_root, unique_name};
+
+pub fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = repo_root().join(".dev/scratch").join(unique_name(name));
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    dir
+}
+
+pub fn helm(args: &[&str]) -> Output {
+    let state = scratch("helm");
+    Command::new(release_bin_dir().join("helm"))
+        .args(args)
+        .env("HELM_CACHE_HOME", &state)
+        .env("HELM_CONFIG_HOME", &state)
+        .env("HELM_DATA_HOME", &state)
+        .current_dir(repo_root())
+        .output()
+        .expect("helm")
+}
+
+pub fn install_fixture_crds(plane: &Plane) {
+    for f in ["cert-manager-crds.yaml", "prometheus-operator-crds.yaml"] {
+        let path = repo_root().join("tests/fixtures").join(f);
+        ok(plane.kubectl_output(&["apply", "--server-side", "-f", &path.to_string_lossy()]), f);
+    }
+    ok(
+        plane.kubectl_output(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/certificates.cert-manager.io",
+            "crd/servicemonitors.monitoring.coreos.com",
+        ]),
+        "CRDs established",
+    );
+}
+
+/// `make release-manifests` (out/ipam-components.yaml and out/metadata.yaml), once at a time in this test binary.
+pub fn release_manifests() -> (String, String) {
+    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::new("make")
+        .arg("--no-print-directory")
+        .arg("release-manifests")
+        .current_dir(repo_root())
+        .output()
+        .expect("make");
+    ok(out, "make release-manifests");
+    let components = std::fs::read_to_string(repo_root().join("out/ipam-components.yaml")).expect("components");
+    let metadata = std::fs::read_to_string(repo_root().join("out/metadata.yaml")).expect("metadata");
+    (components, metadata)
+}
+
+/// The core provider's components in the local repository: its namespace only. Every test plane already runs Cluster
+/// API's manager with its CRDs and webhooks (tests/tools/control-plane.sh); its real components would point them at
+/// Services no API server here can reach.
+const CORE_STAND_IN: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-system\n  labels:\n    cluster.x-k8s.io/provider: cluster-api\n";
+
+/// A local clusterctl repository with our release (and, for `init`, the core provider and the kubeadm providers
+/// clusterctl's first init always adds, as stand-ins).
+pub fn repository(dir: &Path, components: &str, metadata: &str, with_core: bool) -> PathBuf {
+    let ours = dir.join("ipam-in-cluster/v0.1.0");
+    std::fs::create_dir_all(&ours).expect("repo");
+    std::fs::write(ours.join("ipam-components.yaml"), components).expect("write");
+    std::fs::write(ours.join("metadata.yaml"), metadata).expect("write");
+    let mut config = format!(
+        "providers:\n  - name: in-cluster\n    type: IPAMProvider\n    url: \"file://{}\"\n",
+        ours.join("ipam-components.yaml").display()
+    );
+    if with_core {
+        let core_dir = dir.join("cluster-api/v1.14.2");
+        std::fs::create_dir_all(&core_dir).expect("repo");
+        std::fs::write(core_dir.join("core-components.yaml"), CORE_STAND_IN).expect("write");
+        std::fs::write(
+            core_dir.join("metadata.yaml"),
+            "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n  - {major: 1, minor: 14, contract: v1beta2}\n",
+        )
+        .expect("write");
+        config.push_str(&format!(
+            "  - name: cluster-api\n    type: CoreProvider\n    url: \"file://{}\"\n",
+            core_dir.join("core-components.yaml").display()
+        ));
+        // clusterctl's first init always adds the kubeadm bootstrap and control-plane providers: stand-ins too.
+        for (label, kind, file) in [
+            ("bootstrap-kubeadm", "BootstrapProvider", "bootstrap-components.yaml"),
+            ("control-plane-kubeadm", "ControlPlaneProvider", "control-plane-components.yaml"),
+        ] {
+            let dir = dir.join(label).join("v1.14.2");
+            std::fs::create_dir_all(&dir).expect("repo");
+            let components = format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-kubeadm-{label}-system\n  labels:\n    cluster.x-k8s.io/provider: {label}\n"
+            );
+            std::fs::write(dir.join(file), components).expect("write");
+            std::fs::write(
+                dir.join("metadata.yaml"),
+                "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n  - {major: 1, minor: 14, contract: v1beta2}\n",
+            )
+            .expect("write");
+            config.push_str(&format!(
+                "  - name: kubeadm\n    type: {kind}\n    url: \"file://{}\"\n",
+                dir.join(file).display()
+            ));
+        }
+        config.push_str("cert-manager:\n  version: v1.21.1\n");
+    }
+    let path = dir.join("clusterctl.yaml");
+    std::fs::write(&path, config).expect("write");
+    path
+}
+
+pub fn clusterctl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(release_bin_dir().join("clusterctl"))
+        .args(args)
+        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+        .env("XDG_CONFIG_HOME", dir)
+        .env("HOME", dir)
+        .output()
+        .expect("clusterctl")
+}
