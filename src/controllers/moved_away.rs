@@ -10,7 +10,7 @@
 //! comes back (the Cluster moved back), or when an operator takes it out of the annotation (the moved Cluster was
 //! deleted over there: docs/operations.md).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -122,17 +122,15 @@ pub fn sync(ctx: &Context, key: &PoolKey, pool: &DynamicObject) {
             }
         })
         .collect();
-    for held in ctx.registry.reservations(key) {
-        if !wanted.contains_key(&held) {
+    let reserved: HashSet<Held> = ctx.registry.reservations(key).into_iter().collect();
+    for held in &reserved {
+        if !wanted.contains_key(held) {
             info!(pool = %key, address = %held, "reservation removed from the annotation; the address is free");
-            let woken = ctx.registry.forget(key, &reservation_key(held));
+            let woken = ctx.registry.forget(key, &reservation_key(*held));
             ctx.wake(woken);
         }
     }
-    for held in wanted.into_keys() {
-        if ctx.registry.reservations(key).contains(&held) {
-            continue;
-        }
+    for held in wanted.into_keys().filter(|h| !reserved.contains(h)) {
         if !ctx.registry.reserve(key, held) {
             // An IPAddress here holds it: the Cluster came back while the annotation still named it.
             ctx.moved_away.queue(key, held, false);

@@ -267,4 +267,23 @@ mod tests {
         assert_eq!(flipped["lastTransitionTime"], "2026-01-02T00:00:00Z");
         assert!(stored_conditions(None).is_empty());
     }
+
+    #[test]
+    fn v1beta2_claims_also_carry_the_v1beta1_shape_for_v1beta1_readers() {
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let waiting = ready(ClaimReason::ClusterPaused, "Cluster ns/c is paused");
+        let s = claim_status(CapiVersion::V1Beta2, &[], &[], &waiting, None, Some(2), t0);
+        assert_eq!(s["conditions"][0]["reason"], "ClusterPaused");
+        assert_eq!(s["conditions"][0]["observedGeneration"], 2);
+        let old = &s["deprecated"]["v1beta1"]["conditions"];
+        assert_eq!(old.as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            (&old[0]["type"], &old[0]["status"], &old[0]["reason"], &old[0]["severity"]),
+            (&json!("Ready"), &json!("False"), &json!("ClusterPaused"), &json!("Info"))
+        );
+        let bound =
+            claim_status(CapiVersion::V1Beta2, &[], &[], &ready(ClaimReason::Allocated, "ok"), Some("a"), None, t0);
+        assert!(bound["deprecated"]["v1beta1"]["conditions"][0].get("severity").is_none());
+        assert_eq!(bound["addressRef"]["name"], "a");
+    }
 }
