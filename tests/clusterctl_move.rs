@@ -395,6 +395,15 @@ async fn move_there_and_back(install: Install) {
     assert_arrived(&a, &b, &global_pool, &before).await;
     assert_eq!(b.ipaddresses_we_created(), 0, "nothing is allocated anew on the target");
 
+    // The reservations outlive the source's manager: SIGKILLed and started again, it reads them from the pool.
+    let mut a = a;
+    tokio::task::block_in_place(|| {
+        a.manager.kill();
+        a.manager.spawn();
+        a.manager.wait_ready(&a.plane);
+    });
+    assert_reserved(&a, &global_pool, &before).await;
+
     // The infrastructure provider reports the workload cluster on its new management cluster too; then back.
     provision(&b).await;
     tokio::task::block_in_place(|| move_between(&b, &a));
