@@ -184,6 +184,11 @@ async fn provision(side: &Side) {
     .await;
 }
 
+/// The global prefix pool that goes with the global IP pool `global_pool`.
+fn prefix_pool(global_pool: &str) -> String {
+    format!("{global_pool}-prefixes")
+}
+
 /// The Cluster, its pools and claims, on the source side.
 async fn create_workload(side: &Side, global_pool: &str) {
     let stand_ins = format!(
@@ -229,7 +234,16 @@ spec:
     )
     .await;
     create_pool(c, "InClusterIPPool", NS, "tiny", json!({"addresses": ["10.30.0.1"], "prefix": 24})).await;
-    create_pool(c, "InClusterPrefixPool", NS, "pods", json!({"prefixes": ["fd00:10::/48"], "prefixLength": 64})).await;
+    let prefixes = json!({"prefixes": ["fd00:20::/60"], "allocationPrefixLength": 64});
+    create_pool(c, "GlobalInClusterPrefixPool", NS, &prefix_pool(global_pool), prefixes).await;
+    create_pool(
+        c,
+        "InClusterPrefixPool",
+        NS,
+        "pods",
+        json!({"prefixes": ["fd00:10::/48"], "allocationPrefixLength": 64}),
+    )
+    .await;
     let cluster = CAPI.clusters(c, NS).get("wl").await.expect("Cluster");
     // Claims are owned by the objects that make them (CAPV's VSphereVM, CAPM3's Metal3Data); here, the Cluster.
     let owner =
@@ -251,6 +265,7 @@ spec:
         all.push(claim(&format!("vip-{i}"), "GlobalInClusterIPPool", global_pool, false));
     }
     all.push(claim("pod-cidr", "InClusterPrefixPool", "pods", false));
+    all.push(claim("lb-prefix", "GlobalInClusterPrefixPool", &prefix_pool(global_pool), false));
     all.push(claim("tiny-0", "InClusterIPPool", "tiny", true));
     for claim in &all {
         claims.create(&Default::default(), claim).await.unwrap_or_else(|e| panic!("{}: {e}", claim.name_any()));
@@ -330,6 +345,7 @@ async fn assert_arrived(
     wait_pool_counts(c, "InClusterIPPool", NS, "nodes", (20, 3, 17, 0)).await;
     wait_pool_counts(c, "InClusterIPPool", NS, "tiny", (1, 1, 0, 0)).await;
     wait_pool_counts(c, "GlobalInClusterIPPool", NS, global_pool, (20, 3, 17, 0)).await;
+    wait_pool_counts(c, "GlobalInClusterPrefixPool", NS, &prefix_pool(global_pool), (16, 1, 15, 0)).await;
     assert!(CAPI.addresses(c, NS).get_opt("tiny-1").await.expect("get").is_none(), "the waiting claim got nothing");
     let unpaused = CAPI.clusters(c, NS).get("wl").await.expect("Cluster");
     assert_ne!(unpaused.data["spec"]["paused"], true, "clusterctl unpaused the Cluster on the target");
@@ -379,6 +395,16 @@ async fn assert_reserved(source: &Side, global_pool: &str, moved: &BTreeMap<Stri
     assert!(ready.contains("3 address(es) reserved"), "{ready}");
     CAPI.delete_claim(c, &probe, "probe").await;
     wait_pool_counts(c, "GlobalInClusterIPPool", NS, global_pool, (20, 3, 17, 0)).await;
+    // The global prefix pool keeps its moved child prefix the same way, as `base/length`.
+    let (address, prefix, ..) = &moved["lb-prefix"];
+    let entry = format!("{address}/{prefix}");
+    let prefix_pools = support::claims::pools(c, "GlobalInClusterPrefixPool", NS);
+    eventually(Duration::from_secs(30), "the moved-away annotation of the prefix pool", || async {
+        let pool = prefix_pools.get(&prefix_pool(global_pool)).await.ok()?;
+        (pool.annotations().get("ipam.cluster.x-k8s.io/moved-away") == Some(&entry)).then_some(())
+    })
+    .await;
+    wait_pool_counts(c, "GlobalInClusterPrefixPool", NS, &prefix_pool(global_pool), (16, 1, 15, 0)).await;
 }
 
 async fn move_there_and_back(install: Install) {
@@ -387,9 +413,9 @@ async fn move_there_and_back(install: Install) {
     let global_pool = unique_name("shared");
     create_workload(&a, &global_pool).await;
     let before = addresses(&a.client).await;
-    assert_eq!(before.len(), 8, "{before:?}");
+    assert_eq!(before.len(), 9, "{before:?}");
     let created_on_a = a.ipaddresses_we_created();
-    assert_eq!(created_on_a, 8, "our manager made each IPAddress once");
+    assert_eq!(created_on_a, 9, "our manager made each IPAddress once");
 
     tokio::task::block_in_place(|| move_between(&a, &b));
     assert_arrived(&a, &b, &global_pool, &before).await;
@@ -409,12 +435,16 @@ async fn move_there_and_back(install: Install) {
     tokio::task::block_in_place(|| move_between(&b, &a));
     assert_arrived(&b, &a, &global_pool, &before).await;
     // Back home, the addresses are held by their IPAddresses again: no reservation is left on this side.
-    let pools = support::claims::pools(&a.client, "GlobalInClusterIPPool", NS);
-    eventually(Duration::from_secs(30), "the reservations on the way back ended", || async {
-        let pool = pools.get(&global_pool).await.ok()?;
-        (!pool.annotations().contains_key("ipam.cluster.x-k8s.io/moved-away")).then_some(())
-    })
-    .await;
+    for (kind, name) in
+        [("GlobalInClusterIPPool", global_pool.clone()), ("GlobalInClusterPrefixPool", prefix_pool(&global_pool))]
+    {
+        let pools = support::claims::pools(&a.client, kind, NS);
+        eventually(Duration::from_secs(30), "the reservations on the way back ended", || async {
+            let pool = pools.get(&name).await.ok()?;
+            (!pool.annotations().contains_key("ipam.cluster.x-k8s.io/moved-away")).then_some(())
+        })
+        .await;
+    }
     assert_eq!(a.ipaddresses_we_created(), created_on_a, "nothing is allocated anew on the way back");
     assert_eq!(b.ipaddresses_we_created(), 0);
     for side in [&a, &b] {

@@ -945,6 +945,7 @@ fn apply_address(ctx: &Context, address: &IpAddress) -> ObjectKey {
         record.moving_away |= ctx.address(&key).is_some_and(|r| r.moving_away);
         if record.moving_away {
             ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record);
+            moved_away::still_moving_away(ctx, &pool, &key, held);
             return key;
         }
         moved_away::came_back(ctx, &pool, &key, held);

@@ -69,7 +69,7 @@ fn held(key: &PoolKey, entry: &str) -> Option<Held> {
 
 /// An IPAddress of a global pool is gone for a move: its address stays held, as a reservation.
 pub fn moved_away(ctx: &Context, pool: &PoolKey, address: &ObjectKey) {
-    let Some(held) = ctx.registry.held_by(pool, address) else { return };
+    let Some(held) = ctx.registry.held_by(pool, address).filter(|h| is_address(*h)) else { return };
     if ctx.registry.transfer(pool, address, &reservation_key(held)).is_some() {
         info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
         ctx.moved_away.queue(pool, held, true);
@@ -91,6 +91,19 @@ pub fn claim_moved_away(ctx: &Context, claim: &ObjectKey) {
         }
     };
     moved_away(ctx, &pool, claim);
+}
+
+/// An IPAddress of a global pool seen again after it was moved away (until it is deleted): its address is a
+/// reservation. One first seen in that state (the manager started during a move) is reserved at once.
+pub fn still_moving_away(ctx: &Context, pool: &PoolKey, address: &ObjectKey, held: Held) {
+    if is_address(held) && ctx.registry.held_by(pool, address).is_none() && ctx.registry.reserve(pool, held) {
+        info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
+        ctx.moved_away.queue(pool, held, true);
+    }
+}
+
+fn is_address(held: Held) -> bool {
+    matches!(held, Held::Ip(Some(_)) | Held::Prefix(Some(_)))
 }
 
 /// An IPAddress appeared: if its address was reserved as moved away, the Cluster came back with it.
