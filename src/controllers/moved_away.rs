@@ -30,12 +30,14 @@ use crate::capi::IpAddressSpec;
 pub struct MovedAway {
     pending: Mutex<HashMap<PoolKey, BTreeMap<String, bool>>>,
     writes: mpsc::UnboundedSender<PoolKey>,
+    /// Entries already reported as not an address of their pool (said once, not on every pool event).
+    reported: Mutex<HashSet<(PoolKey, String)>>,
 }
 
 impl MovedAway {
     pub fn new() -> (MovedAway, mpsc::UnboundedReceiver<PoolKey>) {
         let (writes, dirty) = mpsc::unbounded();
-        (MovedAway { pending: Mutex::new(HashMap::new()), writes }, dirty)
+        (MovedAway { pending: Mutex::new(HashMap::new()), writes, reported: Mutex::new(HashSet::new()) }, dirty)
     }
 
     fn queue(&self, pool: &PoolKey, held: Held, add: bool) {
@@ -130,7 +132,9 @@ pub fn sync(ctx: &Context, key: &PoolKey, pool: &DynamicObject) {
         .filter_map(|entry| match held(key, &entry) {
             Some(held) => Some((held, entry)),
             None => {
-                warn!(pool = %key, entry, annotation = MOVED_AWAY_ANNOTATION, "not an address of this pool; ignored");
+                if lock(&ctx.moved_away.reported).insert((key.clone(), entry.clone())) {
+                    warn!(pool = %key, entry, annotation = MOVED_AWAY_ANNOTATION, "not an address of this pool; ignored");
+                }
                 None
             }
         })
