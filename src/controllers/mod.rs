@@ -942,7 +942,8 @@ fn apply_address(ctx: &Context, address: &IpAddress) -> ObjectKey {
     let pool = record.pool.clone();
     if pool.kind.is_global() {
         // Once moved away, its address is a reservation until the object is gone; else it may be one coming back.
-        record.moving_away |= ctx.address(&key).is_some_and(|r| r.moving_away);
+        record.moving_away |=
+            ctx.addresses.read().unwrap_or_else(|e| e.into_inner()).get(&key).is_some_and(|r| r.moving_away);
         if record.moving_away {
             ctx.addresses.write().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), record);
             moved_away::still_moving_away(ctx, &pool, &key, held);
