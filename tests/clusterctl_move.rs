@@ -16,7 +16,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use support::claims::{Capi, create_pool, wait_pool_counts};
 use support::manager::Manager;
-use support::release::{clusterctl, helm, install_fixture_crds, ok, release_manifests, repository, scratch};
+use support::release::{clusterctl, clusterctl_init, helm, install_fixture_crds, ok, scratch};
 use support::{Plane, eventually, unique_name};
 
 const CAPI: Capi = Capi::V1Beta2;
@@ -89,25 +89,8 @@ impl Drop for Side {
 /// stand-ins, see support::release) with or without `--ipam in-cluster`, and for Helm our chart on top.
 fn install_provider(plane: &Plane, install: Install) {
     install_fixture_crds(plane);
-    let (components, metadata) = release_manifests();
-    let dir = scratch("move-init");
-    let config = repository(&dir, &components, &metadata, true);
-    let config = config.to_string_lossy().into_owned();
+    clusterctl_init(plane, install == Install::ClusterctlInit);
     let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
-    let mut args = vec![
-        "init",
-        "--core",
-        "cluster-api:v1.14.2",
-        "--bootstrap",
-        "kubeadm:v1.14.2",
-        "--control-plane",
-        "kubeadm:v1.14.2",
-    ];
-    if install == Install::ClusterctlInit {
-        args.extend(["--ipam", "in-cluster:v0.1.0"]);
-    }
-    args.extend(["--config", &config, "--kubeconfig", &kubeconfig]);
-    ok(clusterctl(&dir, &args), "clusterctl init");
     if install == Install::Helm {
         ok(
             helm(&[

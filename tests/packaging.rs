@@ -6,7 +6,9 @@
 mod support;
 
 use serde_json::Value;
-use support::release::{clusterctl, helm, install_fixture_crds, ok, release_manifests, repository, scratch};
+use support::release::{
+    clusterctl, clusterctl_init, helm, install_fixture_crds, ok, release_manifests, repository, scratch,
+};
 use support::{Plane, create_namespace, repo_root};
 
 const CHART: &str = "charts/capi-ipam-in-cluster";
@@ -259,29 +261,7 @@ fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
 }
 
 fn clusterctl_init_installs_the_provider(plane: &Plane) {
-    let (components, metadata) = release_manifests();
-    let dir = scratch("clusterctl-init");
-    let config = repository(&dir, &components, &metadata, true);
-    let out = clusterctl(
-        &dir,
-        &[
-            "init",
-            "--core",
-            "cluster-api:v1.14.2",
-            "--bootstrap",
-            "kubeadm:v1.14.2",
-            "--control-plane",
-            "kubeadm:v1.14.2",
-            "--ipam",
-            "in-cluster:v0.1.0",
-            "--config",
-            &config.to_string_lossy(),
-            "--kubeconfig",
-            &plane.kubeconfig().to_string_lossy(),
-        ],
-    );
-    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    ok(out, "clusterctl init");
+    let log = clusterctl_init(plane, true);
     assert!(log.contains("Installing provider=\"ipam-in-cluster\""), "{log}");
     let crds = plane.kubectl(&["get", "crd", "-o", "name"]);
     for crd in ["inclusterippools", "globalinclusterippools", "inclusterprefixpools", "globalinclusterprefixpools"] {

@@ -85,28 +85,31 @@ pub fn repository(dir: &Path, components: &str, metadata: &str, with_core: bool)
         ours.join("ipam-components.yaml").display()
     );
     if with_core {
-        let core_dir = dir.join("cluster-api/v1.14.2");
-        std::fs::create_dir_all(&core_dir).expect("repo");
-        std::fs::write(core_dir.join("core-components.yaml"), CORE_STAND_IN).expect("write");
-        std::fs::write(
-            core_dir.join("metadata.yaml"),
-            "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n  - {major: 1, minor: 14, contract: v1beta2}\n",
-        )
-        .expect("write");
-        config.push_str(&format!(
-            "  - name: cluster-api\n    type: CoreProvider\n    url: \"file://{}\"\n",
-            core_dir.join("core-components.yaml").display()
-        ));
         // clusterctl's first init always adds the kubeadm bootstrap and control-plane providers: stand-ins too.
-        for (label, kind, file) in [
-            ("bootstrap-kubeadm", "BootstrapProvider", "bootstrap-components.yaml"),
-            ("control-plane-kubeadm", "ControlPlaneProvider", "control-plane-components.yaml"),
-        ] {
-            let dir = dir.join(label).join("v1.14.2");
-            std::fs::create_dir_all(&dir).expect("repo");
-            let components = format!(
+        let kubeadm = |label: &str| {
+            format!(
                 "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-kubeadm-{label}-system\n  labels:\n    cluster.x-k8s.io/provider: {label}\n"
-            );
+            )
+        };
+        for (folder, name, kind, file, components) in [
+            ("cluster-api", "cluster-api", "CoreProvider", "core-components.yaml", CORE_STAND_IN.to_owned()),
+            (
+                "bootstrap-kubeadm",
+                "kubeadm",
+                "BootstrapProvider",
+                "bootstrap-components.yaml",
+                kubeadm("bootstrap-kubeadm"),
+            ),
+            (
+                "control-plane-kubeadm",
+                "kubeadm",
+                "ControlPlaneProvider",
+                "control-plane-components.yaml",
+                kubeadm("control-plane-kubeadm"),
+            ),
+        ] {
+            let dir = dir.join(folder).join("v1.14.2");
+            std::fs::create_dir_all(&dir).expect("repo");
             std::fs::write(dir.join(file), components).expect("write");
             std::fs::write(
                 dir.join("metadata.yaml"),
@@ -114,7 +117,7 @@ pub fn repository(dir: &Path, components: &str, metadata: &str, with_core: bool)
             )
             .expect("write");
             config.push_str(&format!(
-                "  - name: kubeadm\n    type: {kind}\n    url: \"file://{}\"\n",
+                "  - name: {name}\n    type: {kind}\n    url: \"file://{}\"\n",
                 dir.join(file).display()
             ));
         }
@@ -133,4 +136,23 @@ pub fn clusterctl(dir: &Path, args: &[&str]) -> Output {
         .env("HOME", dir)
         .output()
         .expect("clusterctl")
+}
+
+/// `clusterctl init` of the core provider (and the kubeadm providers it always adds), with our IPAM provider when
+/// `with_ipam`, from a local repository of our release manifests; returns clusterctl's output.
+pub fn clusterctl_init(plane: &Plane, with_ipam: bool) -> String {
+    let (components, metadata) = release_manifests();
+    let dir = scratch("clusterctl-init");
+    let config = repository(&dir, &components, &metadata, true).to_string_lossy().into_owned();
+    let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
+    let mut args = vec!["init", "--core", "cluster-api:v1.14.2", "--bootstrap", "kubeadm:v1.14.2"];
+    args.extend(["--control-plane", "kubeadm:v1.14.2"]);
+    if with_ipam {
+        args.extend(["--ipam", "in-cluster:v0.1.0"]);
+    }
+    args.extend(["--config", &config, "--kubeconfig", &kubeconfig]);
+    let out = clusterctl(&dir, &args);
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    ok(out, "clusterctl init");
+    log
 }
