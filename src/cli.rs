@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::webhooks::tls::TlsVersion;
+use crate::server::tls::TlsVersion;
 
 #[derive(clap::Parser, Debug, Clone)]
 #[command(name = "manager", version, about = "Cluster API IPAM provider for in-cluster pools")]

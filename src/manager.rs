@@ -17,10 +17,11 @@ use tracing::{error, info, warn};
 
 use crate::cli::{Args, bind_address};
 use crate::controllers::{self, ControllerOptions};
-use crate::diagnostics::{self, MetricsAuth, Readiness};
 use crate::leader::{Elector, Fence, TermEnd, Timings};
 use crate::metrics::Metrics;
-use crate::webhooks::{self, admission::AdmissionContext, tls};
+use crate::server::diagnostics::{self, MetricsAuth, Readiness};
+use crate::server::tls;
+use crate::webhooks::{self, admission::AdmissionContext};
 
 /// The Lease the Go provider uses too, so a migration never runs two allocators at once (decision D1).
 pub const LEADER_ELECTION_ID: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
@@ -55,7 +56,7 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
     };
     // A request that gets no answer for a minute fails and is retried, instead of holding a worker forever on a
     // dead connection. The clock starts when the request is sent, not when its pooled connection went idle; watches
-    // end sooner on the server's side (`controllers::watch_config`).
+    // end sooner on the server's side (`runtime::watch::config`).
     config.read_timeout = Some(Duration::from_secs(60));
     config.reset_reader_on_write = true;
     // Audit logs and API priority and fairness tell our requests apart by it.

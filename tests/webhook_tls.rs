@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use capi_ipam::capi::CapiVersion;
 use capi_ipam::metrics::Metrics;
+use capi_ipam::server::tls::{CertFiles, TlsOptions, TlsVersion, install_crypto_provider, load_and_watch};
 use capi_ipam::webhooks::admission::AdmissionContext;
-use capi_ipam::webhooks::tls::{CertFiles, TlsOptions, TlsVersion, install_crypto_provider, load_and_watch};
 use capi_ipam::webhooks::{router, serve};
 use support::manager::free_port;
 use support::{Plane, repo_root};

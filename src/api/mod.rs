@@ -33,6 +33,8 @@ macro_rules! pool_kind {
 }
 
 pub mod conversion;
+mod pool;
+pub use pool::{Pool, PoolResource, PoolSpec};
 pub mod crds;
 pub mod v1alpha1;
 pub mod v1alpha2;
@@ -125,5 +127,23 @@ impl PoolKind {
 impl std::fmt::Display for PoolKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.kind())
+    }
+}
+
+/// The storage version of every pool kind: the version we read, write and reference pools by.
+pub const POOL_VERSION: &str = "v1alpha2";
+
+impl PoolKind {
+    /// `ipam.cluster.x-k8s.io/v1alpha2`.
+    pub fn api_version(self) -> String {
+        format!("{GROUP}/{POOL_VERSION}")
+    }
+
+    /// The resource of the kind at its storage version, for requests that address a pool by kind.
+    pub fn api_resource(self) -> kube::api::ApiResource {
+        kube::api::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(GROUP, POOL_VERSION, self.kind()),
+            &self.plural(),
+        )
     }
 }

@@ -1,91 +1,70 @@
-//! The pool controllers: the `ProtectPool` finalizer, and the status of decision D4 with a `Ready` condition,
-//! written only when it changed (the status writer coalesces bursts, see `super::run`).
+//! The pool controller: the `ProtectPool` finalizer, and the status of decision D4 with a `Ready` condition, written
+//! only when it changed (the status writer coalesces bursts, see `super::run`). `desired_status` decides from the
+//! index alone.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
-use tracing::{debug, info};
+use serde_json::json;
+use tracing::info;
 
-use super::claim::{finalizer_index, remove_finalizer};
-use super::registry::PoolKey;
-use super::status::{READY, rfc3339};
-use super::{Context, Error, FIELD_MANAGER, pool_resource};
+use super::status::READY;
+use super::{Context, Error, FIELD_MANAGER, finalizers};
 use crate::api::v1alpha2::PoolAddressesStatus;
-use crate::api::{GROUP, MOVED_AWAY_ANNOTATION, PROTECT_POOL_FINALIZER, PoolKind};
+use crate::api::{MOVED_AWAY_ANNOTATION, PROTECT_POOL_FINALIZER, Pool};
+use crate::index::{Index, PoolKey};
+use crate::runtime::queue::Next;
 
 /// A safety net for missed events; changes arrive through watches.
 const RESYNC: Duration = Duration::from_secs(600);
 
-pub async fn reconcile(kind: PoolKind, pool: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.wait_synced().await;
-    let started = std::time::Instant::now();
-    let result = reconcile_pool(kind, &pool, &ctx).await;
-    ctx.metrics.reconciled("pool", started.elapsed(), result.as_ref().err().map(Error::kind));
-    result
+/// The status a pool should show: its counts and its Ready condition (status, reason, message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredStatus {
+    pub addresses: PoolAddressesStatus,
+    pub ready: bool,
+    pub reason: &'static str,
+    pub message: String,
 }
 
-pub fn error_policy(pool: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
-    debug!(pool = %pool.name_any(), error = %error, "pool reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(2))
+impl DesiredStatus {
+    fn status(&self) -> &'static str {
+        if self.ready { "True" } else { "False" }
+    }
+
+    /// Whether the pool's stored status says this already.
+    pub fn is_current(&self, pool: &Pool) -> bool {
+        pool.status.addresses.as_ref() == Some(&self.addresses)
+            && stored_ready(pool)
+                .is_some_and(|c| c.status == self.status() && c.reason == self.reason && c.message == self.message)
+    }
 }
 
-async fn reconcile_pool(kind: PoolKind, pool: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
-    let namespace = pool.namespace().unwrap_or_default();
-    let key = PoolKey::new(kind, &namespace, &pool.name_any());
-    let resource = pool_resource(kind);
-    let api: Api<DynamicObject> = if kind.is_global() {
-        Api::all_with(ctx.client.clone(), &resource)
-    } else {
-        Api::namespaced_with(ctx.client.clone(), &namespace, &resource)
-    };
-    let has_finalizer = pool.finalizers().iter().any(|f| f == PROTECT_POOL_FINALIZER);
+fn stored_ready(pool: &Pool) -> Option<&Condition> {
+    pool.status.conditions.iter().flatten().find(|c| c.type_ == READY)
+}
 
-    if pool.metadata.deletion_timestamp.is_some() {
-        // The pool goes once no IPAddress references it.
-        let used = ctx.registry.used(&key);
-        if used == 0 && has_finalizer {
-            let index = finalizer_index(&pool.metadata, PROTECT_POOL_FINALIZER);
-            remove_finalizer(ctx, &api, &key.name, PROTECT_POOL_FINALIZER, index).await?;
-            ctx.metrics.forget_pool(kind, &key.namespace, &key.name);
-            info!(pool = %key, "no IPAddress left; the pool may go");
-        }
-        return Ok(Action::await_change());
-    }
-    if !has_finalizer {
-        let patch = json!({
-            "apiVersion": format!("{GROUP}/v1alpha2"), "kind": kind.kind(),
-            "metadata": {"name": key.name, "finalizers": [PROTECT_POOL_FINALIZER]},
-        });
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        ctx.fence
-            .guard(api.patch(&key.name, &params, &Patch::Apply(&patch)))
-            .await?
-            .map_err(Error::kube("adding the pool finalizer"))?;
-    }
-    if let Some(spec) = pool.data.get("spec") {
-        let woken = ctx.registry.apply_spec(&key, spec);
-        ctx.wake(woken);
-    }
-    let (counts, spec_error) = ctx.registry.counts(&key);
-    let duplicates = ctx.registry.duplicates(&key);
-    ctx.metrics.set_pool(kind, &key.namespace, &key.name, counts);
-    ctx.metrics.set_pool_duplicated(kind, &key.namespace, &key.name, duplicates.len());
-    let addresses = serde_json::to_value(PoolAddressesStatus::from(counts)).map_err(Error::internal)?;
-    let (status, reason, message) = match (&spec_error, duplicates.as_slice()) {
-        (Some(e), _) => ("False", "InvalidSpec", e.clone()),
-        (None, []) => match ctx.registry.reservations(&key).len() {
-            0 => ("True", "Ready", String::new()),
-            n => {
-                let message = format!(
+/// What the index says the pool's status is: an invalid spec, addresses held twice, or Ready (with the count of
+/// addresses reserved for Clusters moved away).
+pub fn desired_status(index: &Index, key: &PoolKey) -> DesiredStatus {
+    let registry = index.registry();
+    let (counts, spec_error) = registry.counts(key);
+    let duplicates = registry.duplicates(key);
+    let addresses = PoolAddressesStatus::from(counts);
+    let (ready, reason, message) = match (spec_error, duplicates.as_slice()) {
+        (Some(e), _) => (false, "InvalidSpec", e),
+        (None, []) => match registry.reservations(key).len() {
+            0 => (true, "Ready", String::new()),
+            n => (
+                true,
+                "Ready",
+                format!(
                     "{n} address(es) reserved for Clusters moved to another management cluster (annotation {MOVED_AWAY_ANNOTATION})"
-                );
-                ("True", "Ready", message)
-            }
+                ),
+            ),
         },
         (None, duplicates) => {
             let shown: Vec<String> = duplicates.iter().take(5).map(ToString::to_string).collect();
@@ -94,42 +73,67 @@ async fn reconcile_pool(kind: PoolKind, pool: &DynamicObject, ctx: &Context) -> 
             if more > 0 {
                 message.push_str(&format!("; and {more} more"));
             }
-            ("False", "DuplicateAddresses", message)
+            (false, "DuplicateAddresses", message)
         }
     };
-    let stored = pool.data.get("status");
-    let stored_ready = stored
-        .and_then(|s| s.get("conditions"))
-        .and_then(Value::as_array)
-        .and_then(|c| c.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(READY)));
-    let unchanged = stored.and_then(|s| s.get("ipAddresses")) == Some(&addresses)
-        && stored_ready.is_some_and(|c| {
-            c.get("status").and_then(Value::as_str) == Some(status)
-                && c.get("reason").and_then(Value::as_str) == Some(reason)
-                && c.get("message").and_then(Value::as_str).unwrap_or("") == message
-        });
-    if unchanged {
-        return Ok(Action::requeue(RESYNC));
+    DesiredStatus { addresses, ready, reason, message }
+}
+
+pub async fn reconcile(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Next, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile_pool(key, pool, ctx).await;
+    ctx.metrics.reconciled("pool", started.elapsed(), result.as_ref().err().map(Error::kind));
+    result
+}
+
+async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Next, Error> {
+    let api: Api<DynamicObject> = if key.kind.is_global() {
+        Api::all_with(ctx.client.clone(), &key.kind.api_resource())
+    } else {
+        Api::namespaced_with(ctx.client.clone(), &key.namespace, &key.kind.api_resource())
+    };
+    let finalizer = finalizers::index_of(&pool.metadata, PROTECT_POOL_FINALIZER);
+
+    if pool.is_deleting() {
+        // The pool goes once no IPAddress references it.
+        if ctx.index.registry().used(key) == 0 && finalizer.is_some() {
+            finalizers::remove(ctx, &api, &key.name, PROTECT_POOL_FINALIZER, finalizer).await?;
+            ctx.metrics.forget_pool(key.kind, &key.namespace, &key.name);
+            info!(pool = %key, "no IPAddress left; the pool may go");
+        }
+        return Ok(Next::AwaitChange);
     }
-    let transition = stored_ready
-        .filter(|c| c.get("status").and_then(Value::as_str) == Some(status))
-        .and_then(|c| c.get("lastTransitionTime").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_else(|| rfc3339(Timestamp::now()));
+    if finalizer.is_none() {
+        let type_ = (key.kind.api_version(), key.kind.kind());
+        finalizers::add(ctx, &api, (&type_.0, type_.1), &key.name, PROTECT_POOL_FINALIZER).await?;
+    }
+    let desired = desired_status(&ctx.index, key);
+    ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, ctx.index.registry().counts(key).0);
+    ctx.metrics.set_pool_duplicated(key.kind, &key.namespace, &key.name, ctx.index.registry().duplicates(key).len());
+    if desired.is_current(pool) {
+        return Ok(Next::After(RESYNC));
+    }
+    let transition = stored_ready(pool)
+        .filter(|c| c.status == desired.status())
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(Timestamp::now()));
+    let ready = Condition {
+        type_: READY.to_owned(),
+        status: desired.status().to_owned(),
+        reason: desired.reason.to_owned(),
+        message: desired.message.clone(),
+        last_transition_time: transition,
+        observed_generation: pool.metadata.generation,
+    };
     let patch = json!({
-        "apiVersion": format!("{GROUP}/v1alpha2"), "kind": kind.kind(),
+        "apiVersion": key.kind.api_version(), "kind": key.kind.kind(),
         "metadata": {"name": key.name},
-        "status": {
-            "ipAddresses": addresses,
-            "conditions": [{
-                "type": READY, "status": status, "reason": reason, "message": message,
-                "lastTransitionTime": transition, "observedGeneration": pool.metadata.generation,
-            }],
-        },
+        "status": {"ipAddresses": desired.addresses, "conditions": [ready]},
     });
     let params = PatchParams::apply(FIELD_MANAGER).force();
     ctx.fence
         .guard(api.patch_status(&key.name, &params, &Patch::Apply(&patch)))
         .await?
         .map_err(Error::kube("writing the pool status"))?;
-    Ok(Action::requeue(RESYNC))
+    Ok(Next::After(RESYNC))
 }

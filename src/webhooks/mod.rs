@@ -3,7 +3,6 @@
 pub mod admission;
 pub mod conversion;
 pub mod routes;
-pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

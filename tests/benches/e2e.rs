@@ -187,7 +187,7 @@ async fn main() {
         println!("e2e: skipped (run with `make bench-e2e`)");
         return;
     }
-    capi_ipam::webhooks::tls::install_crypto_provider();
+    capi_ipam::server::tls::install_crypto_provider();
     let sizes: Vec<usize> = std::env::var("E2E_SIZES")
         .ok()
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())

@@ -7,6 +7,10 @@
 //! CAPV-style owner references and labels included). Then the manager (release build) starts, lists everything,
 //! checks every claim once, and its resident memory is read from /proc: VmRSS once settled, and VmHWM, the peak.
 //! Last line: `memory <N> claims: RSS <M> MiB, peak <P> MiB`.
+//!
+//! Writing 100,000 pairs takes long (15 minutes with Cluster API's webhooks in the plane): `MEMORY_KEEP=1` keeps the
+//! plane after writing, and `MEMORY_PLANE=<its directory>` measures a manager against it without writing again (set
+//! `CAPI_IPAM_MANAGER_BIN` to compare two builds on the same data).
 
 #[path = "../support/mod.rs"]
 #[allow(unused_imports)]
@@ -41,8 +45,20 @@ async fn main() {
         println!("memory: skipped (run with `make bench-memory`)");
         return;
     }
-    capi_ipam::webhooks::tls::install_crypto_provider();
+    capi_ipam::server::tls::install_crypto_provider();
     let n: usize = std::env::var("MEMORY_CLAIMS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let (dir, _plane) = match std::env::var_os("MEMORY_PLANE") {
+        Some(dir) => (std::path::PathBuf::from(dir), None),
+        None => match write(n).await {
+            Some(plane) => (plane.dir.clone(), Some(plane)),
+            None => return,
+        },
+    };
+    measure(n, dir).await;
+}
+
+/// A plane with `n` bound claims and their IPAddresses; `None` when it was kept for later runs (`MEMORY_KEEP`).
+async fn write(n: usize) -> Option<Plane> {
     let plane = tokio::task::spawn_blocking(|| Plane::private_with("bench-memory", &["--no-watch-cache"]))
         .await
         .expect("plane");
@@ -113,10 +129,13 @@ async fn main() {
         // For profiling the manager by hand against this data: the control plane stays up.
         println!("memory: kept the control plane in {}", plane.dir.display());
         std::mem::forget(plane);
-        return;
+        return None;
     }
+    Some(plane)
+}
 
-    let dir = plane.dir.clone();
+/// Starts the manager against the plane in `dir`, waits until it settled, and reads its memory.
+async fn measure(n: usize, dir: std::path::PathBuf) {
     let started = Instant::now();
     let manager = tokio::task::spawn_blocking(move || {
         let args = ["--insecure-diagnostics", "--log-level=info"];

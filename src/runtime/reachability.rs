@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tracing::{debug, info, warn};
 
-use super::registry::ObjectKey;
+use crate::index::ObjectKey;
 
 #[derive(Default)]
 pub struct Reachability {

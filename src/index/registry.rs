@@ -7,8 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::api::PoolKind;
-use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
+use crate::api::{PoolKind, PoolSpec};
 use crate::capi::IpAddressSpec;
 use crate::compact::intern;
 use crate::ipam::{
@@ -148,8 +147,8 @@ struct Holding {
 /// The state of one pool.
 #[derive(Default)]
 struct PoolState {
-    /// The spec we built the allocator from (to notice changes cheaply).
-    spec_json: Option<String>,
+    /// The spec we built the allocator from (to notice changes).
+    spec: Option<PoolSpec>,
     config_error: Option<String>,
     allocator: Option<Allocator>,
     prefix: i64,
@@ -320,18 +319,17 @@ impl Registry {
         lock(&self.dirty).drain().collect()
     }
 
-    /// Applies a pool's spec (a JSON `spec` of the pool object). Addresses in use are kept. Returns the claims to wake
-    /// when the change may have freed addresses.
-    pub fn apply_spec(&self, key: &PoolKey, spec: &serde_json::Value) -> Woken {
-        let spec_json = spec.to_string();
+    /// Applies a pool's spec. Addresses in use are kept. Returns the claims to wake when the change may have freed
+    /// addresses.
+    pub fn apply_spec(&self, key: &PoolKey, spec: &PoolSpec) -> Woken {
         let pool = self.pool(key);
         let mut guard = lock(&pool);
         let state = &mut *guard;
-        if state.spec_json.as_deref() == Some(spec_json.as_str()) {
+        if state.spec.as_ref() == Some(spec) {
             return Vec::new();
         }
-        state.spec_json = Some(spec_json);
-        let config = parse_config(key.kind, spec);
+        state.spec = Some(spec.clone());
+        let config = parse_config(spec);
         match config {
             Err(reason) => {
                 state.config_error = Some(reason);
@@ -363,7 +361,7 @@ impl Registry {
     pub fn remove_spec(&self, key: &PoolKey) {
         if let Some(pool) = self.existing(key) {
             let mut state = lock(&pool);
-            state.spec_json = None;
+            state.spec = None;
             state.config_error = None;
             state.allocator = None;
         }
@@ -602,24 +600,6 @@ impl Registry {
     pub fn used(&self, key: &PoolKey) -> usize {
         self.existing(key).map_or(0, |p| lock(&p).holders.keys().filter(|k| !is_reservation(k)).count())
     }
-
-    /// The IPAddresses held in a pool, for diagnostics and tests.
-    pub fn holders(&self, key: &PoolKey) -> Vec<ObjectKey> {
-        self.existing(key).map_or_else(Vec::new, |p| lock(&p).holders.keys().cloned().collect())
-    }
-
-    /// Every IPAddress recorded across pools, with its pool and whether it is confirmed (for a relist).
-    pub fn all_holders(&self) -> Vec<(PoolKey, ObjectKey, bool)> {
-        let pools: Vec<(PoolKey, Arc<Mutex<PoolState>>)> =
-            lock(&self.pools).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let mut out = Vec::new();
-        for (key, pool) in pools {
-            for (address, h) in &lock(&pool).holders {
-                out.push((key.clone(), address.clone(), h.confirmed));
-            }
-        }
-        out
-    }
 }
 
 /// Wakes as many waiters as the pool can now serve (at least one when anything is free).
@@ -638,24 +618,29 @@ fn assigned(state: &PoolState, held: Held) -> Option<Assigned> {
     Some(Assigned { address, prefix: state.prefix, gateway: state.gateway.clone() })
 }
 
-fn parse_config(kind: PoolKind, spec: &serde_json::Value) -> Result<Config, String> {
-    if kind.is_prefix_pool() {
-        let spec: PrefixPoolSpec = serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
-        let gateway = spec.gateway.clone().filter(|g| !g.is_empty());
-        let config = PrefixPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?;
-        Ok(Config::Prefix(config, gateway))
-    } else {
-        let spec: IPPoolSpec = serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
-        let gateway = spec.gateway.clone().filter(|g| !g.is_empty());
-        let config = IpPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?;
-        Ok(Config::Ip(config, gateway))
+fn parse_config(spec: &PoolSpec) -> Result<Config, String> {
+    let gateway = spec.gateway().filter(|g| !g.is_empty()).map(str::to_owned);
+    match spec {
+        PoolSpec::Prefix(spec) => {
+            Ok(Config::Prefix(PrefixPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?, gateway))
+        }
+        PoolSpec::Ip(spec) => Ok(Config::Ip(IpPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?, gateway)),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A pool spec from its JSON, for a pool of `kind`.
+    pub(crate) fn spec(kind: PoolKind, value: serde_json::Value) -> PoolSpec {
+        if kind.is_prefix_pool() {
+            PoolSpec::Prefix(serde_json::from_value(value).expect("a prefix pool spec"))
+        } else {
+            PoolSpec::Ip(serde_json::from_value(value).expect("an IP pool spec"))
+        }
+    }
 
     fn pool() -> PoolKey {
         PoolKey::new(PoolKind::InClusterIPPool, "ns", "p")
@@ -668,7 +653,10 @@ mod tests {
     #[test]
     fn holds_are_taken_before_the_create_and_kept_on_retry() {
         let r = Registry::new();
-        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24, "gateway": "10.0.0.254"}));
+        r.apply_spec(
+            &pool(),
+            &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24, "gateway": "10.0.0.254"})),
+        );
         let a = r.allocate(&pool(), &obj("a"), None).unwrap();
         assert_eq!(a.address.to_string(), "10.0.0.1");
         assert_eq!((a.prefix, a.gateway.as_deref()), (24, Some("10.0.0.254")));
@@ -692,7 +680,7 @@ mod tests {
         let r = Registry::new();
         r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
         assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::Unknown { .. })));
-        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24}));
+        r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
         assert_eq!(r.allocate(&pool(), &obj("y"), None).unwrap().address.to_string(), "10.0.0.2");
         let (c, err) = r.counts(&pool());
         assert_eq!((c.total, c.used, c.free, err), (3, 2, 1, None));
@@ -702,7 +690,7 @@ mod tests {
     fn an_invalid_spec_allocates_nothing_and_counts_everything_out_of_range() {
         let r = Registry::new();
         r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
-        r.apply_spec(&pool(), &json!({"addresses": ["nope"], "prefix": 24}));
+        r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["nope"], "prefix": 24})));
         assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::InvalidPool { .. })));
         let (c, err) = r.counts(&pool());
         assert_eq!((c.total, c.used, c.out_of_range), (0, 1, 1));
@@ -712,12 +700,12 @@ mod tests {
     #[test]
     fn a_pool_edit_wakes_every_waiter_when_it_frees_space() {
         let r = Registry::new();
-        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1"], "prefix": 24}));
+        r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1"], "prefix": 24})));
         r.allocate(&pool(), &obj("a"), None).unwrap();
         r.wait(&pool(), &obj("b"));
         r.wait(&pool(), &obj("c"));
         assert_eq!(
-            r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})),
+            r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24}))),
             vec![obj("b"), obj("c")]
         );
     }
@@ -727,7 +715,10 @@ mod tests {
         let r = Registry::new();
         r.apply_spec(
             &pool(),
-            &json!({"addresses": ["10.0.0.1-10.0.0.5"], "prefix": 24, "excludedAddresses": ["10.0.0.4"]}),
+            &spec(
+                pool().kind,
+                json!({"addresses": ["10.0.0.1-10.0.0.5"], "prefix": 24, "excludedAddresses": ["10.0.0.4"]}),
+            ),
         );
         assert_eq!(r.allocate(&pool(), &obj("a"), Some("10.0.0.3")).unwrap().address.to_string(), "10.0.0.3");
         let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.3")).unwrap_err().to_string();
@@ -742,7 +733,7 @@ mod tests {
     #[test]
     fn an_address_held_twice_is_reported_and_stays_in_use_until_both_are_released() {
         let r = Registry::new();
-        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24}));
+        r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
         let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
         assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
         // Seen again (a resync): not a duplicate.
@@ -770,7 +761,7 @@ mod tests {
         let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
         assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
         assert_eq!(r.record(&pool(), &obj("b"), ip("10.0.0.1")), None, "unknown before the spec");
-        r.apply_spec(&pool(), &json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24}));
+        r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
         let found = r.duplicates(&pool());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].holders, vec![obj("a"), obj("b")]);
@@ -781,7 +772,10 @@ mod tests {
         let r = Registry::new();
         let key = PoolKey::new(PoolKind::GlobalInClusterPrefixPool, "ignored", "pp");
         assert_eq!(&*key.namespace, "");
-        r.apply_spec(&key, &json!({"prefixes": ["fd00::/62"], "allocationPrefixLength": 64, "gateway": "fd00::1"}));
+        r.apply_spec(
+            &key,
+            &spec(key.kind, json!({"prefixes": ["fd00::/62"], "allocationPrefixLength": 64, "gateway": "fd00::1"})),
+        );
         let a = r.allocate(&key, &obj("a"), None).unwrap();
         assert_eq!((a.address.to_string(), a.prefix, a.gateway.as_deref()), ("fd00::".into(), 64, Some("fd00::1")));
         let spec = IpAddressSpec { address: "fd00:0:0:1::".into(), prefix: Some(64), ..Default::default() };
@@ -793,7 +787,7 @@ mod tests {
     fn a_moved_away_address_stays_held_as_a_reservation_until_it_comes_back() {
         let r = Registry::new();
         let key = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
-        r.apply_spec(&key, &json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24}));
+        r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24})));
         let ip = Held::Ip(Some("10.0.0.1".parse().unwrap()));
         r.record(&key, &obj("a"), ip);
         // The IPAddress moves away: its hold becomes the reservation, never free in between.

@@ -1,4 +1,4 @@
-//! The one way this process serves HTTPS (webhooks, metrics): TLS with the options of `--tls-*`, and bounds on what a
+//! The one way this process serves HTTPS (webhooks, diagnostics): TLS with the options of `--tls-*`, and bounds on what a
 //! client can make it hold, since nothing but a NetworkPolicy keeps others from its ports:
 //!
 //! - at most [`Limits::max_connections`] connections at once (more are closed at once);
@@ -7,6 +7,9 @@
 //! - HTTP/2: at most 32 concurrent streams per connection, and pings that close a dead peer's connection.
 //!
 //! Request bodies and per-request work are bounded where the requests are handled ([`BodyLimit`]).
+
+pub mod diagnostics;
+pub mod tls;
 
 use std::io;
 use std::net::SocketAddr;

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::metrics::Metrics;
-use crate::webhooks::tls::{TlsOptions, server_config};
+use crate::server::tls::{TlsOptions, server_config};
 
 /// Readiness: the webhook server serves (when enabled) and, on the leader, the controllers' caches are synced.
 #[derive(Debug, Default)]

@@ -1,15 +1,17 @@
-//! The claim work queue, in place of kube's `Controller` for claims: a claim is reconciled by one worker at a time,
-//! wakes that arrive while it runs fold into one more run, and of two delayed requeues the earlier wins. It keys by
-//! our compact [`ObjectKey`] and gives its memory back once a burst drains (100,000 claims are queued at start-up).
+//! The work queue of the claim and pool workers, in place of kube's `Controller`: a key is reconciled by one worker at
+//! a time, wakes that arrive while it runs fold into one more run, and of two delayed requeues the earlier wins. It
+//! keys by our compact keys and gives its memory back once a burst drains (100,000 claims are queued at start-up).
+//! Delayed requeues wait in tokio's `DelayQueue`.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
 use std::sync::Mutex;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use super::registry::ObjectKey;
+use tokio_util::time::{DelayQueue, delay_queue};
 
 /// What a reconcile asks for next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,32 +25,52 @@ pub enum Next {
 /// Collections at most this large keep their capacity; larger ones shrink when they drain.
 const KEEP_CAPACITY: usize = 1024;
 
-#[derive(Default)]
-pub struct WorkQueue {
-    state: Mutex<State>,
+pub struct WorkQueue<K> {
+    state: Mutex<State<K>>,
     /// Signalled when `ready` gains a key.
     ready_signal: Notify,
-    /// Signalled when a delayed requeue is added (the timer may have to wake earlier).
-    timer_signal: Notify,
 }
 
-#[derive(Default)]
-struct State {
+impl<K> Default for WorkQueue<K> {
+    fn default() -> Self {
+        Self { state: Mutex::new(State::default()), ready_signal: Notify::new() }
+    }
+}
+
+struct State<K> {
     /// Keys waiting for a worker, in order; `queued` holds the same keys.
-    ready: VecDeque<ObjectKey>,
-    queued: HashSet<ObjectKey>,
+    ready: VecDeque<K>,
+    queued: HashSet<K>,
     /// Keys a worker has now; a key woken meanwhile goes to `rerun` and back to `ready` when the worker is done.
-    running: HashSet<ObjectKey>,
-    rerun: HashSet<ObjectKey>,
-    /// Delayed requeues by due time (the sequence number keeps equal times apart), and each key's entry.
-    delayed: BTreeMap<(Instant, u64), ObjectKey>,
-    due: HashMap<ObjectKey, (Instant, u64)>,
-    sequence: u64,
+    running: HashSet<K>,
+    rerun: HashSet<K>,
+    /// Delayed requeues, and each key's due time and entry.
+    delayed: DelayQueue<K>,
+    due: HashMap<K, (Instant, delay_queue::Key)>,
 }
 
-impl State {
-    fn add(&mut self, key: ObjectKey) -> bool {
-        if let Some(entry) = self.due.remove(&key) {
+impl<K> Default for State<K> {
+    fn default() -> Self {
+        Self {
+            ready: VecDeque::new(),
+            queued: HashSet::new(),
+            running: HashSet::new(),
+            rerun: HashSet::new(),
+            delayed: DelayQueue::new(),
+            due: HashMap::new(),
+        }
+    }
+}
+
+fn shrink<T: Eq + Hash>(set: &mut HashSet<T>) {
+    if set.len() * 4 < set.capacity() && set.capacity() > KEEP_CAPACITY {
+        set.shrink_to(KEEP_CAPACITY.max(set.len() * 2));
+    }
+}
+
+impl<K: Clone + Eq + Hash> State<K> {
+    fn add(&mut self, key: K) -> bool {
+        if let Some((_, entry)) = self.due.remove(&key) {
             self.delayed.remove(&entry);
         }
         if self.running.contains(&key) {
@@ -66,32 +88,32 @@ impl State {
         if self.ready.is_empty() && self.ready.capacity() > KEEP_CAPACITY {
             self.ready.shrink_to(KEEP_CAPACITY);
         }
-        if self.queued.len() * 4 < self.queued.capacity() && self.queued.capacity() > KEEP_CAPACITY {
-            self.queued.shrink_to(KEEP_CAPACITY.max(self.queued.len() * 2));
-        }
+        shrink(&mut self.queued);
+        shrink(&mut self.rerun);
         if self.due.len() * 4 < self.due.capacity() && self.due.capacity() > KEEP_CAPACITY {
             self.due.shrink_to(KEEP_CAPACITY.max(self.due.len() * 2));
         }
-        if self.rerun.len() * 4 < self.rerun.capacity() && self.rerun.capacity() > KEEP_CAPACITY {
-            self.rerun.shrink_to(KEEP_CAPACITY.max(self.rerun.len() * 2));
+        if self.due.is_empty() && self.delayed.capacity() > KEEP_CAPACITY {
+            self.delayed.compact();
+            self.delayed.shrink_to_fit();
         }
     }
 }
 
-impl WorkQueue {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+impl<K: Clone + Eq + Hash> WorkQueue<K> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<K>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Queues the key now (a delayed requeue of it is dropped: this run comes first).
-    pub fn add(&self, key: ObjectKey) {
+    pub fn add(&self, key: K) {
         if self.state().add(key) {
             self.ready_signal.notify_one();
         }
     }
 
     /// Queues the key after `delay`, unless it is queued already or due earlier.
-    pub fn add_after(&self, key: ObjectKey, delay: Duration) {
+    pub fn add_after(&self, key: K, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
         }
@@ -100,23 +122,21 @@ impl WorkQueue {
         if state.queued.contains(&key) || state.rerun.contains(&key) {
             return;
         }
-        if let Some(&(earlier, _)) = state.due.get(&key)
-            && earlier <= at
-        {
-            return;
+        match state.due.get(&key).copied() {
+            Some((earlier, _)) if earlier <= at => {}
+            Some((_, entry)) => {
+                state.delayed.reset_at(&entry, at);
+                state.due.insert(key, (at, entry));
+            }
+            None => {
+                let entry = state.delayed.insert_at(key.clone(), at);
+                state.due.insert(key, (at, entry));
+            }
         }
-        state.sequence += 1;
-        let entry = (at, state.sequence);
-        if let Some(old) = state.due.insert(key.clone(), entry) {
-            state.delayed.remove(&old);
-        }
-        state.delayed.insert(entry, key);
-        drop(state);
-        self.timer_signal.notify_one();
     }
 
     /// The next key to reconcile; the caller owns it until [`WorkQueue::done`].
-    pub async fn next(&self) -> ObjectKey {
+    pub async fn next(&self) -> K {
         loop {
             let notified = self.ready_signal.notified();
             tokio::pin!(notified);
@@ -141,7 +161,7 @@ impl WorkQueue {
     }
 
     /// Ends a worker's run of `key`; a wake that came meanwhile queues it again.
-    pub fn done(&self, key: &ObjectKey) {
+    pub fn done(&self, key: &K) {
         let mut state = self.state();
         state.running.remove(key);
         if let Some(key) = state.rerun.take(key)
@@ -155,33 +175,19 @@ impl WorkQueue {
     /// Moves delayed requeues to the queue when they are due; runs for as long as the queue is used.
     pub async fn run_timers(&self) {
         loop {
-            let notified = self.timer_signal.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let next_due = {
-                let mut state = self.state();
-                let now = Instant::now();
-                let mut woke = false;
-                while let Some(entry) = state.delayed.first_key_value().map(|(e, _)| *e).filter(|(at, _)| *at <= now) {
-                    if let Some(key) = state.delayed.remove(&entry) {
-                        state.due.remove(&key);
-                        woke |= state.add(key);
-                    }
-                }
-                state.shrink_when_drained();
-                if woke {
-                    self.ready_signal.notify_one();
-                }
-                state.delayed.first_key_value().map(|((at, _), _)| *at)
-            };
-            match next_due {
-                Some(at) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(at) => {}
-                        _ = &mut notified => {}
-                    }
-                }
-                None => notified.await,
+            let key = std::future::poll_fn(|cx| match self.state().delayed.poll_expired(cx) {
+                Poll::Ready(Some(expired)) => Poll::Ready(expired.into_inner()),
+                // Empty: the waker is registered, an insert wakes it.
+                Poll::Ready(None) | Poll::Pending => Poll::Pending,
+            })
+            .await;
+            let mut state = self.state();
+            state.due.remove(&key);
+            let woke = state.add(key);
+            state.shrink_when_drained();
+            drop(state);
+            if woke {
+                self.ready_signal.notify_one();
             }
         }
     }
@@ -200,13 +206,15 @@ mod tests {
 
     use super::*;
 
+    use crate::compact::ObjectKey;
+
     fn key(name: &str) -> ObjectKey {
         ObjectKey::new("ns", name)
     }
 
     /// A queue and its running timer task (abort it at the end).
-    fn with_timers() -> (Arc<WorkQueue>, tokio::task::JoinHandle<()>) {
-        let q = Arc::new(WorkQueue::default());
+    fn with_timers() -> (Arc<WorkQueue<ObjectKey>>, tokio::task::JoinHandle<()>) {
+        let q = Arc::new(WorkQueue::<ObjectKey>::default());
         let timers = tokio::spawn({
             let q = q.clone();
             async move { q.run_timers().await }
@@ -216,7 +224,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_queued_twice_runs_once() {
-        let q = WorkQueue::default();
+        let q = WorkQueue::<ObjectKey>::default();
         q.add(key("a"));
         q.add(key("b"));
         q.add(key("a"));
@@ -227,7 +235,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_wake_during_a_run_runs_it_once_more_after() {
-        let q = WorkQueue::default();
+        let q = WorkQueue::<ObjectKey>::default();
         q.add(key("a"));
         let a = q.next().await;
         q.add(key("a"));
@@ -272,7 +280,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_burst_gives_its_memory_back_when_drained() {
-        let q = WorkQueue::default();
+        let q = WorkQueue::<ObjectKey>::default();
         for i in 0..20_000 {
             q.add(key(&format!("c{i}")));
         }
@@ -288,7 +296,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiting_workers_all_get_work() {
-        let q = Arc::new(WorkQueue::default());
+        let q = Arc::new(WorkQueue::<ObjectKey>::default());
         let workers: Vec<_> = (0..4)
             .map(|_| {
                 let q = q.clone();

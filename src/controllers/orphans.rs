@@ -1,0 +1,69 @@
+//! IPAddresses whose claim is gone are released (decision D11): at once when the claim's Delete event says so, and
+//! by a sweep for those whose claim vanished while no watch saw it. The API server confirms the claim is gone before
+//! anything is deleted (the cache may lag), and a paused Cluster (a move in progress) keeps its addresses.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::channel::mpsc;
+
+use super::{Context, Error, ipaddress};
+use crate::index::{AddressRecord, ObjectKey};
+
+/// Runs the immediate checks and the sweep until the controllers stop.
+pub async fn run(ctx: Arc<Context>, mut gone: mpsc::UnboundedReceiver<ObjectKey>) {
+    let delay = ctx.options.orphan_release_delay;
+    let mut orphaned_since: HashMap<ObjectKey, Instant> = HashMap::new();
+    let mut tick = tokio::time::interval((delay / 2).max(Duration::from_millis(500)));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if *ctx.synced.borrow() {
+                    sweep(&ctx, &mut orphaned_since, delay).await;
+                }
+            }
+            Some(key) = gone.next() => release_if_orphaned(&ctx, &key).await,
+        }
+    }
+}
+
+/// A claim's Delete event is authoritative: an IPAddress we made for it goes now, unless its Cluster is paused.
+async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
+    let Some(record) = ctx.index.address(key).filter(|r| r.owned_by_a_claim() && !r.deleting) else {
+        return;
+    };
+    if ctx.index.keeps_addresses(&key.namespace, &record) {
+        return;
+    }
+    release_if_claim_gone(ctx, key, &record).await;
+}
+
+/// Releases the IPAddress `key` once the API server confirms that its claim is gone.
+async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
+    match ctx.claims_api(&key.namespace).get_opt(&key.name).await {
+        Ok(None) => {
+            if let Err(e) = ipaddress::release_orphan(ctx, key, record).await {
+                ctx.report_failure("releasing the IPAddress of a vanished claim", key, &e);
+            }
+        }
+        Ok(Some(_)) => {}
+        Err(e) => ctx.report_failure("checking the claim of an IPAddress", key, &Error::kube("reading the claim")(e)),
+    }
+}
+
+/// Releases the orphans that have been orphans for `delay`.
+async fn sweep(ctx: &Context, orphaned_since: &mut HashMap<ObjectKey, Instant>, delay: Duration) {
+    let mut still = HashSet::new();
+    for (key, record) in ctx.index.orphans() {
+        still.insert(key.clone());
+        let since = *orphaned_since.entry(key.clone()).or_insert_with(Instant::now);
+        if since.elapsed() < delay {
+            continue;
+        }
+        release_if_claim_gone(ctx, &key, &record).await;
+        orphaned_since.remove(&key);
+    }
+    orphaned_since.retain(|k, _| still.contains(k));
+}

@@ -1,0 +1,170 @@
+//! The controllers' decisions on a synthetic index, and a test `Context` whose client reaches nothing: a decision
+//! that needs no write must not try one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+use super::claim::{Gate, allocate, gate, reuse_grace_remaining};
+use super::pool::desired_status;
+use super::status::ClaimReason;
+use super::*;
+use crate::api::{PAUSED_ANNOTATION, PoolResource};
+use crate::capi::CapiVersion;
+use crate::compact::intern;
+use crate::index::tests::{claim, index, ip_address, key, pool, pool_key};
+use crate::index::{AllocateError, Held};
+
+/// A Context on an index of its own, with a client to a port where nothing listens.
+fn test_context() -> Context {
+    let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+    let client = Client::try_from(config).expect("a client");
+    let options = ControllerOptions {
+        namespace: None,
+        watch_filter: None,
+        capi: CapiApis { ipam: CapiVersion::V1Beta2, cluster: Some(CapiVersion::V1Beta2) },
+        concurrency: 1,
+        orphan_release_delay: Duration::from_secs(1),
+    };
+    let (ctx, _streams) = Context::new(client, Fence::none(), options, Arc::new(Metrics::new()));
+    ctx
+}
+
+#[test]
+fn the_gate_honours_pause_clusters_and_deletion() {
+    let (index, _) = index();
+    index.apply_pool(pool("10.0.0.1", 1).into_pool());
+    let mut c = claim("a");
+    assert_eq!(gate(&c, &pool_key(), &index), Gate::Bind);
+    c.paused = true;
+    assert_eq!(gate(&c, &pool_key(), &index), Gate::Paused);
+    c.paused = false;
+    c.cluster = Some(intern("demo"));
+    let Gate::WaitForCluster(reason, message) = gate(&c, &pool_key(), &index) else { panic!("waits") };
+    assert_eq!((reason, message.as_str()), (ClaimReason::WaitingForCluster, "waiting for Cluster ns/demo to exist"));
+    index.apply_cluster(key("demo"), true);
+    assert!(matches!(gate(&c, &pool_key(), &index), Gate::WaitForCluster(ClaimReason::ClusterPaused, _)));
+    // A deleted claim of a paused Cluster keeps its address (a move); of a missing one, it is released.
+    c.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    assert!(matches!(gate(&c, &pool_key(), &index), Gate::WaitForCluster(ClaimReason::ClusterPaused, _)));
+    index.delete_cluster(&key("demo"));
+    assert_eq!(gate(&c, &pool_key(), &index), Gate::Release);
+    // A paused pool holds everything, deletion included.
+    let mut paused = pool("10.0.0.1", 2);
+    paused.metadata.annotations = Some([(PAUSED_ANNOTATION.to_owned(), String::new())].into());
+    index.apply_pool(paused.into_pool());
+    assert_eq!(gate(&c, &pool_key(), &index), Gate::Paused);
+}
+
+#[test]
+fn allocation_takes_the_requested_then_the_previous_then_the_lowest_free_address() {
+    let (index, _) = index();
+    let mut p = pool("10.0.0.1-10.0.0.5", 1);
+    p.spec.fields.pre_allocations = Some([("pinned".to_owned(), "10.0.0.4".to_owned())].into());
+    index.apply_pool(p.into_pool());
+    let pool = index.pool(&pool_key()).expect("pool");
+    let address = |name: &str| allocate(&claim(name), &pool_key(), &pool, &index).map(|a| a.address.to_string()).ok();
+    assert_eq!(address("first").as_deref(), Some("10.0.0.1"));
+    assert_eq!(address("pinned").as_deref(), Some("10.0.0.4"), "preAllocations");
+    let mut annotated = claim("annotated");
+    annotated.requested_address = Some("10.0.0.5".into());
+    assert_eq!(allocate(&annotated, &pool_key(), &pool, &index).expect("free").address.to_string(), "10.0.0.5");
+    let mut taken = claim("taken");
+    taken.requested_address = Some("10.0.0.5".into());
+    let err = allocate(&taken, &pool_key(), &pool, &index).expect_err("taken");
+    assert!(matches!(err, AllocateError::Requested { .. }), "{err}");
+    assert!(err.to_string().contains("already allocated"), "{err}");
+    // An IPAddress deleted from under its live claim: the claim gets the same address back while it is free.
+    let back = claim("back");
+    index.apply_claim(back.clone());
+    index.apply_address(&ip_address("back", "10.0.0.3", &back));
+    index.delete_address(&key("back"));
+    assert_eq!(allocate(&back, &pool_key(), &pool, &index).expect("free").address.to_string(), "10.0.0.3");
+}
+
+#[test]
+fn a_deleted_claim_holds_its_address_for_the_reuse_grace_period() {
+    let (index, _) = index();
+    let mut p = pool("10.0.0.1", 1);
+    p.spec.fields.address_reuse_grace_period_seconds = Some(60);
+    index.apply_pool(p.clone().into_pool());
+    let pool = index.pool(&pool_key()).expect("pool");
+    let mut c = claim("a");
+    let deleted = jiff::Timestamp::from_second(1_000_000).expect("time");
+    c.deletion_timestamp = Some(Time(deleted));
+    let after = |s: i64| reuse_grace_remaining(&c, &pool, deleted + jiff::SignedDuration::from_secs(s));
+    assert_eq!(after(20), Some(Duration::from_secs(40)));
+    assert_eq!(after(60), None);
+    p.metadata.deletion_timestamp = Some(Time(deleted));
+    assert_eq!(reuse_grace_remaining(&c, &p.into_pool(), deleted), None, "the pool is going: no grace");
+}
+
+#[test]
+fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
+    let (index, _) = index();
+    index.apply_pool(pool("10.0.0.1-10.0.0.4", 1).into_pool());
+    let ready = desired_status(&index, &pool_key());
+    assert_eq!((ready.ready, ready.reason, ready.message.as_str()), (true, "Ready", ""));
+    assert_eq!((ready.addresses.total, ready.addresses.free), (4, 4));
+    let stored = index.pool(&pool_key()).expect("pool");
+    assert!(!ready.is_current(&stored), "nothing written yet");
+    let mut written = (*stored).clone();
+    written.status.addresses = Some(ready.addresses);
+    written.status.conditions = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        reason: "Ready".into(),
+        message: String::new(),
+        last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        observed_generation: Some(1),
+    }]);
+    assert!(ready.is_current(&written));
+
+    index.apply_address(&ip_address("a", "10.0.0.1", &claim("a")));
+    index.apply_address(&ip_address("b", "10.0.0.1", &claim("b")));
+    let duplicated = desired_status(&index, &pool_key());
+    assert_eq!((duplicated.ready, duplicated.reason), (false, "DuplicateAddresses"));
+    assert!(duplicated.message.contains("10.0.0.1 is held by more than one IPAddress: ns/a, ns/b"));
+    assert!(!duplicated.is_current(&written));
+
+    let global = PoolKey::new(crate::api::PoolKind::GlobalInClusterIPPool, "", "g");
+    let spec = serde_json::from_value(json!({"addresses": ["10.1.0.1-10.1.0.2"], "prefix": 24})).expect("spec");
+    let mut g = crate::api::v1alpha2::GlobalInClusterIPPool::new("g", spec);
+    g.metadata.annotations = Some([(crate::api::MOVED_AWAY_ANNOTATION.to_owned(), "10.1.0.2".to_owned())].into());
+    index.apply_pool(g.into_pool());
+    let reserved = desired_status(&index, &global);
+    assert_eq!((reserved.ready, reserved.addresses.used), (true, 1));
+    assert!(reserved.message.starts_with("1 address(es) reserved"), "{}", reserved.message);
+    assert_eq!(index.registry().reservations(&global), [Held::Ip(Some("10.1.0.2".parse().expect("ip")))]);
+
+    let mut invalid = pool("nope", 2);
+    invalid.metadata.generation = Some(2);
+    index.apply_pool(invalid.into_pool());
+    let invalid = desired_status(&index, &pool_key());
+    assert_eq!((invalid.ready, invalid.reason), (false, "InvalidSpec"));
+}
+
+#[tokio::test]
+async fn decisions_that_write_nothing_make_no_request() {
+    let ctx = test_context();
+    ctx.index.apply_pool(pool("10.0.0.1", 1).into_pool());
+    let mut paused = claim("paused");
+    paused.paused = true;
+    assert_eq!(claim::reconcile(&paused, &ctx).await.expect("no request"), Next::AwaitChange);
+    // Bound, and its Cluster went away: nothing to say, nothing written.
+    let mut bound = claim("bound");
+    bound.cluster = Some(intern("gone"));
+    bound.address_ref = Some("bound".into());
+    assert_eq!(claim::reconcile(&bound, &ctx).await.expect("no request"), Next::AwaitChange);
+    // One that must write does try, and fails on the unreachable API server (a transport error: retried soon).
+    let unbound = claim("unbound");
+    ctx.index.apply_claim(unbound.clone());
+    let error = claim::reconcile(&unbound, &ctx).await.expect_err("nothing listens");
+    assert!(error.is_unreachable() && error.is_transient(), "{error}");
+    // Its hold was taken before the create, and stays for the retry (an unanswered create may have landed).
+    assert_eq!(ctx.index.registry().counts(&pool_key()).0.free, 0);
+    let again = ctx.index.registry().allocate(&pool_key(), &key("unbound"), None).expect("its own hold");
+    assert_eq!(again.address.to_string(), "10.0.0.1");
+}

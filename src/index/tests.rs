@@ -1,0 +1,339 @@
+//! The index driven by synthetic watch events, as `crate::runtime::watch` feeds it: what it keeps, what it forgets,
+//! and whom it wakes.
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::ObjectMeta;
+use kube::runtime::watcher::Event;
+use serde_json::json;
+
+use super::relist::{Pools, Relist};
+use super::*;
+use crate::api::v1alpha2::{IPPoolSpec, InClusterIPPool, InClusterIPPoolSpec};
+use crate::api::{PoolKind, PoolResource, PoolSpec};
+use crate::capi::{ClaimResource, Cluster, IpAddressSpec, NameRef, PoolRef};
+
+/// Records what the index sends.
+#[derive(Default)]
+pub(crate) struct Recorder {
+    pub woken: Mutex<Vec<ObjectKey>>,
+    pub pools: Mutex<Vec<PoolKey>>,
+    pub gone: Mutex<Vec<ObjectKey>>,
+    pub moved_away: Mutex<Vec<PoolKey>>,
+}
+
+impl Recorder {
+    pub fn take_woken(&self) -> Vec<ObjectKey> {
+        let mut woken = std::mem::take(&mut *lock(&self.woken));
+        woken.sort();
+        woken.dedup();
+        woken
+    }
+}
+
+impl Sink for Recorder {
+    fn wake(&self, claim: ObjectKey) {
+        lock(&self.woken).push(claim);
+    }
+    fn pool_changed(&self, pool: PoolKey) {
+        lock(&self.pools).push(pool);
+    }
+    fn claim_gone(&self, claim: ObjectKey) {
+        lock(&self.gone).push(claim);
+    }
+    fn moved_away_changed(&self, pool: PoolKey) {
+        lock(&self.moved_away).push(pool);
+    }
+}
+
+pub(crate) fn index() -> (Index, Arc<Recorder>) {
+    let recorder = Arc::new(Recorder::default());
+    (Index::new(recorder.clone(), Arc::new(Metrics::new())), recorder)
+}
+
+pub(crate) fn key(name: &str) -> ObjectKey {
+    ObjectKey::new("ns", name)
+}
+
+pub(crate) fn pool_key() -> PoolKey {
+    PoolKey::new(PoolKind::InClusterIPPool, "ns", "pool")
+}
+
+pub(crate) fn claim(name: &str) -> Claim {
+    Claim {
+        key: key(name),
+        uid: format!(
+            "00000000-0000-0000-0000-{:012}",
+            name.len() * 1000 + name.bytes().map(usize::from).sum::<usize>()
+        )
+        .into(),
+        pool_kind: Some(PoolKind::InClusterIPPool),
+        pool_name: intern("pool"),
+        release_finalizer_index: Some(0),
+        ..Claim::default()
+    }
+}
+
+pub(crate) fn claim_event(claim: Claim) -> ClaimResource {
+    ClaimResource { metadata: ObjectMeta::default(), claim }
+}
+
+pub(crate) fn ip_address(name: &str, address: &str, owner: &Claim) -> IpAddress {
+    IpAddress {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("ns".to_owned()),
+            uid: Some(format!("10000000-0000-0000-0000-{:012}", address.bytes().map(u64::from).sum::<u64>())),
+            finalizers: Some(vec![PROTECT_ADDRESS_FINALIZER.to_owned()]),
+            owner_references: Some(vec![OwnerReference {
+                kind: "IPAddressClaim".to_owned(),
+                name: name.to_owned(),
+                uid: owner.uid.to_string(),
+                ..OwnerReference::default()
+            }]),
+            labels: owner.cluster().map(|c| [(CLUSTER_NAME_LABEL.to_owned(), c.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        spec: IpAddressSpec {
+            claim_ref: NameRef { name: name.to_owned() },
+            pool_ref: PoolRef {
+                api_group: Some(crate::api::GROUP.to_owned()),
+                kind: "InClusterIPPool".to_owned(),
+                name: "pool".to_owned(),
+            },
+            address: address.to_owned(),
+            prefix: Some(24),
+            gateway: None,
+        },
+    }
+}
+
+pub(crate) fn pool(addresses: &str, generation: i64) -> InClusterIPPool {
+    let spec: IPPoolSpec = serde_json::from_value(json!({"addresses": [addresses], "prefix": 24})).expect("spec");
+    let mut pool = InClusterIPPool::new("pool", InClusterIPPoolSpec::from(spec));
+    pool.metadata.namespace = Some("ns".to_owned());
+    pool.metadata.uid = Some("20000000-0000-0000-0000-000000000001".to_owned());
+    pool.metadata.generation = Some(generation);
+    pool
+}
+
+fn feed_pool(index: &Index, pool: InClusterIPPool) {
+    Relist::default().on_event(&Pools::<InClusterIPPool>::of(index), Event::Apply(pool));
+}
+
+#[test]
+fn a_claim_deleted_while_waiting_for_its_cluster_leaves_nothing_behind() {
+    let (index, sink) = index();
+    let mut waiting = claim("w");
+    waiting.cluster = Some(intern("absent"));
+    let mut relist = Relist::default();
+    relist.on_event(&index, Event::Apply(claim_event(waiting.clone())));
+    assert_eq!(sink.take_woken(), [key("w")]);
+    // What the worker keeps while the claim waits: when it was first seen, and its failures.
+    index.first_seen(&waiting);
+    index.backoff(&waiting);
+    index.remember_written(&waiting, 7);
+    assert_eq!(index.books(), 1);
+    relist.on_event(&index, Event::Delete(claim_event(waiting.clone())));
+    assert_eq!(index.books(), 0, "the claim's bookkeeping outlived it");
+    assert!(index.claim(&key("w")).is_none());
+    assert_eq!(*lock(&sink.gone), [key("w")], "its IPAddress, if any, is checked at once");
+    // A late write of a worker that was still running is not kept either.
+    index.backoff(&waiting);
+    assert_eq!(index.books(), 0);
+}
+
+#[test]
+fn a_relist_after_410_gone_forgets_what_vanished_and_frees_its_address() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let (a, b) = (claim("a"), claim("b"));
+    let mut relist = Relist::default();
+    for event in [Event::Init, Event::InitApply(ip_address("a", "10.0.0.1", &a)), Event::InitDone] {
+        relist.on_event(&index, event);
+    }
+    relist.on_event(&index, Event::Apply(ip_address("b", "10.0.0.2", &b)));
+    assert_eq!(index.registry().counts(&pool_key()).0.free, 0);
+    // A claim waits for a free address.
+    index.registry().wait(&pool_key(), &key("c"));
+    sink.take_woken();
+    // The watch expired (410) and relists: `a` was deleted while no watch saw it.
+    assert!(!relist.on_event(&index, Event::<IpAddress>::Init));
+    relist.on_event(&index, Event::InitApply(ip_address("b", "10.0.0.2", &b)));
+    assert!(relist.on_event(&index, Event::<IpAddress>::InitDone), "the relist is complete");
+    assert!(index.address(&key("a")).is_none());
+    assert!(index.address(&key("b")).is_some(), "what was listed again stays");
+    assert_eq!(index.registry().counts(&pool_key()).0.free, 1, "the vanished IPAddress's address is free");
+    let woken = sink.take_woken();
+    assert!(woken.contains(&key("c")), "the waiting claim is woken: {woken:?}");
+    assert!(woken.contains(&key("a")), "the claim of the vanished IPAddress gets another look: {woken:?}");
+}
+
+#[test]
+fn a_relist_of_claims_forgets_the_claims_deleted_meanwhile() {
+    let (index, sink) = index();
+    let mut relist = Relist::default();
+    for event in [
+        Event::Init,
+        Event::InitApply(claim_event(claim("a"))),
+        Event::InitApply(claim_event(claim("b"))),
+        Event::InitDone,
+    ] {
+        relist.on_event(&index, event);
+    }
+    index.first_seen(&claim("b"));
+    for event in [Event::Init, Event::InitApply(claim_event(claim("a"))), Event::InitDone] {
+        relist.on_event(&index, event);
+    }
+    assert_eq!(index.claim_keys(), [key("a")]);
+    assert_eq!(*lock(&sink.gone), [key("b")]);
+    assert_eq!(index.books(), 0);
+}
+
+#[test]
+fn an_ipaddress_seen_holds_its_address_and_wakes_the_claim_of_its_name() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.3", 1));
+    sink.take_woken();
+    let a = claim("a");
+    index.apply_address(&ip_address("a", "10.0.0.1", &a));
+    assert_eq!(sink.take_woken(), [key("a")]);
+    assert_eq!(index.registry().allocate(&pool_key(), &key("b"), None).expect("free").address.to_string(), "10.0.0.2");
+    // Seen again under another name with the same address: a duplicate, and both claims are woken.
+    index.apply_address(&ip_address("x", "10.0.0.1", &claim("x")));
+    assert_eq!(index.registry().duplicates(&pool_key()).len(), 1);
+    assert_eq!(sink.take_woken(), [key("a"), key("x")]);
+}
+
+#[test]
+fn an_ipaddress_we_deleted_is_not_brought_back_by_a_late_event() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1", 1));
+    let a = claim("a");
+    let address = ip_address("a", "10.0.0.1", &a);
+    index.apply_address(&address);
+    index.deleted_address(&key("a"), &pool_key(), address.metadata.uid.as_deref());
+    // The event of our finalizer removal arrives after the delete.
+    index.apply_address(&address);
+    assert!(index.address(&key("a")).is_none());
+    assert_eq!(index.registry().counts(&pool_key()).0.free, 1);
+    // Once the watch lists again without it, the tombstone goes; a new object of the name counts again.
+    index.delete_address(&key("a"));
+    index.addresses_listed();
+    let mut again = ip_address("a", "10.0.0.1", &a);
+    again.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
+    index.apply_address(&again);
+    assert!(index.address(&key("a")).is_some());
+}
+
+#[test]
+fn a_live_claim_whose_ipaddress_was_deleted_gets_its_address_back_once() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.3", 1));
+    let a = claim("a");
+    index.apply_claim(a.clone());
+    index.apply_address(&ip_address("a", "10.0.0.2", &a));
+    index.delete_address(&key("a"));
+    assert_eq!(index.take_vanished_address(&a, &pool_key()).as_deref(), Some("10.0.0.2"));
+    assert_eq!(index.take_vanished_address(&a, &pool_key()), None);
+    assert_eq!(index.books(), 0);
+}
+
+#[test]
+fn pool_changes_wake_the_claims_of_the_pool_unless_it_is_paused() {
+    let (index, sink) = index();
+    index.apply_claim(claim("a"));
+    let mut other = claim("o");
+    other.pool_name = intern("other");
+    index.apply_claim(other);
+    sink.take_woken();
+    feed_pool(&index, pool("10.0.0.1", 1));
+    assert_eq!(sink.take_woken(), [key("a")], "created");
+    assert_eq!(*lock(&sink.pools), [pool_key()], "the pool itself is reconciled");
+    feed_pool(&index, pool("10.0.0.1", 1));
+    assert!(sink.take_woken().is_empty(), "nothing changed");
+    let mut paused = pool("10.0.0.1-10.0.0.2", 2);
+    paused.metadata.annotations = Some([(crate::api::PAUSED_ANNOTATION.to_owned(), String::new())].into());
+    feed_pool(&index, paused.clone());
+    assert!(sink.take_woken().is_empty(), "paused: no claim moves");
+    assert!(index.pool(&pool_key()).is_some_and(|p| p.is_paused()));
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 2));
+    assert_eq!(sink.take_woken(), [key("a")], "unpaused");
+    let PoolSpec::Ip(spec) = &index.pool(&pool_key()).expect("pool").spec else { panic!("an IP pool") };
+    assert_eq!(spec.addresses, ["10.0.0.1-10.0.0.2"]);
+    // Deleted: its claims are told (they report the pool missing), and the spec leaves the allocator.
+    index.delete_pool(&pool_key());
+    assert_eq!(sink.take_woken(), [key("a")]);
+    assert!(matches!(index.registry().allocate(&pool_key(), &key("a"), None), Err(AllocateError::Unknown { .. })));
+}
+
+#[test]
+fn a_pool_relist_forgets_only_pools_of_its_own_kind() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1", 1));
+    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+    let spec: IPPoolSpec = serde_json::from_value(json!({"addresses": ["10.1.0.1"], "prefix": 24})).expect("spec");
+    let g = crate::api::v1alpha2::GlobalInClusterIPPool::new("g", spec.into());
+    index.apply_pool(g.into_pool());
+    let mut relist = Relist::default();
+    for event in [Event::Init, Event::InitDone] {
+        relist.on_event(&Pools::<InClusterIPPool>::of(&index), event);
+    }
+    assert!(index.pool(&pool_key()).is_none());
+    assert!(index.pool(&global).is_some());
+}
+
+#[test]
+fn a_cluster_that_appears_or_is_unpaused_wakes_its_claims() {
+    let (index, sink) = index();
+    let mut c = claim("a");
+    c.cluster = Some(intern("demo"));
+    index.apply_claim(c);
+    index.apply_claim(claim("b"));
+    sink.take_woken();
+    let cluster = |paused: bool| Cluster {
+        metadata: ObjectMeta { name: Some("demo".into()), namespace: Some("ns".into()), ..ObjectMeta::default() },
+        paused,
+    };
+    let mut relist = Relist::default();
+    relist.on_event(&index, Event::Apply(cluster(true)));
+    assert!(sink.take_woken().is_empty());
+    assert_eq!(index.cluster_paused("ns", "demo"), Some(true));
+    relist.on_event(&index, Event::Apply(cluster(false)));
+    assert_eq!(sink.take_woken(), [key("a")]);
+    relist.on_event(&index, Event::Apply(cluster(false)));
+    assert!(sink.take_woken().is_empty(), "no change");
+    relist.on_event(&index, Event::Delete(cluster(false)));
+    assert_eq!(index.cluster_paused("ns", "demo"), None);
+}
+
+#[test]
+fn orphans_are_ipaddresses_of_claims_gone_whose_cluster_is_not_paused() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.9", 1));
+    let live = claim("live");
+    index.apply_claim(live.clone());
+    index.apply_address(&ip_address("live", "10.0.0.1", &live));
+    index.apply_address(&ip_address("gone", "10.0.0.2", &claim("gone")));
+    let mut moving = claim("moving");
+    moving.cluster = Some(intern("demo"));
+    index.apply_address(&ip_address("moving", "10.0.0.3", &moving));
+    // Not made by us for a claim (no finalizer): never ours to release.
+    let mut foreign = ip_address("foreign", "10.0.0.4", &claim("foreign"));
+    foreign.metadata.finalizers = None;
+    index.apply_address(&foreign);
+    // Being deleted already.
+    let mut deleting = ip_address("deleting", "10.0.0.5", &claim("deleting"));
+    deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    index.apply_address(&deleting);
+    index.apply_cluster(ObjectKey::new("ns", "demo"), true);
+    let names = |index: &Index| {
+        let mut names: Vec<String> = index.orphans().into_iter().map(|(k, _)| k.name.to_string()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(&index), ["gone"]);
+    index.apply_cluster(ObjectKey::new("ns", "demo"), false);
+    assert_eq!(names(&index), ["gone", "moving"]);
+}

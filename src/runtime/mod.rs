@@ -1,0 +1,53 @@
+//! What runs the controllers' decisions: the work queues and the [`Sink`] that feeds them, the watch driver, and
+//! whether the API server answers.
+
+pub mod queue;
+pub mod reachability;
+pub mod watch;
+
+use futures::channel::mpsc;
+
+use crate::index::{ObjectKey, PoolKey, Sink};
+use queue::WorkQueue;
+
+/// The work of the controllers: claims and pools to reconcile, claims gone (their IPAddress is checked at once), and
+/// global pools whose reservations are to be written. The index's one sink.
+pub struct Work {
+    pub claims: WorkQueue<ObjectKey>,
+    pub pools: WorkQueue<PoolKey>,
+    gone: mpsc::UnboundedSender<ObjectKey>,
+    moved_away: mpsc::UnboundedSender<PoolKey>,
+}
+
+/// The receiving ends of [`Work`]'s channels.
+pub struct WorkStreams {
+    pub gone: mpsc::UnboundedReceiver<ObjectKey>,
+    pub moved_away: mpsc::UnboundedReceiver<PoolKey>,
+}
+
+impl Work {
+    pub fn new() -> (Work, WorkStreams) {
+        let (gone, gone_rx) = mpsc::unbounded();
+        let (moved_away, moved_away_rx) = mpsc::unbounded();
+        let streams = WorkStreams { gone: gone_rx, moved_away: moved_away_rx };
+        (Work { claims: WorkQueue::default(), pools: WorkQueue::default(), gone, moved_away }, streams)
+    }
+}
+
+impl Sink for Work {
+    fn wake(&self, claim: ObjectKey) {
+        self.claims.add(claim);
+    }
+
+    fn pool_changed(&self, pool: PoolKey) {
+        self.pools.add(pool);
+    }
+
+    fn claim_gone(&self, claim: ObjectKey) {
+        let _ = self.gone.unbounded_send(claim);
+    }
+
+    fn moved_away_changed(&self, pool: PoolKey) {
+        let _ = self.moved_away.unbounded_send(pool);
+    }
+}
