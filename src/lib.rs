@@ -7,7 +7,6 @@ pub mod capi;
 pub mod cli;
 pub mod compact;
 pub mod controllers;
-pub mod deploy;
 pub mod error;
 pub mod index;
 pub mod ipam;

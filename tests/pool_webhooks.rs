@@ -574,6 +574,9 @@ async fn overlapping_pools_are_rejected_when_asked() {
         reject_overlapping_pools: true,
     };
     let request = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "kind": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "kind": "InClusterIPPool"},
+        "resource": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "resource": "inclusterippools"},
+        "userInfo": {"username": "test"},
         "uid": "u1", "name": "b", "namespace": env.namespace, "operation": "CREATE",
         "object": {"metadata": {"name": "b"}, "spec": {"addresses": ["10.9.1.200-10.9.1.210"], "prefix": 24}}}});
     let route = AdmissionRoute { kind: capi_ipam::api::PoolKind::InClusterIPPool, purpose: Purpose::Validate };
@@ -586,6 +589,9 @@ async fn overlapping_pools_are_rejected_when_asked() {
     assert!(message.contains(&format!("overlaps InClusterIPPool \"{a}\" (10.9.1.200-10.9.1.210)")), "{message}");
     // Another namespace is another scope: no overlap there.
     let elsewhere = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "kind": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "kind": "InClusterIPPool"},
+        "resource": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "resource": "inclusterippools"},
+        "userInfo": {"username": "test"},
         "uid": "u2", "name": "b", "namespace": "other-namespace", "operation": "CREATE",
         "object": {"metadata": {"name": "b"}, "spec": {"addresses": ["10.9.1.200-10.9.1.210"], "prefix": 24}}}});
     let (answer, _) = review(&ctx, route, elsewhere.to_string().as_bytes()).await;
@@ -604,6 +610,9 @@ async fn v1beta1_reviews_and_the_defaulting_patch() {
         reject_overlapping_pools: false,
     };
     let request = json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {
+        "kind": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "kind": "InClusterPrefixPool"},
+        "resource": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "resource": "inclusterprefixpools"},
+        "userInfo": {"username": "test"},
         "uid": "u9", "name": "p", "namespace": env.namespace, "operation": "CREATE",
         "object": {"metadata": {"name": "p"}, "spec": {"prefixes": ["fd00::/48"], "allocationPrefixLength": 0}}}});
     let route = AdmissionRoute { kind: capi_ipam::api::PoolKind::InClusterPrefixPool, purpose: Purpose::Default };

@@ -35,7 +35,6 @@ macro_rules! pool_kind {
 pub mod conversion;
 mod pool;
 pub use pool::{Pool, PoolResource, PoolSpec};
-pub mod crds;
 pub mod v1alpha1;
 pub mod v1alpha2;
 

@@ -1,9 +1,12 @@
 //! IP families, conversions between addresses and integers, and the address grammar of pool specs:
 //! a single IP (`10.0.0.5`), an inclusive range (`10.0.0.10-10.0.0.20`) or a CIDR with host bits allowed
-//! (`10.0.0.1/24` means all of `10.0.0.0/24`).
+//! (`10.0.0.1/24` means all of `10.0.0.0/24`). Networks, masks and blocks are `ipnet`'s; the ranges of a pool are
+//! integers (`RangeSet`), where the allocator works.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
 
 use super::RangeSet;
 
@@ -63,19 +66,21 @@ pub fn to_u128(ip: IpAddr) -> u128 {
     }
 }
 
-/// The netmask of a prefix length as an integer of the family (`prefix <= family.bits()`).
+/// The network `value/prefix` of the family (a longer prefix is taken as the family's full length).
+fn network(family: Family, value: u128, prefix: u8) -> IpNet {
+    let prefix = prefix.min(family.bits());
+    IpNet::new(family.addr(value), prefix).unwrap_or_else(|_| IpNet::from(family.addr(value)))
+}
+
+/// The netmask of a prefix length as an integer of the family.
 pub fn mask(family: Family, prefix: u8) -> u128 {
-    let bits = family.bits();
-    let host_bits = bits - prefix.min(bits);
-    let all = family.max_value();
-    if host_bits >= 128 { 0 } else { all & !((1u128 << host_bits) - 1) }
+    to_u128(network(family, 0, prefix).netmask())
 }
 
 /// The first and last value of the block `value/prefix`.
 pub fn block(family: Family, value: u128, prefix: u8) -> (u128, u128) {
-    let m = mask(family, prefix);
-    let start = value & m;
-    (start, start | (family.max_value() & !m))
+    let net = network(family, value, prefix);
+    (to_u128(net.network()), to_u128(net.broadcast()))
 }
 
 /// Parses one address without surrounding text; rejects IPv6 zones and other decorations.
@@ -141,12 +146,11 @@ pub fn parse_entry(entry: &str) -> Result<AddressRange, EntryError> {
     }
     if let Some((addr, len)) = entry.split_once('/') {
         let ip: IpAddr = addr.parse().map_err(|_| EntryError::BadAddress(entry.to_owned()))?;
-        let family = Family::of(&ip);
-        let len: u8 = parse_prefix_length(len)
-            .filter(|l| *l <= family.bits())
+        let net = parse_prefix_length(len)
+            .and_then(|len| IpNet::new(ip, len).ok())
             .ok_or_else(|| EntryError::BadPrefixLength(entry.to_owned()))?;
-        let (start, end) = block(family, to_u128(ip), len);
-        return Ok(AddressRange { family, start, end });
+        let (start, end) = (to_u128(net.network()), to_u128(net.broadcast()));
+        return Ok(AddressRange { family: Family::of(&ip), start, end });
     }
     let ip: IpAddr = entry.parse().map_err(|_| EntryError::BadAddress(entry.to_owned()))?;
     Ok(AddressRange::single(ip))
@@ -180,15 +184,14 @@ pub enum CidrError {
 pub fn parse_cidr(s: &str, aligned: bool) -> Result<Cidr, CidrError> {
     let (addr, len) = s.split_once('/').ok_or_else(|| CidrError::NotCidr(s.to_owned()))?;
     let ip: IpAddr = addr.parse().map_err(|_| CidrError::NotCidr(s.to_owned()))?;
-    let family = Family::of(&ip);
-    let len =
-        parse_prefix_length(len).filter(|l| *l <= family.bits()).ok_or_else(|| CidrError::NotCidr(s.to_owned()))?;
-    let v = to_u128(ip);
-    let (base, _) = block(family, v, len);
-    if aligned && base != v {
+    // Go's grammar for the length (no sign, no leading zero); ipnet for the rest.
+    let net = parse_prefix_length(len)
+        .and_then(|len| IpNet::new(ip, len).ok())
+        .ok_or_else(|| CidrError::NotCidr(s.to_owned()))?;
+    if aligned && net.trunc() != net {
         return Err(CidrError::NotAligned(s.to_owned()));
     }
-    Ok(Cidr { family, base, len })
+    Ok(Cidr { family: Family::of(&ip), base: to_u128(net.network()), len: net.prefix_len() })
 }
 
 /// A parsed list of grammar entries: their union, and the family of each entry.

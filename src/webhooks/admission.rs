@@ -1,22 +1,25 @@
 //! Admission for the four pool kinds: defaulting, validation with the Go provider's rules and texts (the rules
 //! themselves live in `crate::ipam::validate`), the update and delete guards, and the overlap warning of D12.
 //!
-//! Reviews are parsed leniently: whatever the body, the answer is a well-formed AdmissionReview in the request's
-//! version (`admission.k8s.io/v1` or `v1beta1`), and a rejection names the field at fault.
+//! Reviews are kube's AdmissionReview types: whatever the body, the answer is a well-formed AdmissionReview in the
+//! request's version (`admission.k8s.io/v1` or `v1beta1`), and a rejection names the field at fault (for a body that
+//! is not a review, the JSON path of what is wrong with it).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams};
+use kube::core::Status;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
-use kube::core::{GroupVersionKind, Status};
 use kube::{Api, Client};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::routes::{AdmissionRoute, Purpose};
 use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
 use crate::api::{DELETE_FOR_MOVE_ANNOTATION, GROUP, PoolKind, SKIP_DELETE_VALIDATION_ANNOTATION};
+
+type Request = AdmissionRequest<DynamicObject>;
 use crate::capi::{self, CapiVersion};
 use crate::ipam::address::Family;
 use crate::ipam::prefix_pool::effective_allocation_length;
@@ -39,38 +42,12 @@ pub struct AdmissionContext {
 pub const POOL_IN_USE_MESSAGE: &str =
     "Pool has IPAddresses allocated. Cannot delete Pool until all IPAddresses have been removed.";
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Review {
-    #[serde(default)]
-    api_version: Option<String>,
-    #[serde(default)]
-    request: Option<Value>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct Request {
-    #[serde(default)]
-    uid: String,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    operation: String,
-    #[serde(default)]
-    object: Option<Value>,
-    #[serde(default)]
-    old_object: Option<Value>,
-}
-
 /// The decision on one request.
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub allowed: bool,
     pub status: Option<Status>,
-    pub patch: Option<Value>,
+    pub patch: Option<json_patch::Patch>,
     pub warnings: Vec<String>,
 }
 
@@ -148,56 +125,60 @@ fn internal(message: &str) -> Status {
 
 /// Handles one AdmissionReview body for `route` and returns the response review.
 pub async fn review(ctx: &AdmissionContext, route: AdmissionRoute, body: &[u8]) -> (Value, Outcome) {
-    let parsed: Result<Review, _> = serde_json::from_slice(body);
-    let (api_version, request) = match parsed {
-        Ok(r) => (r.api_version.unwrap_or_else(|| "admission.k8s.io/v1".to_owned()), r.request),
+    let parsed: Result<AdmissionReview<DynamicObject>, _> =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body));
+    let review = match parsed {
+        Ok(review) => review,
         Err(e) => {
-            let outcome = Outcome::deny(malformed("body", &e.to_string()));
-            return (response("admission.k8s.io/v1", "", &outcome), outcome);
+            let path = e.path().to_string();
+            let field = if path == "." { "body".to_owned() } else { path };
+            let outcome = Outcome::deny(malformed(&field, &format!("{field}: {}", e.inner())));
+            return (response(AdmissionResponse::invalid(""), &outcome), outcome);
         }
     };
-    let request: Request = match request.map(serde_path_to_error::deserialize::<_, Request>) {
-        Some(Ok(r)) => r,
-        Some(Err(e)) => {
-            let field = format!("request.{}", e.path());
-            let outcome = Outcome::deny(malformed(&field, &format!("{field}: {}", e.inner())));
-            return (response(&api_version, "", &outcome), outcome);
-        }
-        None => {
+    let request: Request = match review.try_into() {
+        Ok(request) => request,
+        Err(_) => {
             let outcome = Outcome::deny(malformed("request", "request is required"));
-            return (response(&api_version, "", &outcome), outcome);
+            return (response(AdmissionResponse::invalid(""), &outcome), outcome);
         }
     };
     let outcome = match route.purpose {
         Purpose::Default => default(route.kind, &request),
         Purpose::Validate => validate(ctx, route.kind, &request).await,
     };
-    (response(&api_version, &request.uid, &outcome), outcome)
+    (response(AdmissionResponse::from(&request), &outcome), outcome)
 }
 
-fn response(api_version: &str, uid: &str, outcome: &Outcome) -> Value {
-    let mut response = json!({"uid": uid, "allowed": outcome.allowed});
-    if let Some(status) = &outcome.status {
-        response["status"] = serde_json::to_value(status).expect("Status serializes");
-    }
-    if let Some(patch) = &outcome.patch {
-        let bytes = serde_json::to_vec(patch).expect("patches serialize");
-        response["patch"] = serde_json::to_value(ByteString(bytes)).expect("bytes serialize");
-        response["patchType"] = json!("JSONPatch");
+fn response(mut response: AdmissionResponse, outcome: &Outcome) -> Value {
+    response.allowed = outcome.allowed;
+    response.result = outcome.status.clone().unwrap_or_default();
+    if let Some(patch) = outcome.patch.clone() {
+        // A patch serializes; were it not to, the object goes unpatched rather than the request failing.
+        response = match response.clone().with_patch(patch) {
+            Ok(patched) => patched,
+            Err(_) => response,
+        };
     }
     if !outcome.warnings.is_empty() {
-        response["warnings"] = json!(outcome.warnings);
+        response.warnings = Some(outcome.warnings.clone());
     }
-    json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})
+    let patch = response.patch.clone();
+    let mut review = serde_json::to_value(response.into_review()).unwrap_or_default();
+    // kube writes the patch as an array of numbers; written as Go writes a []byte, base64.
+    if let Some(bytes) = patch {
+        review["response"]["patch"] = serde_json::to_value(ByteString(bytes)).unwrap_or_default();
+    }
+    review
 }
 
 /// Defaulting. IP pools: a missing `spec.prefix` becomes 0 (the Go webhook's serialization does the same, and the
 /// schema requires the field). Prefix pools: `allocationPrefixLength` 0 or missing becomes 64.
 fn default(kind: PoolKind, request: &Request) -> Outcome {
-    if request.operation == "DELETE" {
+    if request.operation == Operation::Delete {
         return Outcome::allow();
     }
-    let Some(spec) = request.object.as_ref().and_then(|o| o.get("spec")).and_then(Value::as_object) else {
+    let Some(spec) = request.object.as_ref().and_then(|o| o.data.get("spec")).and_then(Value::as_object) else {
         return Outcome::allow();
     };
     let patch = if kind.is_prefix_pool() {
@@ -211,12 +192,13 @@ fn default(kind: PoolKind, request: &Request) -> Outcome {
     } else {
         (!spec.contains_key("prefix")).then(|| json!([{"op": "add", "path": "/spec/prefix", "value": 0}]))
     };
+    let patch = patch.and_then(|p| serde_json::from_value(p).ok());
     Outcome { allowed: true, patch, ..Default::default() }
 }
 
 /// Parses `object.spec` into a typed spec; a failure names the field.
-fn parse_spec<T: serde::de::DeserializeOwned>(object: Option<&Value>) -> Result<T, FieldError> {
-    let spec = object.and_then(|o| o.get("spec")).cloned().unwrap_or_else(|| json!({}));
+fn parse_spec<T: serde::de::DeserializeOwned>(object: Option<&DynamicObject>) -> Result<T, FieldError> {
+    let spec = object.and_then(|o| o.data.get("spec")).cloned().unwrap_or_else(|| json!({}));
     serde_path_to_error::deserialize(spec).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { "spec".to_owned() } else { format!("spec.{path}") };
@@ -224,26 +206,23 @@ fn parse_spec<T: serde::de::DeserializeOwned>(object: Option<&Value>) -> Result<
     })
 }
 
-fn annotations_of(object: Option<&Value>) -> BTreeMap<String, String> {
-    object
-        .and_then(|o| o.pointer("/metadata/annotations"))
-        .and_then(|a| serde_json::from_value(a.clone()).ok())
-        .unwrap_or_default()
+fn annotations_of(object: Option<&DynamicObject>) -> BTreeMap<String, String> {
+    object.and_then(|o| o.metadata.annotations.clone()).unwrap_or_default()
 }
 
 async fn validate(ctx: &AdmissionContext, kind: PoolKind, request: &Request) -> Outcome {
     let namespace = request.namespace.as_deref().filter(|_| !kind.is_global());
-    match request.operation.as_str() {
-        "DELETE" => delete_guard(ctx, kind, &request.name, namespace, request.old_object.as_ref()).await,
-        "CREATE" | "UPDATE" => {
-            let update = request.operation == "UPDATE";
+    match request.operation {
+        Operation::Delete => delete_guard(ctx, kind, &request.name, namespace, request.old_object.as_ref()).await,
+        Operation::Create | Operation::Update => {
+            let update = request.operation == Operation::Update;
             if kind.is_prefix_pool() {
                 validate_prefix(ctx, kind, request, namespace, update).await
             } else {
                 validate_ip(ctx, kind, request, namespace, update).await
             }
         }
-        other => Outcome::deny(malformed("request.operation", &format!("unsupported operation {other:?}"))),
+        Operation::Connect => Outcome::deny(malformed("request.operation", "unsupported operation CONNECT")),
     }
 }
 
@@ -252,7 +231,7 @@ async fn delete_guard(
     kind: PoolKind,
     name: &str,
     namespace: Option<&str>,
-    old: Option<&Value>,
+    old: Option<&DynamicObject>,
 ) -> Outcome {
     let annotations = annotations_of(old);
     if annotations.contains_key(SKIP_DELETE_VALIDATION_ANNOTATION)
@@ -361,8 +340,7 @@ async fn other_pools(
     name: &str,
     namespace: Option<&str>,
 ) -> Result<Vec<(String, Value)>, kube::Error> {
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1alpha2", kind.kind()), &kind.plural());
+    let resource = kind.api_resource();
     let api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
         None => Api::all_with(ctx.client.clone(), &resource),

@@ -1,62 +1,41 @@
-//! The `/convert` handler: a ConversionReview in, every object converted (or a failure naming the field) out.
+//! The `/convert` handler, on kube's ConversionReview types: every object converted, or a failure naming the object
+//! and the field, in the review's version.
 
-use serde::Deserialize;
-use serde_json::{Value, json};
+use kube::core::Status;
+use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
+use serde_json::Value;
 
 use crate::api::conversion::convert;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Request {
-    #[serde(default)]
-    uid: String,
-    #[serde(rename = "desiredAPIVersion", default)]
-    desired_api_version: String,
-    #[serde(default)]
-    objects: Vec<Value>,
-}
-
 /// Handles one ConversionReview body; returns the response review and whether it succeeded.
 pub fn review(body: &[u8]) -> (Value, bool) {
-    let parsed: Result<Value, _> = serde_json::from_slice(body);
-    let api_version = parsed
-        .as_ref()
-        .ok()
-        .and_then(|v| v.get("apiVersion"))
-        .and_then(Value::as_str)
-        .unwrap_or("apiextensions.k8s.io/v1")
-        .to_owned();
-    let request = parsed
-        .map_err(|e| format!("malformed ConversionReview: {e}"))
-        .and_then(|v| {
-            v.get("request").cloned().ok_or_else(|| "malformed ConversionReview: request is required".to_owned())
-        })
-        .and_then(|r| {
-            serde_path_to_error::deserialize::<_, Request>(r)
-                .map_err(|e| format!("malformed ConversionReview: request.{}: {}", e.path(), e.inner()))
+    let parsed: Result<ConversionReview, _> =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body));
+    let request =
+        parsed.map_err(|e| format!("malformed ConversionReview: {}: {}", e.path(), e.inner())).and_then(|review| {
+            ConversionRequest::from_review(review)
+                .map_err(|_| "malformed ConversionReview: request is required".to_owned())
         });
-    let (uid, result) = match request {
-        Err(message) => (String::new(), Err(message)),
-        Ok(req) => {
-            let converted: Result<Vec<Value>, String> = req
+    let response = match request {
+        Err(message) => ConversionResponse::invalid(Status::failure(&message, "BadRequest")),
+        Ok(request) => {
+            let converted: Result<Vec<Value>, String> = request
                 .objects
                 .iter()
                 .map(|o| {
-                    convert(o, &req.desired_api_version).map_err(|e| {
+                    convert(o, &request.desired_api_version).map_err(|e| {
                         let name = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-                        format!("converting {name:?} to {}: {e}", req.desired_api_version)
+                        format!("converting {name:?} to {}: {e}", request.desired_api_version)
                     })
                 })
                 .collect();
-            (req.uid, converted)
+            let response = ConversionResponse::for_request(request);
+            match converted {
+                Ok(objects) => response.success(objects),
+                Err(message) => response.failure(Status::failure(&message, "Invalid")),
+            }
         }
     };
-    let ok = result.is_ok();
-    let response = match result {
-        Ok(objects) => json!({"uid": uid, "convertedObjects": objects, "result": {"status": "Success"}}),
-        Err(message) => {
-            json!({"uid": uid, "convertedObjects": [], "result": {"status": "Failure", "message": message}})
-        }
-    };
-    (json!({"apiVersion": api_version, "kind": "ConversionReview", "response": response}), ok)
+    let ok = response.result.status == Some(kube::core::response::StatusSummary::Success);
+    (serde_json::to_value(response.into_review()).unwrap_or_default(), ok)
 }

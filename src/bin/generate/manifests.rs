@@ -4,8 +4,10 @@
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
-use crate::api::{GROUP, PoolKind};
-use crate::capi::CLUSTER_GROUP;
+use capi_ipam::api::{GROUP, PoolKind};
+use capi_ipam::capi::CLUSTER_GROUP;
+
+use crate::crds;
 
 fn rule(groups: &[&str], resources: &[String], verbs: &[&str]) -> PolicyRule {
     PolicyRule {
@@ -75,9 +77,9 @@ fn cluster_role(name: &str, rules: Vec<PolicyRule>) -> String {
 
 /// The chart's copy of our webhook configurations, one object per file (the templates read them with `fromYaml`).
 fn chart_webhooks() -> (String, String) {
-    let (m, v) = crate::webhooks::routes::webhook_configurations(
+    let (m, v) = capi_ipam::webhooks::routes::webhook_configurations(
         ("mutating-webhook-configuration", "validating-webhook-configuration"),
-        &crate::webhooks::routes::Endpoint::Service { namespace: "system", name: "webhook-service" },
+        &capi_ipam::webhooks::routes::Endpoint::Service { namespace: "system", name: "webhook-service" },
         None,
     );
     (object_yaml(&m), object_yaml(&v))
@@ -89,12 +91,12 @@ pub const CHART: &str = "charts/capi-ipam-in-cluster";
 /// them; a test fails when a committed one differs.
 pub fn generated_files() -> Vec<(String, String)> {
     let mut files = Vec::new();
-    for crd in crate::api::crds::crds() {
-        let name = crate::api::crds::file_name(&crd);
-        files.push((format!("config/crd/bases/{name}"), crate::api::crds::to_yaml(&crd)));
+    for crd in crds::crds() {
+        let name = crds::file_name(&crd);
+        files.push((format!("config/crd/bases/{name}"), crds::to_yaml(&crd)));
         files.push((format!("{CHART}/files/crds/{name}"), object_yaml(&crd)));
     }
-    files.push(("config/webhook/manifests.yaml".to_owned(), crate::webhooks::routes::manifests_yaml()));
+    files.push(("config/webhook/manifests.yaml".to_owned(), capi_ipam::webhooks::routes::manifests_yaml()));
     let (mutating, validating) = chart_webhooks();
     files.push((format!("{CHART}/files/mutating-webhook-configuration.yaml"), mutating));
     files.push((format!("{CHART}/files/validating-webhook-configuration.yaml"), validating));
