@@ -24,7 +24,7 @@ pub fn intern(s: &str) -> Arc<str> {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
     pub namespace: Arc<str>,
-    pub name: Box<str>,
+    pub name: Arc<str>,
 }
 
 impl ObjectKey {
@@ -54,6 +54,63 @@ impl Uid {
     }
 }
 
+/// A claim's UID as the text it goes back into (owner references, Events): a canonical UUID, as the API server makes
+/// them, in 16 bytes; anything else as written.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum UidText {
+    Uuid(Uid),
+    Other(Box<str>),
+}
+
+impl Default for UidText {
+    fn default() -> Self {
+        UidText::Other("".into())
+    }
+}
+
+impl UidText {
+    pub fn of(s: &str) -> UidText {
+        let uid = Uid::of(s);
+        if uid.to_string() == s { UidText::Uuid(uid) } else { UidText::Other(s.into()) }
+    }
+
+    pub fn uid(&self) -> Uid {
+        match self {
+            UidText::Uuid(uid) => *uid,
+            UidText::Other(text) => Uid::of(text),
+        }
+    }
+}
+
+impl From<&str> for UidText {
+    fn from(s: &str) -> Self {
+        UidText::of(s)
+    }
+}
+
+impl std::fmt::Display for UidText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UidText::Uuid(uid) => uid.fmt(f),
+            UidText::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+impl std::fmt::Display for Uid {
+    /// The canonical UUID text (lowercase, hyphenated).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let b = &self.0;
+        for (i, byte) in b.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
 /// A stable 64-bit digest (fixed keys, so equal values give equal digests for the life of the process).
 pub fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
     BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
@@ -62,6 +119,18 @@ pub fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uuids_are_kept_in_16_bytes_and_written_back_as_they_came() {
+        let uuid = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
+        assert!(matches!(UidText::of(uuid), UidText::Uuid(_)));
+        assert_eq!(UidText::of(uuid).to_string(), uuid);
+        for other in ["0B1C2D3E-4F50-6172-8394-A5B6C7D8E9F0", "not-a-uuid", ""] {
+            assert_eq!(UidText::of(other), UidText::Other(other.into()), "{other:?}");
+            assert_eq!(UidText::of(other).to_string(), other);
+        }
+        assert_eq!(UidText::of(uuid).uid(), Uid::of(uuid));
+    }
 
     #[test]
     fn interned_strings_are_shared() {

@@ -304,8 +304,8 @@ capi_resource!(ClaimResource, GROUP, "IPAddressClaim", "ipaddressclaims");
 #[derive(Clone, Debug, Default)]
 pub struct Claim {
     pub key: ObjectKey,
-    /// Kept as text: it goes into the IPAddress's owner reference as it is.
-    pub uid: Box<str>,
+    /// It goes into the IPAddress's owner reference as it is.
+    pub uid: crate::compact::UidText,
     pub generation: Option<i64>,
     pub deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// `spec.poolRef`: the kind when it is one of ours, and the name.
@@ -315,7 +315,7 @@ pub struct Claim {
     /// older way). Read through [`Claim::cluster`], the one place that decides.
     pub(crate) cluster: Option<Arc<str>>,
     /// Where our `ReleaseAddress` finalizer is in `metadata.finalizers` (its removal tests that index).
-    pub release_finalizer_index: Option<usize>,
+    pub release_finalizer_index: Option<u16>,
     /// The `cluster.x-k8s.io/paused` annotation is present.
     pub paused: bool,
     /// `clusterctl move` is deleting it from this management cluster (its `delete-for-move` annotation).
@@ -324,7 +324,9 @@ pub struct Claim {
     pub requested_address: Option<Box<str>>,
     /// The `cluster.x-k8s.io/watch-filter` label.
     pub watch_filter: Option<Arc<str>>,
-    pub address_ref: Option<Box<str>>,
+    /// `status.addressRef.name`, read through [`Claim::address_ref`]: empty (no second copy of the name) when it is
+    /// the claim's own name, as we write it.
+    pub bound: Option<Box<str>>,
     pub ready: Option<ReadyCondition>,
 }
 
@@ -369,8 +371,13 @@ impl From<ClaimObject> for ClaimResource {
         let annotation = |k: &str| o.metadata.annotations.as_ref().and_then(|a| a.get(k)).cloned();
         let cluster = o.spec.cluster_name.take().filter(|n| !n.is_empty()).or_else(|| label(CLUSTER_NAME_LABEL));
         let watch_filter = label(crate::api::WATCH_FILTER_LABEL).map(|v| crate::compact::intern(&v));
-        let release_finalizer_index =
-            o.metadata.finalizers.iter().flatten().position(|f| f == crate::api::RELEASE_ADDRESS_FINALIZER);
+        let release_finalizer_index = o
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .position(|f| f == crate::api::RELEASE_ADDRESS_FINALIZER)
+            .and_then(|i| u16::try_from(i).ok());
         let paused = annotation(crate::api::PAUSED_ANNOTATION).is_some();
         let moving_away = annotation(crate::api::DELETE_FOR_MOVE_ANNOTATION).is_some();
         let requested_address =
@@ -378,25 +385,28 @@ impl From<ClaimObject> for ClaimResource {
         let status = o.status.take().unwrap_or_default();
         slim_metadata(&mut o.metadata);
         let meta = &o.metadata;
-        let claim = Claim {
-            key: ObjectKey::new(
-                meta.namespace.as_deref().unwrap_or_default(),
-                meta.name.as_deref().unwrap_or_default(),
-            ),
-            uid: meta.uid.as_deref().unwrap_or_default().into(),
-            generation: meta.generation,
-            deletion_timestamp: meta.deletion_timestamp.clone(),
-            pool_kind: o.spec.pool_ref.our_kind(),
-            pool_name: crate::compact::intern(&o.spec.pool_ref.name),
-            cluster: cluster.map(|n| crate::compact::intern(&n)),
-            release_finalizer_index,
-            paused,
-            moving_away,
-            requested_address,
-            watch_filter,
-            address_ref: status.address_ref.map(|r| r.name).filter(|n| !n.is_empty()).map(String::into_boxed_str),
-            ready: status.conditions.into_iter().flatten().find(|c| c.type_ == "Ready").map(ReadyCondition::from),
-        };
+        let claim =
+            Claim {
+                key: ObjectKey::new(
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default(),
+                ),
+                uid: crate::compact::UidText::of(meta.uid.as_deref().unwrap_or_default()),
+                generation: meta.generation,
+                deletion_timestamp: meta.deletion_timestamp.clone(),
+                pool_kind: o.spec.pool_ref.our_kind(),
+                pool_name: crate::compact::intern(&o.spec.pool_ref.name),
+                cluster: cluster.map(|n| crate::compact::intern(&n)),
+                release_finalizer_index,
+                paused,
+                moving_away,
+                requested_address,
+                watch_filter,
+                bound: status.address_ref.map(|r| r.name).filter(|n| !n.is_empty()).map(|n| {
+                    if Some(n.as_str()) == meta.name.as_deref() { Box::default() } else { n.into_boxed_str() }
+                }),
+                ready: status.conditions.into_iter().flatten().find(|c| c.type_ == "Ready").map(ReadyCondition::from),
+            };
         ClaimResource { metadata: o.metadata, claim }
     }
 }
@@ -405,6 +415,11 @@ impl Claim {
     /// The Cluster this claim belongs to: `spec.clusterName`, else the cluster-name label.
     pub fn cluster(&self) -> Option<&str> {
         self.cluster.as_deref()
+    }
+
+    /// `status.addressRef.name`.
+    pub fn address_ref(&self) -> Option<&str> {
+        self.bound.as_deref().map(|name| if name.is_empty() { &*self.key.name } else { name })
     }
 }
 

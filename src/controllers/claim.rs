@@ -17,7 +17,7 @@ use super::{Context, Error, FIELD_MANAGER, finalizers, ipaddress};
 use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
 use crate::capi::{CapiVersion, Claim};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, AllocateError, Assigned, Index, ObjectKey, PoolKey};
+use crate::index::{AddressRecord, AllocateError, Assigned, Held, Index, ObjectKey, PoolKey};
 use crate::runtime::queue::Next;
 
 /// A claim that found its pool exhausted (or was refused for good) is woken by a change; this requeue is only a
@@ -106,7 +106,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
             registry.stop_waiting(&pool_key, key);
             debug!(claim = %key, reason = reason.as_str(), "waiting for the Cluster");
             // A bound claim keeps its Ready as it is (nothing changes for it).
-            if claim.address_ref.is_none() && claim.deletion_timestamp.is_none() {
+            if claim.address_ref().is_none() && claim.deletion_timestamp.is_none() {
                 set_ready(claim, ctx, reason, message, None).await?;
             }
             return Ok(Next::AwaitChange);
@@ -235,22 +235,21 @@ async fn adopt(
     record: &AddressRecord,
 ) -> Result<Next, Error> {
     let key = &claim.key;
-    if record.pool != *pool_key {
+    if *record.pool != *pool_key {
         return belongs_elsewhere(claim, ctx, pool_key, &record.pool.to_string()).await;
     }
     ctx.index.registry().stop_waiting(pool_key, key);
     // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
     // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
     let duplicate = ctx.index.registry().duplicate_of(pool_key, key);
-    if claim.address_ref.is_none() && duplicate.is_some() {
+    if claim.address_ref().is_none() && duplicate.is_some() {
         if record.deleting {
             return Ok(Next::After(Duration::from_secs(1)));
         }
-        return withdraw_duplicate(ctx, key, pool_key, record).await;
+        return withdraw_duplicate(ctx, key, pool_key).await;
     }
-    let claim_uid = claim.uid.to_string();
     let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
-    let has_claim_owner = record.claim_owner == Some(Uid::of(&claim_uid));
+    let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
     let has_label = claim.cluster().is_none_or(|v| record.cluster_label.as_deref() == Some(v));
     let complete = has_claim_owner && has_pool_owner && record.protected && has_label;
@@ -260,7 +259,8 @@ async fn adopt(
     if record.deleting {
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
     }
-    let mut message = format!("allocated {} from {pool_key}", record.address);
+    let address = ctx.index.registry().held_by(pool_key, key).and_then(Held::address);
+    let mut message = format!("allocated {} from {pool_key}", address.map_or_else(String::new, |a| a.to_string()));
     if let Some(duplicate) = duplicate {
         // Bound, so it stays (a machine may use it); the condition says so until one holder is released.
         message.push_str(&format!(
@@ -273,15 +273,10 @@ async fn adopt(
 
 /// Deletes an IPAddress whose address another IPAddress of the pool holds, before its claim is bound to it; the
 /// claim then gets a free address. A bound claim's address is never withdrawn: a machine may use it already.
-async fn withdraw_duplicate(
-    ctx: &Context,
-    key: &ObjectKey,
-    pool_key: &PoolKey,
-    record: &AddressRecord,
-) -> Result<Next, Error> {
+async fn withdraw_duplicate(ctx: &Context, key: &ObjectKey, pool_key: &PoolKey) -> Result<Next, Error> {
     // The cache may not show a status we wrote a moment ago: only the live claim can say it was never bound.
     let live = ctx.claims_api(&key.namespace).get_opt(&key.name).await.map_err(Error::kube("reading the claim"))?;
-    if live.is_none_or(|c| c.claim.address_ref.is_some()) {
+    if live.is_none_or(|c| c.claim.address_ref().is_some()) {
         return Ok(Next::After(Duration::from_millis(500)));
     }
     let address = match ipaddress::api(ctx, &key.namespace).get(&key.name).await {
@@ -295,7 +290,7 @@ async fn withdraw_duplicate(
     tracing::error!(
         claim = %key,
         pool = %pool_key,
-        address = %record.address,
+        address = %ctx.index.registry().held_by(pool_key, key).map_or_else(String::new, |h| h.to_string()),
         "DUPLICATE ADDRESS withdrawn: IPAddress {key} holds an address another IPAddress of the pool holds, and its \
          claim was not bound to it yet; deleting it so that the claim gets a free address"
     );
@@ -329,7 +324,7 @@ async fn set_ready(
     let stored = claim.ready.as_ref();
     let conditions = stored_conditions(stored);
     // v1beta1 claims show Ready in status.conditions too; either view tells whether the claim is current.
-    let stored_ref = claim.address_ref.as_deref();
+    let stored_ref = claim.address_ref();
     let address_ref = address_ref.or(stored_ref);
     let current = is_current(stored, &ready) && stored_ref == address_ref;
     let written = crate::compact::digest(&(&ready, address_ref));
@@ -425,7 +420,14 @@ async fn release(claim: &Claim, ctx: &Context, pool_key: &PoolKey) -> Result<Nex
         )
         .await;
     let claims = ctx.claims_api(&key.namespace);
-    finalizers::remove(ctx, &claims, &key.name, RELEASE_ADDRESS_FINALIZER, claim.release_finalizer_index).await?;
+    finalizers::remove(
+        ctx,
+        &claims,
+        &key.name,
+        RELEASE_ADDRESS_FINALIZER,
+        claim.release_finalizer_index.map(usize::from),
+    )
+    .await?;
     Ok(Next::AwaitChange)
 }
 

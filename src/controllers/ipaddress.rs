@@ -145,10 +145,11 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         return Ok(());
     }
     delete(ctx, &address, "deleting an orphaned IPAddress").await?;
+    let value = crate::capi::spec_of::<IpAddressSpec>(&address).unwrap_or_default().address;
     if record.moving_away {
-        info!(address = %key, value = record.address, "deleted the IPAddress of a claim moved away; its address stays reserved");
+        info!(address = %key, value, "deleted the IPAddress of a claim moved away; its address stays reserved");
     } else {
-        warn!(address = %key, value = record.address, "released an IPAddress whose claim is gone");
+        warn!(address = %key, value, "released an IPAddress whose claim is gone");
     }
     Ok(())
 }

@@ -311,7 +311,7 @@ async fn claim_worker(ctx: Arc<Context>, stop: CancellationToken) {
         ctx.wait_synced().await;
         let next = match ctx.index.claim(&key) {
             Some(claim) => {
-                if claim.address_ref.is_none() {
+                if claim.address_ref().is_none() {
                     ctx.index.first_seen(&claim);
                 }
                 match claim::reconcile(&claim, &ctx).await {

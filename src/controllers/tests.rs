@@ -156,7 +156,7 @@ async fn decisions_that_write_nothing_make_no_request() {
     // Bound, and its Cluster went away: nothing to say, nothing written.
     let mut bound = claim("bound");
     bound.cluster = Some(intern("gone"));
-    bound.address_ref = Some("bound".into());
+    bound.bound = Some(Box::default());
     assert_eq!(claim::reconcile(&bound, &ctx).await.expect("no request"), Next::AwaitChange);
     // One that must write does try, and fails on the unreachable API server (a transport error: retried soon).
     let unbound = claim("unbound");

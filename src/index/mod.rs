@@ -41,8 +41,8 @@ pub trait Sink: Send + Sync {
 #[derive(Clone, Debug)]
 pub struct AddressRecord {
     pub uid: Option<Uid>,
-    pub pool: PoolKey,
-    pub address: Box<str>,
+    /// Shared by every IPAddress of the pool. The address itself is the registry's (`Registry::held_by`).
+    pub pool: Arc<PoolKey>,
     /// Our ProtectAddress finalizer is on it.
     pub protected: bool,
     /// The UID of its IPAddressClaim owner reference, if any.
@@ -60,7 +60,7 @@ impl AddressRecord {
     pub fn of(object: &IpAddress) -> Option<Self> {
         let kind = object.spec.pool_ref.our_kind()?;
         let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
-        let pool = PoolKey::new(kind, namespace, &object.spec.pool_ref.name);
+        let pool = PoolKey::new(kind, namespace, &object.spec.pool_ref.name).shared();
         let owner = |k: &str, name: &str| {
             object
                 .metadata
@@ -72,7 +72,6 @@ impl AddressRecord {
         };
         Some(Self {
             uid: object.metadata.uid.as_deref().map(Uid::of),
-            address: object.spec.address.as_str().into(),
             protected: object.metadata.finalizers.iter().flatten().any(|f| f == PROTECT_ADDRESS_FINALIZER),
             claim_owner: owner("IPAddressClaim", &object.spec.claim_ref.name),
             pool_owner: owner(kind.kind(), &pool.name),
@@ -172,7 +171,8 @@ impl Index {
     // ---- Claims ----
 
     /// A claim as its watch delivers it: one of our pool kinds' is kept and reconciled; any other is not ours.
-    pub fn apply_claim(&self, claim: Claim) {
+    pub fn apply_claim(&self, mut claim: Claim) {
+        claim.key = self.shared_key(claim.key);
         let key = claim.key.clone();
         if claim.pool_kind.is_some() {
             self.claims.insert(Arc::new(claim));
@@ -187,7 +187,7 @@ impl Index {
     pub fn delete_claim(&self, key: &ObjectKey) {
         let mut books = lock(&self.books);
         let Some(claim) = self.claims.remove(key) else { return };
-        books.remove(&Uid::of(&claim.uid));
+        books.remove(&claim.uid.uid());
         drop(books);
         if claim.moving_away {
             moved_away::claim_moved_away(self, key);
@@ -211,6 +211,15 @@ impl Index {
         self.wake_all(self.claims.keys_where(predicate));
     }
 
+    /// The copy of `key` the index holds already, if any: a claim and its IPAddress (and the IPAddress's hold in the
+    /// registry) share one copy of the name.
+    fn shared_key(&self, key: ObjectKey) -> ObjectKey {
+        if let Some(claim) = self.claims.get(&key) {
+            return claim.key.clone();
+        }
+        read(&self.addresses).get_key_value(&key).map_or(key, |(k, _)| k.clone())
+    }
+
     /// Runs `f` on the book of a cached claim; `None` (and nothing kept) once the claim is gone.
     fn book<R>(&self, claim: &Claim, f: impl FnOnce(&mut ClaimBook) -> R) -> Option<R> {
         let mut books = lock(&self.books);
@@ -218,7 +227,7 @@ impl Index {
         if self.claims.get(&claim.key).is_none_or(|c| c.uid != claim.uid) {
             return None;
         }
-        let uid = Uid::of(&claim.uid);
+        let uid = claim.uid.uid();
         let book = books.entry(uid).or_default();
         let result = f(book);
         if book.is_empty() {
@@ -258,7 +267,7 @@ impl Index {
             .unwrap_or(1);
         let delay = Duration::from_millis(200).saturating_mul(1 << (n - 1)).min(Duration::from_secs(300));
         // Spread retries of a burst a little.
-        let jitter = Duration::from_millis(u64::from(claim.uid.bytes().fold(0u8, |a, b| a.wrapping_add(b))) % 100);
+        let jitter = Duration::from_millis(crate::compact::digest(&claim.uid) % 100);
         delay + jitter
     }
 
@@ -280,7 +289,7 @@ impl Index {
 
     /// An IPAddress as its watch delivers it; returns its key.
     pub fn apply_address(&self, address: &IpAddress) -> ObjectKey {
-        let key = ObjectKey::new(&address.namespace().unwrap_or_default(), &address.name_any());
+        let key = self.shared_key(ObjectKey::new(&address.namespace().unwrap_or_default(), &address.name_any()));
         if self.is_deleted(&key, address) {
             return key;
         }
@@ -301,7 +310,7 @@ impl Index {
             moved_away::came_back(self, &pool, &key, held);
         }
         let previous = write(&self.addresses).insert(key.clone(), record);
-        if let Some(old) = previous.filter(|p| p.pool != pool) {
+        if let Some(old) = previous.filter(|p| *p.pool != *pool) {
             self.wake_all(self.registry.forget(&old.pool, &key));
         }
         if let Some(duplicate) = self.registry.record(&pool, &key, held) {
@@ -320,11 +329,14 @@ impl Index {
             moved_away::moved_away(self, &record.pool, key);
             return;
         }
+        let held = self.registry.held_by(&record.pool, key);
         self.wake_all(self.registry.forget(&record.pool, key));
         self.metrics.released(record.pool.kind);
         // If its claim still lives, it gets a new IPAddress: with the same address, while that is still free.
-        if let Some(claim) = self.claims.get(key).filter(|c| c.deletion_timestamp.is_none()) {
-            self.book(&claim, |b| b.vanished = Some((record.pool, record.address)));
+        if let Some(claim) = self.claims.get(key).filter(|c| c.deletion_timestamp.is_none())
+            && let Some(address) = held.and_then(Held::address)
+        {
+            self.book(&claim, |b| b.vanished = Some(((*record.pool).clone(), address.to_string().into())));
         }
         self.sink.wake(key.clone());
     }

@@ -95,7 +95,7 @@ pub fn claim_moved_away(index: &Index, claim: &ObjectKey) {
         match addresses.get_mut(claim) {
             Some(record) if record.pool.kind.is_global() => {
                 record.moving_away = true;
-                record.pool.clone()
+                (*record.pool).clone()
             }
             _ => return,
         }

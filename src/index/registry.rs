@@ -29,6 +29,18 @@ impl PoolKey {
         let namespace = if kind.is_global() { "" } else { namespace };
         Self { kind, namespace: intern(namespace), name: intern(name) }
     }
+
+    /// One shared copy of the key, for what every IPAddress of the pool keeps (8 bytes instead of 40 each).
+    pub fn shared(self) -> Arc<PoolKey> {
+        static SHARED: std::sync::LazyLock<Mutex<HashSet<Arc<PoolKey>>>> = std::sync::LazyLock::new(Default::default);
+        let mut set = lock(&SHARED);
+        if let Some(existing) = set.get(&self) {
+            return existing.clone();
+        }
+        let shared = Arc::new(self);
+        set.insert(shared.clone());
+        shared
+    }
 }
 
 impl std::fmt::Display for PoolKey {
@@ -44,10 +56,31 @@ impl std::fmt::Display for PoolKey {
 pub use crate::compact::ObjectKey;
 
 /// What an IPAddress holds in its pool: an address (IP pools) or a prefix (prefix pools); `None` when unparsable.
+/// Byte-aligned (20 bytes, where the allocator's 16-byte-aligned `Allocation` would make it 48): one is kept per
+/// IPAddress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Held {
     Ip(Option<IpAddr>),
-    Prefix(Option<Allocation>),
+    Prefix(Option<HeldPrefix>),
+}
+
+/// A child prefix as held: its base address and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HeldPrefix {
+    pub base: Ipv6Addr,
+    pub len: u8,
+}
+
+impl From<Allocation> for HeldPrefix {
+    fn from(a: Allocation) -> Self {
+        HeldPrefix { base: Ipv6Addr::from(a.base), len: a.len }
+    }
+}
+
+impl HeldPrefix {
+    fn allocation(self) -> Allocation {
+        Allocation { base: u128::from(self.base), len: self.len }
+    }
 }
 
 impl Held {
@@ -60,9 +93,19 @@ impl Held {
                 .ok()
                 .zip(spec.prefix.and_then(|p| u8::try_from(p).ok()))
                 .and_then(|(a, len)| Allocation::new(a, len));
-            Held::Prefix(allocation)
+            Held::Prefix(allocation.map(HeldPrefix::from))
         } else {
             Held::Ip(spec.address.parse().ok())
+        }
+    }
+}
+
+impl Held {
+    /// The address an IPAddress of it shows in `spec.address`: the address, or the child prefix's base address.
+    pub fn address(self) -> Option<IpAddr> {
+        match self {
+            Held::Ip(ip) => ip,
+            Held::Prefix(p) => p.map(|a| IpAddr::V6(a.base)),
         }
     }
 }
@@ -71,7 +114,7 @@ impl std::fmt::Display for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Held::Ip(Some(ip)) => write!(f, "{ip}"),
-            Held::Prefix(Some(a)) => write!(f, "{}/{}", Ipv6Addr::from(a.base), a.len),
+            Held::Prefix(Some(a)) => write!(f, "{}/{}", a.base, a.len),
             Held::Ip(None) | Held::Prefix(None) => f.write_str("(unparsable)"),
         }
     }
@@ -182,7 +225,7 @@ impl PoolState {
                 Allocator::Prefix(PrefixPoolAllocator::rebuild(
                     c,
                     held.iter().map(|h| match h {
-                        Held::Prefix(a) => *a,
+                        Held::Prefix(a) => a.map(HeldPrefix::allocation),
                         Held::Ip(_) => None,
                     }),
                 ))
@@ -209,7 +252,7 @@ impl PoolState {
     fn is_held(&self, held: Held) -> bool {
         match (&self.allocator, held) {
             (Some(Allocator::Ip(a)), Held::Ip(Some(ip))) => a.is_in_use(ip),
-            (Some(Allocator::Prefix(a)), Held::Prefix(Some(p))) => a.holds(p),
+            (Some(Allocator::Prefix(a)), Held::Prefix(Some(p))) => a.holds(p.allocation()),
             _ => false,
         }
     }
@@ -245,7 +288,7 @@ impl PoolState {
     fn record(&mut self, held: Held) {
         match (&mut self.allocator, held) {
             (Some(Allocator::Ip(a)), Held::Ip(ip)) => a.record(ip),
-            (Some(Allocator::Prefix(a)), Held::Prefix(p)) => a.record(p),
+            (Some(Allocator::Prefix(a)), Held::Prefix(p)) => a.record(p.map(HeldPrefix::allocation)),
             (Some(Allocator::Ip(a)), Held::Prefix(_)) => a.record(None),
             (Some(Allocator::Prefix(a)), Held::Ip(_)) => a.record(None),
             (None, _) => {}
@@ -255,7 +298,7 @@ impl PoolState {
     fn release(&mut self, held: Held) {
         match (&mut self.allocator, held) {
             (Some(Allocator::Ip(a)), Held::Ip(ip)) => a.release(ip),
-            (Some(Allocator::Prefix(a)), Held::Prefix(p)) => a.release(p),
+            (Some(Allocator::Prefix(a)), Held::Prefix(p)) => a.release(p.map(HeldPrefix::allocation)),
             (Some(Allocator::Ip(a)), Held::Prefix(_)) => a.release(None),
             (Some(Allocator::Prefix(a)), Held::Ip(_)) => a.release(None),
             (None, _) => {}
@@ -541,7 +584,7 @@ impl Registry {
             }
             (Allocator::Prefix(a), None) => {
                 let base = a.allocate().map_err(|_| AllocateError::Exhausted { pool: pool_key.clone() })?;
-                Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)))
+                Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)).map(HeldPrefix::from))
             }
             (Allocator::Prefix(a), Some(r)) => {
                 let base: Ipv6Addr = r.parse().map_err(|_| requested_error("not an IPv6 address".to_owned()))?;
@@ -549,7 +592,7 @@ impl Registry {
                     PrefixReserveError::Taken(..) => requested_error("it is already allocated".to_owned()),
                     other => requested_error(other.to_string()),
                 })?;
-                Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)))
+                Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)).map(HeldPrefix::from))
             }
         };
         state.holders.insert(address.clone(), Holding { held, confirmed: false });
@@ -613,7 +656,7 @@ fn take_waiters(state: &mut PoolState) -> Woken {
 fn assigned(state: &PoolState, held: Held) -> Option<Assigned> {
     let address = match held {
         Held::Ip(ip) => ip?,
-        Held::Prefix(p) => IpAddr::V6(Ipv6Addr::from(p?.base)),
+        Held::Prefix(p) => IpAddr::V6(p?.base),
     };
     Some(Assigned { address, prefix: state.prefix, gateway: state.gateway.clone() })
 }
