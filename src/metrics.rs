@@ -31,6 +31,18 @@ pub struct ControllerLabels {
     pub controller: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub queue: &'static str,
+}
+
+/// The gauges of one work queue (`crate::runtime::queue`): keys waiting for a worker, and keys due later.
+#[derive(Clone, Debug, Default)]
+pub struct QueueGauges {
+    pub waiting: Gauge,
+    pub delayed: Gauge,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum ReconcileResult {
     Success,
@@ -75,6 +87,8 @@ pub struct Metrics {
     reconcile_duration: Family<ControllerLabels, Histogram>,
     webhook_requests: Family<WebhookLabels, Counter>,
     webhook_duration: Family<WebhookLabels, Histogram>,
+    queue_waiting: Family<QueueLabels, Gauge>,
+    queue_delayed: Family<QueueLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -115,8 +129,20 @@ impl Metrics {
             reconcile_duration: Family::new_with_constructor(latency_histogram),
             webhook_requests: Family::default(),
             webhook_duration: Family::new_with_constructor(latency_histogram),
+            queue_waiting: Family::default(),
+            queue_delayed: Family::default(),
             registry: Registry::default(),
         };
+        registry.register(
+            "workqueue_depth",
+            "Keys waiting for a worker, by queue (claims, pools)",
+            m.queue_waiting.clone(),
+        );
+        registry.register(
+            "workqueue_delayed",
+            "Keys due for another run later (retries, rechecks, grace periods), by queue",
+            m.queue_delayed.clone(),
+        );
         registry.register(
             "pool_addresses_total",
             "Allocatable addresses (prefix pools: child prefixes) of a pool",
@@ -201,6 +227,15 @@ impl Metrics {
 
     pub fn duplicate_withdrawn(&self, kind: PoolKind) {
         self.duplicates_withdrawn.get_or_create(&PoolKindLabels { kind: kind.kind().to_owned() }).inc();
+    }
+
+    /// The gauges of the work queue `queue`.
+    pub fn queue(&self, queue: &'static str) -> QueueGauges {
+        let labels = QueueLabels { queue };
+        QueueGauges {
+            waiting: self.queue_waiting.get_or_create(&labels).clone(),
+            delayed: self.queue_delayed.get_or_create(&labels).clone(),
+        }
     }
 
     pub fn set_leading(&self, leading: bool) {

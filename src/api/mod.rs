@@ -54,7 +54,7 @@ pub const SKIP_DELETE_VALIDATION_ANNOTATION: &str = "ipam.cluster.x-k8s.io/skip-
 pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 /// On a global pool: the addresses (prefixes, for prefix pools) that IPAddresses took to another management cluster
 /// with `clusterctl move`, comma-separated. They stay reserved here until they come back or an operator removes them
-/// (`controllers::moved_away`).
+/// (`index::moved_away`).
 pub const MOVED_AWAY_ANNOTATION: &str = "ipam.cluster.x-k8s.io/moved-away";
 /// Cluster API's pause annotation, honoured on claims, pools and Clusters.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";

@@ -75,7 +75,7 @@ pub struct Context {
 
 impl Context {
     fn new(client: Client, fence: Fence, options: ControllerOptions, metrics: Arc<Metrics>) -> (Self, WorkStreams) {
-        let (work, streams) = Work::new();
+        let (work, streams) = Work::new(&metrics);
         let work = Arc::new(work);
         let index = Arc::new(Index::new(work.clone(), metrics.clone()));
         let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());

@@ -8,6 +8,7 @@ pub mod watch;
 use futures::channel::mpsc;
 
 use crate::index::{ObjectKey, PoolKey, Sink};
+use crate::metrics::Metrics;
 use queue::WorkQueue;
 
 /// The work of the controllers: claims and pools to reconcile, claims gone (their IPAddress is checked at once), and
@@ -26,11 +27,13 @@ pub struct WorkStreams {
 }
 
 impl Work {
-    pub fn new() -> (Work, WorkStreams) {
+    pub fn new(metrics: &Metrics) -> (Work, WorkStreams) {
         let (gone, gone_rx) = mpsc::unbounded();
         let (moved_away, moved_away_rx) = mpsc::unbounded();
         let streams = WorkStreams { gone: gone_rx, moved_away: moved_away_rx };
-        (Work { claims: WorkQueue::default(), pools: WorkQueue::default(), gone, moved_away }, streams)
+        let claims = WorkQueue::with_gauges(metrics.queue("claims"));
+        let pools = WorkQueue::with_gauges(metrics.queue("pools"));
+        (Work { claims, pools, gone, moved_away }, streams)
     }
 }
 

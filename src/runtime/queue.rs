@@ -13,6 +13,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
 
+use crate::metrics::QueueGauges;
+
 /// What a reconcile asks for next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
@@ -29,11 +31,19 @@ pub struct WorkQueue<K> {
     state: Mutex<State<K>>,
     /// Signalled when `ready` gains a key.
     ready_signal: Notify,
+    gauges: QueueGauges,
 }
 
 impl<K> Default for WorkQueue<K> {
     fn default() -> Self {
-        Self { state: Mutex::new(State::default()), ready_signal: Notify::new() }
+        Self::with_gauges(QueueGauges::default())
+    }
+}
+
+impl<K> WorkQueue<K> {
+    /// A queue that reports its depth into `gauges` (`crate::metrics`).
+    pub fn with_gauges(gauges: QueueGauges) -> Self {
+        Self { state: Mutex::new(State::default()), ready_signal: Notify::new(), gauges }
     }
 }
 
@@ -105,9 +115,18 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn observe(&self, state: &State<K>) {
+        self.gauges.waiting.set(i64::try_from(state.ready.len()).unwrap_or(i64::MAX));
+        self.gauges.delayed.set(i64::try_from(state.due.len()).unwrap_or(i64::MAX));
+    }
+
     /// Queues the key now (a delayed requeue of it is dropped: this run comes first).
     pub fn add(&self, key: K) {
-        if self.state().add(key) {
+        let mut state = self.state();
+        let added = state.add(key);
+        self.observe(&state);
+        drop(state);
+        if added {
             self.ready_signal.notify_one();
         }
     }
@@ -133,6 +152,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
                 state.due.insert(key, (at, entry));
             }
         }
+        self.observe(&state);
     }
 
     /// The next key to reconcile; the caller owns it until [`WorkQueue::done`].
@@ -148,6 +168,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
                     state.running.insert(key.clone());
                     let more = !state.ready.is_empty();
                     state.shrink_when_drained();
+                    self.observe(&state);
                     drop(state);
                     if more {
                         // Pass the signal on: `notify_one` stores one permit, and other workers may be waiting.
@@ -185,6 +206,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             state.due.remove(&key);
             let woke = state.add(key);
             state.shrink_when_drained();
+            self.observe(&state);
             drop(state);
             if woke {
                 self.ready_signal.notify_one();
@@ -292,6 +314,26 @@ mod tests {
         let state = q.state();
         assert!(state.queued.capacity() <= 2 * KEEP_CAPACITY, "{}", state.queued.capacity());
         assert!(state.ready.capacity() <= 2 * KEEP_CAPACITY, "{}", state.ready.capacity());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_gauges_show_what_waits_and_what_is_due_later() {
+        let gauges = QueueGauges::default();
+        let q = Arc::new(WorkQueue::<ObjectKey>::with_gauges(gauges.clone()));
+        q.add(key("a"));
+        q.add(key("b"));
+        q.add_after(key("c"), Duration::from_secs(5));
+        assert_eq!((gauges.waiting.get(), gauges.delayed.get()), (2, 1));
+        let a = q.next().await;
+        assert_eq!(gauges.waiting.get(), 1);
+        q.done(&a);
+        let timers = tokio::spawn({
+            let q = q.clone();
+            async move { q.run_timers().await }
+        });
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!((gauges.waiting.get(), gauges.delayed.get()), (2, 0));
+        timers.abort();
     }
 
     #[tokio::test]

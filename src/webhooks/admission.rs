@@ -354,6 +354,18 @@ async fn other_pools(
         .collect())
 }
 
+/// The other pools (see [`other_pools`]) whose spec `overlap` finds overlapping, with the first overlapping range.
+async fn overlaps(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    namespace: Option<&str>,
+    overlap: impl Fn(Value) -> Option<String>,
+) -> Result<Vec<(String, String)>, kube::Error> {
+    let others = other_pools(ctx, kind, name, namespace).await?;
+    Ok(others.into_iter().filter_map(|(other, spec)| overlap(spec).map(|range| (other, range))).collect())
+}
+
 async fn ip_pool_overlaps(
     ctx: &AdmissionContext,
     kind: PoolKind,
@@ -361,18 +373,12 @@ async fn ip_pool_overlaps(
     namespace: Option<&str>,
     config: &IpPoolConfig,
 ) -> Result<Vec<(String, String)>, kube::Error> {
-    let mut found = Vec::new();
-    for (other, spec) in other_pools(ctx, kind, name, namespace).await? {
-        let Ok(spec) = serde_json::from_value::<IPPoolSpec>(spec) else { continue };
-        let Ok(other_config) = IpPoolConfig::new(&spec.to_ipam()) else { continue };
-        if other_config.family() != config.family() {
-            continue;
-        }
-        if let Some(range) = first_overlap(config.family(), config.allocatable(), other_config.allocatable()) {
-            found.push((other, range));
-        }
-    }
-    Ok(found)
+    overlaps(ctx, kind, name, namespace, |spec| {
+        let spec = serde_json::from_value::<IPPoolSpec>(spec).ok()?;
+        let other = IpPoolConfig::new(&spec.to_ipam()).ok().filter(|o| o.family() == config.family())?;
+        first_overlap(config.family(), config.allocatable(), other.allocatable())
+    })
+    .await
 }
 
 async fn validate_prefix(
@@ -439,13 +445,10 @@ async fn prefix_pool_overlaps(
     namespace: Option<&str>,
     config: &PrefixPoolConfig,
 ) -> Result<Vec<(String, String)>, kube::Error> {
-    let mut found = Vec::new();
-    for (other, spec) in other_pools(ctx, kind, name, namespace).await? {
-        let Ok(spec) = serde_json::from_value::<PrefixPoolSpec>(spec) else { continue };
-        let Ok(other_config) = PrefixPoolConfig::new(&spec.to_ipam()) else { continue };
-        if let Some(range) = first_overlap(Family::V6, config.prefixes(), other_config.prefixes()) {
-            found.push((other, range));
-        }
-    }
-    Ok(found)
+    overlaps(ctx, kind, name, namespace, |spec| {
+        let spec = serde_json::from_value::<PrefixPoolSpec>(spec).ok()?;
+        let other = PrefixPoolConfig::new(&spec.to_ipam()).ok()?;
+        first_overlap(Family::V6, config.prefixes(), other.prefixes())
+    })
+    .await
 }

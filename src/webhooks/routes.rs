@@ -7,7 +7,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::api::ObjectMeta;
 
-use crate::api::{GROUP, PoolKind};
+use crate::api::{GROUP, POOL_VERSION, PoolKind};
 
 /// The conversion webhook path (v1alpha1 ⇄ v1alpha2 of the IP pools).
 pub const CONVERT_PATH: &str = "/convert";
@@ -34,7 +34,7 @@ impl AdmissionRoute {
             Purpose::Default => "mutate",
             Purpose::Validate => "validate",
         };
-        format!("/{verb}-{}-v1alpha2-{}", GROUP.replace('.', "-"), self.kind.kind().to_ascii_lowercase())
+        format!("/{verb}-{}-{POOL_VERSION}-{}", GROUP.replace('.', "-"), self.kind.kind().to_ascii_lowercase())
     }
 
     /// The webhook's name in its configuration, e.g. `validation.inclusterippool.ipam.cluster.x-k8s.io`.
@@ -57,7 +57,7 @@ impl AdmissionRoute {
     fn rule(&self) -> RuleWithOperations {
         RuleWithOperations {
             api_groups: Some(vec![GROUP.to_owned()]),
-            api_versions: Some(vec!["v1alpha2".to_owned()]),
+            api_versions: Some(vec![POOL_VERSION.to_owned()]),
             operations: Some(self.operations()),
             resources: Some(vec![self.kind.plural()]),
             scope: None,

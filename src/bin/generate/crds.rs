@@ -5,13 +5,15 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomR
 use kube::CustomResourceExt;
 use kube::core::crd::merge_crds;
 
-use capi_ipam::api::{CLUSTERCTL_LABEL, MOVE_HIERARCHY_LABEL, PROVIDER_LABEL, PROVIDER_NAME, v1alpha1, v1alpha2};
+use capi_ipam::api::{
+    CLUSTERCTL_LABEL, MOVE_HIERARCHY_LABEL, POOL_VERSION, PROVIDER_LABEL, PROVIDER_NAME, v1alpha1, v1alpha2,
+};
 
 /// The four CRDs: the IP pools with v1alpha1 (served, deprecated) and v1alpha2 (storage), the prefix pools with
 /// v1alpha2 only. Each carries the clusterctl, move-hierarchy and provider labels (decision D7).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let merged = |v1: CustomResourceDefinition, v2: CustomResourceDefinition| {
-        merge_crds(vec![v1, v2], "v1alpha2").expect("the versions of one kind merge")
+        merge_crds(vec![v1, v2], POOL_VERSION).expect("the versions of one kind merge")
     };
     let mut crds = vec![
         merged(v1alpha1::InClusterIPPool::crd(), v1alpha2::InClusterIPPool::crd()),
