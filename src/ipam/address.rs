@@ -1,7 +1,7 @@
 //! IP families, conversions between addresses and integers, and the address grammar of pool specs:
 //! a single IP (`10.0.0.5`), an inclusive range (`10.0.0.10-10.0.0.20`) or a CIDR with host bits allowed
-//! (`10.0.0.1/24` means all of `10.0.0.0/24`). Networks, masks and blocks are `ipnet`'s; the ranges of a pool are
-//! integers (`RangeSet`), where the allocator works.
+//! (`10.0.0.1/24` means all of `10.0.0.0/24`). CIDRs are parsed into `ipnet` networks; the ranges of a pool
+//! are integers (`RangeSet`), where the allocator works.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -66,21 +66,20 @@ pub fn to_u128(ip: IpAddr) -> u128 {
     }
 }
 
-/// The network `value/prefix` of the family (a longer prefix is taken as the family's full length).
-fn network(family: Family, value: u128, prefix: u8) -> IpNet {
-    let prefix = prefix.min(family.bits());
-    IpNet::new(family.addr(value), prefix).unwrap_or_else(|_| IpNet::from(family.addr(value)))
-}
-
-/// The netmask of a prefix length as an integer of the family.
+/// The netmask of a prefix length as an integer of the family (`prefix <= family.bits()`).
 pub fn mask(family: Family, prefix: u8) -> u128 {
-    to_u128(network(family, 0, prefix).netmask())
+    let bits = family.bits();
+    let host_bits = bits - prefix.min(bits);
+    let all = family.max_value();
+    if host_bits >= 128 { 0 } else { all & !((1u128 << host_bits) - 1) }
 }
 
-/// The first and last value of the block `value/prefix`.
+/// The first and last value of the block `value/prefix`: integer arithmetic, since the allocator calls it in its
+/// loops (what is parsed from text goes through `ipnet`).
 pub fn block(family: Family, value: u128, prefix: u8) -> (u128, u128) {
-    let net = network(family, value, prefix);
-    (to_u128(net.network()), to_u128(net.broadcast()))
+    let m = mask(family, prefix);
+    let start = value & m;
+    (start, start | (family.max_value() & !m))
 }
 
 /// Parses one address without surrounding text; rejects IPv6 zones and other decorations.
