@@ -17,7 +17,7 @@ use super::{Context, Error, FIELD_MANAGER, finalizers, ipaddress};
 use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
 use crate::capi::{CapiVersion, Claim};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, AllocateError, Assigned, Held, Index, ObjectKey, PoolKey};
+use crate::index::{AddressRecord, AllocateError, Assigned, Index, ObjectKey, PoolKey};
 use crate::runtime::queue::Next;
 
 /// A claim that found its pool exhausted (or was refused for good) is woken by a change; this requeue is only a
@@ -259,8 +259,11 @@ async fn adopt(
     if record.deleting {
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
     }
-    let address = ctx.index.registry().held_by(pool_key, key).and_then(Held::address);
-    let mut message = format!("allocated {} from {pool_key}", address.map_or_else(String::new, |a| a.to_string()));
+    // The address as `spec.address` shows it; one that does not parse is said so.
+    let address = ctx.index.registry().held_by(pool_key, key).map_or_else(String::new, |held| {
+        held.address().map_or_else(|| held.to_string(), |address| address.to_string())
+    });
+    let mut message = format!("allocated {address} from {pool_key}");
     if let Some(duplicate) = duplicate {
         // Bound, so it stays (a machine may use it); the condition says so until one holder is released.
         message.push_str(&format!(
