@@ -119,8 +119,9 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     // The finalizer is persisted before any address exists, so a deleted claim never leaves an IPAddress behind.
     if claim.release_finalizer_index.is_none() {
         let api = ctx.claims_api(&key.namespace);
-        let ipam = (format!("{GROUP}/{}", ctx.capi().ipam.version()), "IPAddressClaim");
-        let patched = finalizers::add(ctx, &api, (&ipam.0, ipam.1), &key.name, RELEASE_ADDRESS_FINALIZER).await?;
+        let api_version = format!("{GROUP}/{}", ctx.capi().ipam.version());
+        let patched =
+            finalizers::add(ctx, &api, &api_version, "IPAddressClaim", &key.name, RELEASE_ADDRESS_FINALIZER).await?;
         debug!(claim = %key, index = ?patched.claim.release_finalizer_index, "finalizer added");
     }
 

@@ -12,11 +12,12 @@ pub fn index_of(meta: &kube::api::ObjectMeta, finalizer: &str) -> Option<usize> 
     meta.finalizers.as_ref().and_then(|f| f.iter().position(|x| x == finalizer))
 }
 
-/// Adds `finalizer` to the object `name` of `api_version`/`kind`.
+/// Adds `finalizer` to the object `name` of `api_version`/`kind` (server-side apply names the type in the body).
 pub async fn add<K>(
     ctx: &Context,
     api: &Api<K>,
-    (api_version, kind): (&str, &str),
+    api_version: &str,
+    kind: &str,
     name: &str,
     finalizer: &str,
 ) -> Result<K, Error>

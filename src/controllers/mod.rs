@@ -74,12 +74,18 @@ pub struct Context {
 }
 
 impl Context {
-    fn new(client: Client, fence: Fence, options: ControllerOptions, metrics: Arc<Metrics>) -> (Self, WorkStreams) {
+    /// `synced` turns true once every watch has listed (the start-up gate of `run`).
+    fn new(
+        client: Client,
+        fence: Fence,
+        options: ControllerOptions,
+        metrics: Arc<Metrics>,
+        synced: watch::Receiver<bool>,
+    ) -> (Self, WorkStreams) {
         let (work, streams) = Work::new(&metrics);
         let work = Arc::new(work);
         let index = Arc::new(Index::new(work.clone(), metrics.clone()));
         let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());
-        let (_, synced) = watch::channel(false);
         let ctx = Context {
             events: events::Events::new(client.clone(), identity),
             client,
@@ -187,8 +193,7 @@ pub async fn run(
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let (synced_tx, synced) = watch::channel(false);
-    let (mut ctx, streams) = Context::new(client.clone(), fence, options.clone(), metrics);
-    ctx.synced = synced;
+    let (ctx, streams) = Context::new(client.clone(), fence, options.clone(), metrics, synced);
     let ctx = Arc::new(ctx);
     let namespace = options.namespace.as_deref();
     let capi = options.capi;

@@ -104,8 +104,8 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
         return Ok(Next::AwaitChange);
     }
     if finalizer.is_none() {
-        let type_ = (key.kind.api_version(), key.kind.kind());
-        finalizers::add(ctx, &api, (&type_.0, type_.1), &key.name, PROTECT_POOL_FINALIZER).await?;
+        let api_version = key.kind.api_version();
+        finalizers::add(ctx, &api, &api_version, key.kind.kind(), &key.name, PROTECT_POOL_FINALIZER).await?;
     }
     let desired = desired_status(&ctx.index, key);
     ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, ctx.index.registry().counts(key).0);

@@ -28,7 +28,8 @@ fn test_context() -> Context {
         concurrency: 1,
         orphan_release_delay: Duration::from_secs(1),
     };
-    let (ctx, _streams) = Context::new(client, Fence::none(), options, Arc::new(Metrics::new()));
+    let (_, synced) = watch::channel(true);
+    let (ctx, _streams) = Context::new(client, Fence::none(), options, Arc::new(Metrics::new()), synced);
     ctx
 }
 

@@ -79,7 +79,7 @@ fn held(key: &PoolKey, entry: &str) -> Option<Held> {
 
 /// An IPAddress of a global pool is gone for a move: its address stays held, as a reservation.
 pub fn moved_away(index: &Index, pool: &PoolKey, address: &ObjectKey) {
-    let Some(held) = index.registry.held_by(pool, address).filter(|h| is_address(*h)) else { return };
+    let Some(held) = index.registry.held_by(pool, address).filter(|h| h.address().is_some()) else { return };
     if index.registry.transfer(pool, address, &reservation_key(held)).is_some() {
         info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
         index.queue_moved_away(pool, held, true);
@@ -106,14 +106,11 @@ pub fn claim_moved_away(index: &Index, claim: &ObjectKey) {
 /// An IPAddress of a global pool seen again after it was moved away (until it is deleted): its address is a
 /// reservation. One first seen in that state (the manager started during a move) is reserved at once.
 pub fn still_moving_away(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
-    if is_address(held) && index.registry.held_by(pool, address).is_none() && index.registry.reserve(pool, held) {
+    if held.address().is_some() && index.registry.held_by(pool, address).is_none() && index.registry.reserve(pool, held)
+    {
         info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
         index.queue_moved_away(pool, held, true);
     }
-}
-
-fn is_address(held: Held) -> bool {
-    matches!(held, Held::Ip(Some(_)) | Held::Prefix(Some(_)))
 }
 
 /// An IPAddress appeared: if its address was reserved as moved away, the Cluster came back with it.

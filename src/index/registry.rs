@@ -237,7 +237,7 @@ impl PoolState {
     fn find_duplicates(&mut self) {
         let mut by_held: HashMap<Held, Vec<ObjectKey>> = HashMap::new();
         for (key, h) in &self.holders {
-            if matches!(h.held, Held::Ip(Some(_)) | Held::Prefix(Some(_))) {
+            if h.held.address().is_some() {
                 by_held.entry(h.held).or_default().push(key.clone());
             }
         }
@@ -654,11 +654,7 @@ fn take_waiters(state: &mut PoolState) -> Woken {
 }
 
 fn assigned(state: &PoolState, held: Held) -> Option<Assigned> {
-    let address = match held {
-        Held::Ip(ip) => ip?,
-        Held::Prefix(p) => IpAddr::V6(p?.base),
-    };
-    Some(Assigned { address, prefix: state.prefix, gateway: state.gateway.clone() })
+    Some(Assigned { address: held.address()?, prefix: state.prefix, gateway: state.gateway.clone() })
 }
 
 fn parse_config(spec: &PoolSpec) -> Result<Config, String> {
