@@ -111,6 +111,25 @@ impl std::fmt::Display for Uid {
     }
 }
 
+/// A resourceVersion kept as the precondition of our next write to the object. The API server's are decimal etcd
+/// revisions, kept in 8 bytes; any other text (they are opaque to clients) is not kept, and the writer reads the live
+/// object instead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceVersion(Option<std::num::NonZeroU64>);
+
+impl ResourceVersion {
+    pub fn of(s: &str) -> ResourceVersion {
+        // Only a canonical decimal is kept: it must come back exactly as the API server wrote it.
+        let n = s.parse::<std::num::NonZeroU64>().ok().filter(|n| n.to_string() == s);
+        ResourceVersion(n)
+    }
+
+    /// The text to send back, when it was kept.
+    pub fn text(self) -> Option<String> {
+        self.0.map(|n| n.to_string())
+    }
+}
+
 /// A stable 64-bit digest (fixed keys, so equal values give equal digests for the life of the process).
 pub fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
     BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
@@ -119,6 +138,15 @@ pub fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_versions_are_kept_only_when_they_come_back_unchanged() {
+        assert_eq!(ResourceVersion::of("123456").text().as_deref(), Some("123456"));
+        for opaque in ["", "0", "0123", "abc", "12a", "-1", "+5", "99999999999999999999999"] {
+            assert_eq!(ResourceVersion::of(opaque).text(), None, "{opaque:?}");
+        }
+        assert_eq!(std::mem::size_of::<ResourceVersion>(), 8);
+    }
 
     #[test]
     fn uuids_are_kept_in_16_bytes_and_written_back_as_they_came() {

@@ -261,12 +261,13 @@ async fn an_exhausted_pool_serves_the_waiting_claim_as_soon_as_an_address_frees_
         assert_eq!(address_of(&bound), freed, "the freed address is reused");
         let ready = CAPI.wait_reason(c, ns, &waiting, "Allocated").await;
         assert_eq!(ready["status"], "True");
-        // Each transition has its Event.
+        // The wait and the recovery have their Events; a first allocation has none (its condition says it).
         let reasons = event_reasons(c, ns, &waiting).await;
         assert!(
             reasons.contains(&"PoolExhausted".to_owned()) && reasons.contains(&"Allocated".to_owned()),
             "{reasons:?}"
         );
+        assert_eq!(event_reasons(c, ns, &format!("{pool}-0")).await, Vec::<String>::new());
     }
 }
 
@@ -329,6 +330,48 @@ async fn a_missing_pool_is_reported_and_its_creation_binds_the_claim() {
     CAPI.create_claim(c, ns, "orphan", "GlobalInClusterIPPool", &unique_name("never")).await;
     CAPI.wait_reason(c, ns, "orphan", "PoolNotReady").await;
     CAPI.delete_claim(c, ns, "orphan").await;
+}
+
+/// Our writes are JSON and merge patches conditioned on the version we read (no server-side apply): another
+/// controller's finalizer and conditions, written before and between our writes, stay as they are.
+#[tokio::test]
+async fn other_owners_finalizers_and_conditions_survive_our_writes() {
+    let env = TestEnv::with_manager("others").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    let mut claim = CAPI.claim("claim", "InClusterIPPool", "later");
+    claim.metadata.finalizers = Some(vec!["example.com/theirs".to_owned()]);
+    CAPI.claims(c, ns).create(&PostParams::default(), &claim).await.expect("claim");
+    CAPI.wait_reason(c, ns, "claim", "PoolNotReady").await;
+    let theirs = json!({"type": "Theirs", "status": "True", "reason": "Fine", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    let mut conditions: Vec<serde_json::Value> =
+        CAPI.claims(c, ns).get("claim").await.expect("claim").data["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+    conditions.insert(0, theirs.clone());
+    let patch = json!({"status": {"conditions": conditions}});
+    CAPI.claims(c, ns)
+        .patch_status("claim", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .expect("their condition");
+    create_pool(c, "InClusterIPPool", ns, "later", json!({"addresses": ["10.0.0.9"], "prefix": 24})).await;
+    CAPI.wait_bound(c, ns, "claim").await;
+    let ready = CAPI.wait_reason(c, ns, "claim", "Allocated").await;
+    let stored = CAPI.claims(c, ns).get("claim").await.expect("claim");
+    assert_eq!(stored.finalizers(), ["example.com/theirs", "ipam.cluster.x-k8s.io/ReleaseAddress"]);
+    let conditions = stored.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    assert_eq!(conditions, [theirs, ready], "their condition is kept, in its place");
+    let applied = stored.managed_fields().iter().filter(|m| m.operation.as_deref() == Some("Apply")).count();
+    assert_eq!(applied, 0, "no server-side apply: {:?}", stored.managed_fields());
+    assert!(
+        stored.managed_fields().iter().any(|m| m.manager.as_deref() == Some("capi-ipam-in-cluster")),
+        "our writes name us"
+    );
+    let mut patched = stored.clone();
+    patched.metadata.finalizers = Some(vec!["ipam.cluster.x-k8s.io/ReleaseAddress".to_owned()]);
+    CAPI.claims(c, ns).replace("claim", &PostParams::default(), &patched).await.expect("their finalizer off");
+    CAPI.delete_claim(c, ns, "claim").await;
 }
 
 #[tokio::test]

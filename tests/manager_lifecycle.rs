@@ -254,11 +254,16 @@ async fn the_charts_roles_are_enough_for_a_claims_whole_life() {
     assert_eq!(address_of(&bound), "10.70.0.1");
     CAPI.wait_reason(&admin, &ns, "claim", "Allocated").await;
     wait_pool_counts(&admin, "InClusterIPPool", &ns, "pool", (10, 1, 9, 0)).await;
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), &ns)
-        .list(&Default::default())
-        .await
-        .expect("events");
-    assert!(events.items.iter().any(|e| e.reason.as_deref() == Some("Allocated")), "the Event was written");
+    // A first allocation has no Event (its condition says it); a claim that cannot be bound has one.
+    CAPI.create_claim(&admin, &ns, "no-pool", "InClusterIPPool", "missing").await;
+    CAPI.wait_reason(&admin, &ns, "no-pool", "PoolNotReady").await;
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), &ns);
+    eventually(Duration::from_secs(10), "the PoolNotReady Event", || async {
+        let list = events.list(&Default::default()).await.expect("events");
+        list.items.iter().any(|e| e.reason.as_deref() == Some("PoolNotReady")).then_some(())
+    })
+    .await;
+    CAPI.delete_claim(&admin, &ns, "no-pool").await;
     let lease = Api::<Lease>::namespaced(admin.clone(), &ns).get(LEASE).await.expect("the lease");
     assert!(lease.spec.and_then(|s| s.holder_identity).is_some());
     CAPI.delete_claim(&admin, &ns, "claim").await;

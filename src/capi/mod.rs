@@ -306,7 +306,8 @@ pub struct Claim {
     pub key: ObjectKey,
     /// It goes into the IPAddress's owner reference as it is.
     pub uid: crate::compact::UidText,
-    pub generation: Option<i64>,
+    /// `metadata.generation` (the API server starts it at 1; 8 bytes where `Option<i64>` takes 16).
+    pub generation: Option<std::num::NonZeroI64>,
     pub deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// `spec.poolRef`: the kind when it is one of ours, and the name.
     pub pool_kind: Option<PoolKind>,
@@ -316,6 +317,13 @@ pub struct Claim {
     pub(crate) cluster: Option<Arc<str>>,
     /// Where our `ReleaseAddress` finalizer is in `metadata.finalizers` (its removal tests that index).
     pub release_finalizer_index: Option<u16>,
+    /// `metadata.finalizers` is not empty (ours is appended to the list, or the list is created).
+    pub has_finalizers: bool,
+    /// The precondition of our writes to it: they go through only if nothing changed since we read it.
+    pub resource_version: crate::compact::ResourceVersion,
+    /// Its status has conditions other than our `Ready` (in `status.conditions` or, for v1beta1,
+    /// `status.v1beta2.conditions`): a status write reads them first, to write them back unchanged.
+    pub foreign_conditions: bool,
     /// The `cluster.x-k8s.io/paused` annotation is present.
     pub paused: bool,
     /// `clusterctl move` is deleting it from this management cluster (its `delete-for-move` annotation).
@@ -346,6 +354,15 @@ struct ClaimObject {
 struct ClaimStatusObject {
     #[serde(default)]
     address_ref: Option<NameRef>,
+    #[serde(default)]
+    conditions: Option<Vec<ConditionObject>>,
+    /// A v1beta1 claim's `status.v1beta2` (its metav1 conditions).
+    #[serde(default)]
+    v1beta2: Option<V1Beta2StatusObject>,
+}
+
+#[derive(Deserialize, Default)]
+struct V1Beta2StatusObject {
     #[serde(default)]
     conditions: Option<Vec<ConditionObject>>,
 }
@@ -382,31 +399,38 @@ impl From<ClaimObject> for ClaimResource {
         let moving_away = annotation(crate::api::DELETE_FOR_MOVE_ANNOTATION).is_some();
         let requested_address =
             annotation(crate::api::REQUESTED_ADDRESS_ANNOTATION).filter(|v| !v.is_empty()).map(String::into_boxed_str);
+        let has_finalizers = o.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty());
         let status = o.status.take().unwrap_or_default();
+        let secondary = status.v1beta2.and_then(|s| s.conditions).unwrap_or_default();
+        let foreign_conditions = status.conditions.iter().flatten().chain(&secondary).any(|c| c.type_ != "Ready");
         slim_metadata(&mut o.metadata);
         let meta = &o.metadata;
-        let claim =
-            Claim {
-                key: ObjectKey::new(
-                    meta.namespace.as_deref().unwrap_or_default(),
-                    meta.name.as_deref().unwrap_or_default(),
-                ),
-                uid: crate::compact::UidText::of(meta.uid.as_deref().unwrap_or_default()),
-                generation: meta.generation,
-                deletion_timestamp: meta.deletion_timestamp.clone(),
-                pool_kind: o.spec.pool_ref.our_kind(),
-                pool_name: crate::compact::intern(&o.spec.pool_ref.name),
-                cluster: cluster.map(|n| crate::compact::intern(&n)),
-                release_finalizer_index,
-                paused,
-                moving_away,
-                requested_address,
-                watch_filter,
-                bound: status.address_ref.map(|r| r.name).filter(|n| !n.is_empty()).map(|n| {
-                    if Some(n.as_str()) == meta.name.as_deref() { Box::default() } else { n.into_boxed_str() }
-                }),
-                ready: status.conditions.into_iter().flatten().find(|c| c.type_ == "Ready").map(ReadyCondition::from),
-            };
+        let claim = Claim {
+            key: ObjectKey::new(
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            ),
+            uid: crate::compact::UidText::of(meta.uid.as_deref().unwrap_or_default()),
+            generation: meta.generation.and_then(std::num::NonZeroI64::new),
+            deletion_timestamp: meta.deletion_timestamp.clone(),
+            pool_kind: o.spec.pool_ref.our_kind(),
+            pool_name: crate::compact::intern(&o.spec.pool_ref.name),
+            cluster: cluster.map(|n| crate::compact::intern(&n)),
+            release_finalizer_index,
+            has_finalizers,
+            resource_version: crate::compact::ResourceVersion::of(meta.resource_version.as_deref().unwrap_or_default()),
+            foreign_conditions,
+            paused,
+            moving_away,
+            requested_address,
+            watch_filter,
+            bound: status
+                .address_ref
+                .map(|r| r.name)
+                .filter(|n| !n.is_empty())
+                .map(|n| if Some(n.as_str()) == meta.name.as_deref() { Box::default() } else { n.into_boxed_str() }),
+            ready: status.conditions.into_iter().flatten().find(|c| c.type_ == "Ready").map(ReadyCondition::from),
+        };
         ClaimResource { metadata: o.metadata, claim }
     }
 }

@@ -1,19 +1,19 @@
 //! The IPAddressClaim controller: claims get an IPAddress and `status.addressRef`, exactly once, with a `Ready`
-//! condition and an Event on every transition; deleted claims release their address. `gate` and `allocate` decide
+//! condition and an Event on failures, waits and recoveries; deleted claims release their address. `gate` and `allocate` decide
 //! from the index alone; the rest writes.
 
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::events::EventType;
 use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
-use super::{Context, Error, FIELD_MANAGER, finalizers, ipaddress};
+use super::{Context, Error, finalizers, ipaddress, patch_params, post_params};
 use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
 use crate::capi::{CapiVersion, Claim};
 use crate::compact::Uid;
@@ -116,14 +116,20 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     }
     let pool = ctx.index.pool(&pool_key);
 
-    // The finalizer is persisted before any address exists, so a deleted claim never leaves an IPAddress behind.
-    if claim.release_finalizer_index.is_none() {
+    // The finalizer is persisted before any address exists, so a deleted claim never leaves an IPAddress behind. The
+    // rest of this reconcile works on the claim as that write returned it (its resourceVersion is the status write's
+    // precondition).
+    let patched;
+    let claim = if claim.release_finalizer_index.is_none() {
         let api = ctx.claims_api(&key.namespace);
-        let api_version = format!("{GROUP}/{}", ctx.capi().ipam.version());
-        let patched =
-            finalizers::add(ctx, &api, &api_version, "IPAddressClaim", &key.name, RELEASE_ADDRESS_FINALIZER).await?;
-        debug!(claim = %key, index = ?patched.claim.release_finalizer_index, "finalizer added");
-    }
+        let read = as_read(claim, ctx).await?;
+        let read = finalizers::Read { resource_version: &read.0, has_finalizers: read.1 };
+        patched = finalizers::add(ctx, &api, &key.name, RELEASE_ADDRESS_FINALIZER, &read).await?.claim;
+        debug!(claim = %key, index = ?patched.release_finalizer_index, "finalizer added");
+        &patched
+    } else {
+        claim
+    };
 
     if let Some(record) = ctx.index.address(key) {
         return adopt(claim, ctx, &pool_key, pool.as_deref(), &record).await;
@@ -185,7 +191,7 @@ async fn create_address(
     // Leadership is checked again right before the create, and a create still in flight when the term ends is
     // dropped (`crate::leader`): a replica that may have lost the Lease never creates an IPAddress.
     // Fenced, it is uncertain whether it was created: the hold stays (this replica's state goes with its term).
-    match ctx.fence.guard(api.create(&PostParams::default(), &object)).await? {
+    match ctx.fence.guard(api.create(&post_params(), &object)).await? {
         Ok(created) => {
             ctx.index.registry().confirm(pool_key, key);
             let record = ctx.index.remember_address(key, &ipaddress::typed(&created));
@@ -315,7 +321,23 @@ async fn belongs_elsewhere(claim: &Claim, ctx: &Context, pool_key: &PoolKey, own
     Ok(Next::AwaitChange)
 }
 
-/// Writes the Ready condition (and addressRef) when it changed, and publishes an Event on a transition.
+/// The claim's resourceVersion and whether it has finalizers, as cached; read live when its resourceVersion was not
+/// kept (it is opaque, and only the API server's decimal ones are).
+async fn as_read(claim: &Claim, ctx: &Context) -> Result<(String, bool), Error> {
+    if let Some(version) = claim.resource_version.text() {
+        return Ok((version, claim.has_finalizers));
+    }
+    let live =
+        ctx.claims_api(&claim.key.namespace).get(&claim.key.name).await.map_err(Error::kube("reading the claim"))?;
+    Ok((live.metadata.resource_version.unwrap_or_default(), live.claim.has_finalizers))
+}
+
+/// Writes the Ready condition (and addressRef) when it changed, and publishes an Event when it tells something the
+/// condition alone does not (see [`deserves_event`]).
+///
+/// One merge patch of the status subresource, guarded by the resourceVersion the decision was made on. Merge patches
+/// replace lists whole, so the conditions lists are written with every other controller's entries as they are: from
+/// the cache when the claim has none (it keeps our `Ready` only), read live otherwise.
 async fn set_ready(
     claim: &Claim,
     ctx: &Context,
@@ -324,10 +346,7 @@ async fn set_ready(
     address_ref: Option<&str>,
 ) -> Result<(), Error> {
     let ready = Ready { reason, message };
-    // The cache keeps our Ready condition only, in digest form; that is all the comparisons need.
     let stored = claim.ready.as_ref();
-    let conditions = stored_conditions(stored);
-    // v1beta1 claims show Ready in status.conditions too; either view tells whether the claim is current.
     let stored_ref = claim.address_ref();
     let address_ref = address_ref.or(stored_ref);
     let current = is_current(stored, &ready) && stored_ref == address_ref;
@@ -335,45 +354,41 @@ async fn set_ready(
     if current || ctx.index.already_written(claim, written) {
         return Ok(());
     }
-    let now = Timestamp::now();
-    let namespace = &*claim.key.namespace;
-    let api = ctx.claims_api(namespace);
-    let result = match ctx.capi().ipam {
-        // v1beta2 keeps conditions in a map list: apply our entry only.
-        CapiVersion::V1Beta2 => {
-            let body = claim_status(ctx.capi().ipam, &conditions, &[], &ready, address_ref, claim.generation, now);
-            let patch = json!({
-                "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
-                "metadata": {"name": &*claim.key.name, "namespace": namespace},
-                "status": body,
-            });
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            ctx.fence.guard(api.patch_status(&claim.key.name, &params, &Patch::Apply(&patch))).await?
+    let api = ctx.claims_api(&claim.key.namespace);
+    let (conditions, v1beta2_conditions, resource_version) = match claim.resource_version.text() {
+        Some(version) if !claim.foreign_conditions => {
+            let ours = stored_conditions(stored);
+            (ours.clone(), ours, version)
         }
-        // v1beta1 keeps conditions in atomic lists: read them live (the cache keeps only ours), replace them whole,
-        // guarded by the version read.
-        CapiVersion::V1Beta1 => {
+        _ => {
             let raw: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), namespace, &ctx.capi().ipam.ip_address_claim());
+                Api::namespaced_with(ctx.client.clone(), &claim.key.namespace, &ctx.capi().ipam.ip_address_claim());
             let live = raw.get(&claim.key.name).await.map_err(Error::kube("reading the claim status"))?;
             let list =
                 |pointer: &str| live.data.pointer(pointer).and_then(Value::as_array).cloned().unwrap_or_default();
-            let body = claim_status(
-                ctx.capi().ipam,
-                &list("/status/conditions"),
-                &list("/status/v1beta2/conditions"),
-                &ready,
-                address_ref,
-                claim.generation,
-                now,
-            );
-            let patch = json!({"metadata": {"resourceVersion": live.resource_version()}, "status": body});
-            ctx.fence.guard(api.patch_status(&claim.key.name, &PatchParams::default(), &Patch::Merge(&patch))).await?
+            (
+                list("/status/conditions"),
+                list("/status/v1beta2/conditions"),
+                live.resource_version().unwrap_or_default(),
+            )
         }
     };
-    result.map_err(Error::kube("writing the claim status"))?;
+    let body = claim_status(
+        ctx.capi().ipam,
+        &conditions,
+        &v1beta2_conditions,
+        &ready,
+        address_ref,
+        claim.generation.map(i64::from),
+        Timestamp::now(),
+    );
+    let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": body});
+    ctx.fence
+        .guard(api.patch_status(&claim.key.name, &patch_params(), &Patch::Merge(&patch)))
+        .await?
+        .map_err(Error::kube("writing the claim status"))?;
     ctx.index.remember_written(claim, written);
-    if is_transition(stored, &ready) {
+    if deserves_event(stored, &ready) {
         let type_ = match reason {
             ClaimReason::Allocated | ClaimReason::WaitingForCluster | ClaimReason::ClusterPaused => EventType::Normal,
             _ => EventType::Warning,
@@ -383,6 +398,13 @@ async fn set_ready(
             .await;
     }
     Ok(())
+}
+
+/// Events are for failures, waits and recoveries: every change of the Ready status or reason, except a claim's first
+/// `Allocated` (the condition says it, and a burst of thousands of allocations would cost thousands of Event writes
+/// that tell nothing more).
+pub fn deserves_event(stored: Option<&crate::capi::ReadyCondition>, ready: &Ready) -> bool {
+    is_transition(stored, ready) && !(stored.is_none() && ready.reason.is_ready())
 }
 
 /// Deletion: the grace period, then the IPAddress (finalizer off, deleted), then the claim's finalizer. What the
@@ -414,15 +436,6 @@ async fn release(claim: &Claim, ctx: &Context, pool_key: &PoolKey) -> Result<Nex
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(Error::kube("reading the IPAddress")(e)),
     }
-    ctx.events
-        .publish(
-            &claim_reference(claim, ctx.capi().ipam),
-            EventType::Normal,
-            "Released",
-            "Release",
-            "the address was released",
-        )
-        .await;
     let claims = ctx.claims_api(&key.namespace);
     finalizers::remove(
         ctx,

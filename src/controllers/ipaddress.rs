@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, Preconditions};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -102,7 +102,7 @@ pub async fn repair(ctx: &Context, claim: &Claim, pool_key: &PoolKey, pool: Opti
     let patch = json!({ "metadata": metadata });
     let patched = ctx
         .fence
-        .guard(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)))
+        .guard(api.patch(&key.name, &super::patch_params(), &Patch::Merge(patch)))
         .await?
         .map_err(Error::kube("adopting the IPAddress"))?;
     ctx.index.remember_address(key, &typed(&patched));

@@ -42,8 +42,18 @@ use crate::runtime::watch::{self as watching, Health};
 use crate::runtime::{Work, WorkStreams};
 use crate::server::diagnostics::Readiness;
 
-/// The field manager of our server-side applies.
+/// The field manager every write of ours names (managedFields show who wrote what).
 pub const FIELD_MANAGER: &str = "capi-ipam-in-cluster";
+
+/// Our patches: JSON or merge patches with their precondition in the body, never a server-side apply (it makes the
+/// API server compute managed fields for the whole object on every write).
+pub fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() }
+}
+
+pub fn post_params() -> kube::api::PostParams {
+    kube::api::PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() }
+}
 
 /// What the controllers watch and how.
 #[derive(Clone, Debug)]

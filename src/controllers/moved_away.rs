@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::channel::mpsc;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::time::DelayQueue;
@@ -60,7 +60,7 @@ async fn write(ctx: &Context, key: &PoolKey) -> Result<(), Error> {
         "annotations": { MOVED_AWAY_ANNOTATION: value },
     }});
     ctx.fence
-        .guard(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch)))
+        .guard(api.patch(&key.name, &super::patch_params(), &Patch::Merge(&patch)))
         .await?
         .map_err(Error::kube("recording the addresses moved away"))?;
     ctx.index.moved_away_written(key, Some(&changes));

@@ -7,12 +7,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch};
 use serde_json::json;
 use tracing::info;
 
 use super::status::READY;
-use super::{Context, Error, FIELD_MANAGER, finalizers};
+use super::{Context, Error, finalizers, patch_params};
 use crate::api::v1alpha2::PoolAddressesStatus;
 use crate::api::{MOVED_AWAY_ANNOTATION, PROTECT_POOL_FINALIZER, Pool};
 use crate::index::{Index, PoolKey};
@@ -104,8 +104,11 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
         return Ok(Next::AwaitChange);
     }
     if finalizer.is_none() {
-        let api_version = key.kind.api_version();
-        finalizers::add(ctx, &api, &api_version, key.kind.kind(), &key.name, PROTECT_POOL_FINALIZER).await?;
+        let read = finalizers::Read {
+            resource_version: pool.metadata.resource_version.as_deref().unwrap_or_default(),
+            has_finalizers: pool.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty()),
+        };
+        finalizers::add(ctx, &api, &key.name, PROTECT_POOL_FINALIZER, &read).await?;
     }
     let desired = desired_status(&ctx.index, key);
     ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, ctx.index.registry().counts(key).0);
@@ -125,14 +128,15 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
         last_transition_time: transition,
         observed_generation: pool.metadata.generation,
     };
-    let patch = json!({
-        "apiVersion": key.kind.api_version(), "kind": key.kind.kind(),
-        "metadata": {"name": key.name},
-        "status": {"ipAddresses": desired.addresses, "conditions": [ready]},
-    });
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    // A merge patch: the counts whole, the conditions list whole with any other controller's entries kept.
+    let mut conditions: Vec<Condition> = pool.status.conditions.clone().unwrap_or_default();
+    match conditions.iter_mut().find(|c| c.type_ == READY) {
+        Some(slot) => *slot = ready,
+        None => conditions.push(ready),
+    }
+    let patch = json!({"status": {"ipAddresses": desired.addresses, "conditions": conditions}});
     ctx.fence
-        .guard(api.patch_status(&key.name, &params, &Patch::Apply(&patch)))
+        .guard(api.patch_status(&key.name, &patch_params(), &Patch::Merge(&patch)))
         .await?
         .map_err(Error::kube("writing the pool status"))?;
     Ok(Next::After(RESYNC))

@@ -145,10 +145,10 @@ pub fn with_condition(conditions: &[Value], ours: Value) -> Vec<Value> {
     out
 }
 
-/// The claim status body for `version`: for v1beta2 a server-side apply of our fields (addressRef, our Ready entry of
-/// a map list, and the v1beta1-shaped Ready that CAPI's conversion shows to v1beta1 readers as `status.conditions`:
-/// `deprecated.v1beta1.conditions`, an atomic list only the IPAM provider writes), for v1beta1 a merge patch of the
-/// whole conditions lists (they are atomic there).
+/// The claim status body for `version`, a merge patch: every conditions list whole (merge patches replace lists), with
+/// our Ready entry updated and every other entry kept as given. v1beta2 claims also carry the v1beta1-shaped Ready that
+/// CAPI's conversion shows to v1beta1 readers as `status.conditions` (`deprecated.v1beta1.conditions`, a list only
+/// the IPAM provider writes); v1beta1 claims carry the metav1 shape in `v1beta2.conditions`.
 pub fn claim_status(
     version: CapiVersion,
     conditions: &[Value],
@@ -160,7 +160,7 @@ pub fn claim_status(
 ) -> Value {
     let mut status = match version {
         CapiVersion::V1Beta2 => json!({
-            "conditions": [metav1_condition(conditions, ready, generation, now)],
+            "conditions": with_condition(conditions, metav1_condition(conditions, ready, generation, now)),
             "deprecated": {"v1beta1": {"conditions": [v1beta1_condition(conditions, ready, now)]}},
         }),
         CapiVersion::V1Beta1 => json!({
@@ -222,13 +222,26 @@ mod tests {
     }
 
     #[test]
-    fn v1beta2_applies_only_our_entry() {
+    fn v1beta2_keeps_other_conditions_and_updates_ours() {
         let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let s =
             claim_status(CapiVersion::V1Beta2, &[], &[], &ready(ClaimReason::Allocated, "ok"), Some("c"), Some(3), now);
         assert_eq!(s["conditions"].as_array().unwrap().len(), 1);
         assert_eq!(s["conditions"][0]["observedGeneration"], 3);
         assert_eq!(s["conditions"][0]["message"], "ok");
+        let others = vec![
+            json!({"type": "Other", "status": "True", "reason": "Theirs", "lastTransitionTime": "2025-01-01T00:00:00Z"}),
+            json!({"type": "Ready", "status": "False", "reason": "PoolExhausted", "lastTransitionTime": "2025-06-01T00:00:00Z"}),
+        ];
+        let s = claim_status(CapiVersion::V1Beta2, &others, &[], &ready(ClaimReason::Allocated, "ok"), None, None, now);
+        let conditions = s["conditions"].as_array().unwrap();
+        assert_eq!(conditions.len(), 2);
+        assert_eq!(conditions[0], others[0]);
+        assert_eq!(
+            (&conditions[1]["reason"], &conditions[1]["lastTransitionTime"]),
+            (&json!("Allocated"), &json!("2026-01-01T00:00:00Z"))
+        );
+        assert_eq!(s["deprecated"]["v1beta1"]["conditions"].as_array().map(Vec::len), Some(1));
     }
 
     fn stored(condition: Value) -> Option<ReadyCondition> {

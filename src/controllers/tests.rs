@@ -169,3 +169,45 @@ async fn decisions_that_write_nothing_make_no_request() {
     let again = ctx.index.registry().allocate(&pool_key(), &key("unbound"), None).expect("its own hold");
     assert_eq!(again.address.to_string(), "10.0.0.1");
 }
+
+#[test]
+fn events_tell_failures_waits_and_recoveries_but_not_a_first_allocation() {
+    use super::claim::deserves_event;
+    use super::status::Ready;
+    let ready = |reason| Ready { reason, message: "m".to_owned() };
+    let stored = |reason: &str, status: &str| {
+        let claim: crate::capi::ClaimResource = serde_json::from_value(json!({"status": {"conditions": [
+            {"type": "Ready", "status": status, "reason": reason, "message": "m"}]}}))
+        .expect("a claim");
+        claim.claim.ready
+    };
+    assert!(!deserves_event(None, &ready(ClaimReason::Allocated)), "a first allocation");
+    assert!(deserves_event(None, &ready(ClaimReason::PoolExhausted)), "a failure");
+    assert!(deserves_event(None, &ready(ClaimReason::WaitingForCluster)), "a wait");
+    let exhausted = stored("PoolExhausted", "False");
+    assert!(deserves_event(exhausted.as_ref(), &ready(ClaimReason::Allocated)), "a recovery");
+    assert!(!deserves_event(exhausted.as_ref(), &ready(ClaimReason::PoolExhausted)), "no change of reason");
+    let allocated = stored("Allocated", "True");
+    assert!(!deserves_event(allocated.as_ref(), &ready(ClaimReason::Allocated)));
+    assert!(deserves_event(allocated.as_ref(), &ready(ClaimReason::PoolNotReady)));
+}
+
+#[test]
+fn a_claim_keeps_what_its_writes_are_conditioned_on() {
+    let parse =
+        |value: serde_json::Value| serde_json::from_value::<crate::capi::ClaimResource>(value).expect("a claim");
+    let bare = parse(json!({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "42"}})).claim;
+    assert_eq!(bare.resource_version.text().as_deref(), Some("42"));
+    assert!(!bare.has_finalizers && !bare.foreign_conditions);
+    let busy = parse(json!({
+        "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "opaque", "finalizers": ["x/y"]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .claim;
+    assert_eq!(busy.resource_version.text(), None, "an opaque resourceVersion is read live");
+    assert!(busy.has_finalizers && !busy.foreign_conditions);
+    let theirs = |status| parse(json!({"metadata": {"name": "a"}, "status": status})).claim.foreign_conditions;
+    assert!(theirs(json!({"conditions": [{"type": "Ready"}, {"type": "Other"}]})));
+    assert!(theirs(json!({"conditions": [{"type": "Ready"}], "v1beta2": {"conditions": [{"type": "Other"}]}})));
+    assert!(!theirs(json!({"conditions": [{"type": "Ready"}], "v1beta2": {"conditions": [{"type": "Ready"}]}})));
+}
