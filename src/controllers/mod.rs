@@ -265,14 +265,16 @@ pub async fn run(
         }));
     }
 
-    // Pool status: written at most every 250 ms per pool, however many addresses change (decision D4).
+    // Pool status (decision D4): however many addresses change, one pool status is written per 250 ms in all, taking
+    // the changed pools in turn. A busy pool is written 4 times a second; 20 busy pools each every 5 s, so that the
+    // status writes per allocation do not grow with the number of pools in a burst.
     {
         let ctx = ctx.clone();
         tasks.push(task("pool status coalescer", async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             loop {
                 tick.tick().await;
-                for key in ctx.index.registry().take_dirty() {
+                for key in ctx.index.registry().take_dirty(1) {
                     ctx.work.pools.add(key);
                 }
             }

@@ -327,8 +327,15 @@ impl PoolState {
 #[derive(Default)]
 pub struct Registry {
     pools: Mutex<HashMap<PoolKey, Arc<Mutex<PoolState>>>>,
-    /// Pools whose counts changed since the status writer last looked.
-    dirty: Mutex<HashSet<PoolKey>>,
+    /// Pools whose counts changed since the status writer last took them, oldest change first.
+    dirty: Mutex<Dirty>,
+}
+
+/// A queue of pools without repeats: a pool changed again while it waits keeps its place.
+#[derive(Default)]
+struct Dirty {
+    order: std::collections::VecDeque<PoolKey>,
+    queued: HashSet<PoolKey>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -354,12 +361,22 @@ impl Registry {
     }
 
     fn mark_dirty(&self, key: &PoolKey) {
-        lock(&self.dirty).insert(key.clone());
+        let mut dirty = lock(&self.dirty);
+        if dirty.queued.insert(key.clone()) {
+            dirty.order.push_back(key.clone());
+        }
     }
 
-    /// The pools whose counts changed since the last call.
-    pub fn take_dirty(&self) -> Vec<PoolKey> {
-        lock(&self.dirty).drain().collect()
+    /// Up to `limit` of the pools whose counts changed, those that changed first first; the rest wait their turn (a
+    /// pool taken and changed again goes to the back, so every changed pool gets its turn).
+    pub fn take_dirty(&self, limit: usize) -> Vec<PoolKey> {
+        let mut dirty = lock(&self.dirty);
+        let n = limit.min(dirty.order.len());
+        let taken: Vec<PoolKey> = dirty.order.drain(..n).collect();
+        for key in &taken {
+            dirty.queued.remove(key);
+        }
+        taken
     }
 
     /// Applies a pool's spec. Addresses in use are kept. Returns the claims to wake when the change may have freed

@@ -347,3 +347,26 @@ fn what_is_kept_per_object_stays_small() {
     assert!(size_of::<Held>() <= 20, "Held: {} bytes", size_of::<Held>());
     assert_eq!(size_of::<ObjectKey>(), 32);
 }
+
+#[test]
+fn changed_pools_take_turns_for_their_status() {
+    let (index, _) = index();
+    let pools: Vec<PoolKey> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            let mut p = pool("10.0.0.1-10.0.0.9", 1);
+            p.metadata.name = Some((*name).to_owned());
+            feed_pool(&index, p);
+            PoolKey::new(crate::api::PoolKind::InClusterIPPool, "ns", name)
+        })
+        .collect();
+    let registry = index.registry();
+    assert_eq!(registry.take_dirty(1), [pools[0].clone()]);
+    // Changed again while waiting: it keeps its place; taken and changed again: to the back.
+    for p in [&pools[1], &pools[0]] {
+        registry.allocate(p, &key("x"), None).expect("an address");
+    }
+    assert_eq!(registry.take_dirty(1), [pools[1].clone()]);
+    assert_eq!(registry.take_dirty(5), [pools[2].clone(), pools[0].clone()]);
+    assert!(registry.take_dirty(5).is_empty());
+}

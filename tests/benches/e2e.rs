@@ -1,14 +1,20 @@
-//! End-to-end allocation throughput against a real API server (`make bench-e2e`).
+//! End-to-end allocation throughput and API server cost against a real API server (`make bench-e2e`).
 //!
-//! On a private control plane, for N = 1,000 and 10,000 claims on one pool:
-//! - ceiling: the API server's throughput for the bare writes one allocation needs (apply the claim finalizer,
-//!   create the IPAddress, apply the claim status, create the Event), done by the same kube client with the same
-//!   concurrency as the manager, for claims created by the same driver; no manager runs meanwhile;
-//! - ours: the manager (release build) binds the same number of claims, created the same way.
+//! On a private control plane, for N = 1,000 and 10,000 claims:
+//! - minimal: the least any correct provider writes for one allocation, each write the cheapest correct way: the
+//!   claim finalizer by a merge patch guarded by the claim's resourceVersion (persisted before the address exists),
+//!   the IPAddress create, and the claim status by a merge patch guarded by the resourceVersion the finalizer write
+//!   returned. Done by the same kube client with the same concurrency as the manager, for claims created by the same
+//!   driver; no manager runs meanwhile;
+//! - ours: the manager (release build) binds the same number of claims on one pool, created the same way;
+//! - ours on 20 pools (the largest N only): the same manager binds N claims spread over 20 pools (pools allocate in
+//!   parallel, so this should not be slower than one pool).
 //!
-//! Both phases watch the claims the same way to detect completion. The ratio of the two rates is the overhead of
-//! everything the manager does beyond those writes. The manager's peak RSS (VmHWM) is read from /proc at the end.
-//! The last line: `e2e 10000 claims: <X> claims/s, ceiling <Y> claims/s, ratio <R>, peak RSS <M> MiB`.
+//! Each phase reports claims/s and the kube-apiserver's CPU time per claim (user + system, read from /proc for the
+//! whole phase, claim creation included: the same for every phase). Both phases watch the claims the same way to
+//! detect completion. The manager's peak RSS (VmHWM) is read at the end of its one-pool phase.
+//! The last line: `e2e 10000 claims: <X> claims/s, minimal <Y> claims/s, ratio <R>, apiserver <A> ms/claim (minimal
+//! <B>), peak RSS <M> MiB`.
 
 #[path = "../support/mod.rs"]
 #[allow(unused_imports)]
@@ -19,29 +25,34 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::Plane;
 use support::claims::{Capi, create_pool};
 use support::manager::Manager;
+use support::process::{cpu_seconds, peak_rss_mib};
 use tokio::sync::Semaphore;
 
 const CAPI: Capi = Capi::V1Beta2;
-/// The manager's default --max-concurrent-reconciles; the ceiling uses the same.
+/// The manager's default --max-concurrent-reconciles; the minimal writer uses the same.
 const CONCURRENCY: usize = 32;
-/// The ceiling's claims and IPAddresses name a pool kind the manager ignores, so that they cost it nothing later.
-const CEILING_KIND: &str = "BenchPool";
+/// The minimal writer's claims and IPAddresses name a pool kind the manager ignores, so that they cost it nothing
+/// later.
+const MINIMAL_KIND: &str = "BenchPool";
 /// How many claim creates the driver keeps in flight.
 const DRIVER_CONCURRENCY: usize = 64;
+/// The many-pools phase.
+const POOLS: usize = 20;
 
-/// Creates `n` claims `c0..` in `namespace` with bounded concurrency; `on_created` sees each created claim.
+/// Creates `n` claims `c0..` in `namespace` with bounded concurrency, claim `i` on pool `pool(i)`; `on_created` sees
+/// each created claim.
 async fn drive(
     client: &Client,
     namespace: &str,
     kind: &'static str,
-    pool: &str,
+    pool: impl Fn(usize) -> String,
     n: usize,
     on_created: impl Fn(DynamicObject) + Send + Sync + 'static,
 ) {
@@ -50,8 +61,8 @@ async fn drive(
     futures::stream::iter(0..n)
         .for_each_concurrent(DRIVER_CONCURRENCY, |i| {
             let (claims, on_created) = (claims.clone(), on_created.clone());
+            let claim = CAPI.claim(&format!("c{i}"), kind, &pool(i));
             async move {
-                let claim = CAPI.claim(&format!("c{i}"), kind, pool);
                 let created = claims.create(&PostParams::default(), &claim).await.expect("create claim");
                 on_created(created);
             }
@@ -74,14 +85,29 @@ async fn all_bound(client: Client, namespace: String, n: usize) {
     }
 }
 
-/// The bare writes of one allocation, for one claim.
-async fn bare_writes(client: &Client, claim: &DynamicObject, index: usize) {
+/// What one phase measured.
+#[derive(Clone, Copy)]
+struct Phase {
+    claims_per_second: f64,
+    apiserver_ms_per_claim: f64,
+}
+
+/// Runs `phase` for `n` claims, timing it and reading the API server's CPU time around it.
+async fn measure(apiserver: u32, n: usize, phase: impl Future<Output = ()>) -> Phase {
+    let (cpu, started) = (cpu_seconds(apiserver), Instant::now());
+    phase.await;
+    let (elapsed, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds(apiserver) - cpu);
+    Phase { claims_per_second: n as f64 / elapsed, apiserver_ms_per_claim: cpu * 1000.0 / n as f64 }
+}
+
+/// The minimal writes of one allocation, for one claim as created.
+async fn minimal_writes(client: &Client, claim: &DynamicObject, index: usize) {
     let namespace = claim.namespace().expect("namespaced");
     let name = claim.name_any();
     let claims = CAPI.claims(client, &namespace);
-    let finalizer = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
-        "metadata": {"name": name, "namespace": namespace, "finalizers": ["ipam.cluster.x-k8s.io/ReleaseAddress"]}});
-    claims.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&finalizer)).await.expect("finalizer");
+    let finalizer = json!({"metadata": {"resourceVersion": claim.resource_version(),
+        "finalizers": ["ipam.cluster.x-k8s.io/ReleaseAddress"]}});
+    let patched = claims.patch(&name, &PatchParams::default(), &Patch::Merge(&finalizer)).await.expect("finalizer");
     let r = kube::api::ApiResource::from_gvk_with_plural(
         &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
         "ipaddresses",
@@ -96,32 +122,19 @@ async fn bare_writes(client: &Client, claim: &DynamicObject, index: usize) {
     ]);
     let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 128, 0, 1)) + index as u32);
     address.data = json!({"spec": {"address": ip.to_string(), "prefix": 9, "claimRef": {"name": name},
-        "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": CEILING_KIND, "name": "ceiling"}}});
+        "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": MINIMAL_KIND, "name": "minimal"}}});
     CAPI.addresses(client, &namespace).create(&PostParams::default(), &address).await.expect("IPAddress");
-    let status = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
-        "metadata": {"name": name, "namespace": namespace},
+    let status = json!({"metadata": {"resourceVersion": patched.resource_version()},
         "status": {"addressRef": {"name": name}, "conditions": [{"type": "Ready", "status": "True", "reason": "Allocated",
             "message": format!("allocated {ip}"), "lastTransitionTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}]}});
-    claims.patch_status(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&status)).await.expect("status");
-    let event: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
-        "metadata": {"name": format!("{name}.{:x}", jiff::Timestamp::now().as_nanosecond()), "namespace": namespace},
-        "eventTime": jiff::Timestamp::now().to_string(), "action": "Allocate", "reason": "Allocated",
-        "note": format!("allocated {ip}"), "type": "Normal",
-        "reportingController": "bench", "reportingInstance": "bench",
-        "regarding": {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim", "name": name, "namespace": namespace}}))
-    .expect("event");
-    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &namespace)
-        .create(&PostParams::default(), &event)
-        .await
-        .expect("event");
+    claims.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("status");
 }
 
-/// Claims per second the API server sustains for the bare writes (no manager running).
-async fn ceiling(client: &Client, n: usize) -> f64 {
-    let namespace = support::create_namespace(client, "ceiling").await;
+/// The minimal writes for `n` claims, as they are created (no manager running).
+async fn minimal(client: &Client, n: usize) {
+    let namespace = support::create_namespace(client, "minimal").await;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<(usize, DynamicObject)>();
     let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let started = Instant::now();
     let done = tokio::spawn(all_bound(client.clone(), namespace.clone(), n));
     let workers = {
         let client = client.clone();
@@ -133,7 +146,7 @@ async fn ceiling(client: &Client, n: usize) -> f64 {
                 let permit = semaphore.clone().acquire_owned().await.expect("semaphore");
                 let client = client.clone();
                 handles.push(tokio::spawn(async move {
-                    bare_writes(&client, &claim, i).await;
+                    minimal_writes(&client, &claim, i).await;
                     drop(permit);
                 }));
             }
@@ -142,42 +155,45 @@ async fn ceiling(client: &Client, n: usize) -> f64 {
             }
         })
     };
-    drive(client, &namespace, CEILING_KIND, "ceiling", n, move |claim| {
-        let i = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let _ = tx.send((i, claim));
-    })
+    drive(
+        client,
+        &namespace,
+        MINIMAL_KIND,
+        |_| "minimal".to_owned(),
+        n,
+        move |claim| {
+            let i = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = tx.send((i, claim));
+        },
+    )
     .await;
     workers.await.expect("workers");
     done.await.expect("watch");
-    n as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Claims per second the manager binds.
-async fn ours(client: &Client, n: usize) -> f64 {
+/// A namespace with `pools` InClusterIPPools `pool-0..` (10.<k>.0.0/16 each), ready for claims.
+async fn with_pools(client: &Client, pools: usize) -> String {
     let namespace = support::create_namespace(client, "ours").await;
-    create_pool(client, "InClusterIPPool", &namespace, "pool", json!({"addresses": ["10.0.0.0/8"], "prefix": 8})).await;
+    for k in 0..pools {
+        let spec = json!({"addresses": [format!("10.{k}.0.0/16")], "prefix": 16});
+        create_pool(client, "InClusterIPPool", &namespace, &format!("pool-{k}"), spec).await;
+    }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let started = Instant::now();
-    let done = tokio::spawn(all_bound(client.clone(), namespace.clone(), n));
-    drive(client, &namespace, "InClusterIPPool", "pool", n, |_| {}).await;
+    namespace
+}
+
+/// The manager binds `n` claims of `namespace`, spread over its `pools` pools; every claim gets a distinct address.
+async fn ours(client: &Client, namespace: &str, pools: usize, n: usize) {
+    let done = tokio::spawn(all_bound(client.clone(), namespace.to_owned(), n));
+    drive(client, namespace, "InClusterIPPool", |i| format!("pool-{}", i % pools), n, |_| {}).await;
     done.await.expect("watch");
-    let rate = n as f64 / started.elapsed().as_secs_f64();
-    // No duplicate, whatever the speed.
-    let addresses = CAPI.addresses(client, &namespace).list(&Default::default()).await.expect("list").items;
+}
+
+/// No duplicate, whatever the speed: one IPAddress per claim, each address once.
+async fn assert_distinct(client: &Client, namespace: &str, n: usize) {
+    let addresses = CAPI.addresses(client, namespace).list(&Default::default()).await.expect("list").items;
     let distinct: HashSet<String> = addresses.iter().map(support::claims::address_of).collect();
     assert_eq!((addresses.len(), distinct.len()), (n, n), "one distinct address per claim");
-    rate
-}
-
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
 }
 
 #[tokio::main]
@@ -194,34 +210,59 @@ async fn main() {
         .unwrap_or_else(|| vec![1_000, 10_000]);
     let plane = tokio::task::spawn_blocking(|| Plane::private("bench-e2e")).await.expect("plane");
     let client = plane.client().await;
-    // A first start installs the CAPI CRDs and ours; the ceiling then runs with no manager.
+    // A first start installs the CAPI CRDs and ours; the minimal writer then runs with no manager.
     let dir = plane.dir.clone();
     tokio::task::spawn_blocking(move || drop(Manager::start(&Plane::at(&dir), &["--log-level=warn"])))
         .await
         .expect("install");
+    let apiserver = plane.pid("apiserver").expect("the API server's pid");
     let mut results = Vec::new();
-    for n in sizes {
-        // The ceiling runs with no manager at all, then the manager gets a fresh start.
-        let top = ceiling(&client, n).await;
+    for n in sizes.iter().copied() {
+        // The minimal writer runs with no manager at all, then the manager gets a fresh start.
+        let least = measure(apiserver, n, minimal(&client, n)).await;
         let dir = plane.dir.clone();
         let manager = tokio::task::spawn_blocking(move || {
             Manager::start(&Plane::at(&dir), &["--insecure-diagnostics", "--log-level=warn"])
         })
         .await
         .expect("manager");
-        let got = ours(&client, n).await;
+        let namespace = with_pools(&client, 1).await;
+        let got = measure(apiserver, n, ours(&client, &namespace, 1, n)).await;
+        assert_distinct(&client, &namespace, n).await;
         let rss = manager.pid().map(peak_rss_mib).unwrap_or(0.0);
-        drop(manager);
         println!(
-            "e2e {n} claims: ours {got:.0} claims/s, ceiling {top:.0} claims/s, ratio {:.2}, peak RSS {rss:.0} MiB",
-            got / top
+            "e2e {n} claims: ours {:.0} claims/s, minimal {:.0} claims/s, ratio {:.2}, apiserver {:.1} ms/claim \
+             (minimal {:.1}, {:.2}x), peak RSS {rss:.0} MiB",
+            got.claims_per_second,
+            least.claims_per_second,
+            got.claims_per_second / least.claims_per_second,
+            got.apiserver_ms_per_claim,
+            least.apiserver_ms_per_claim,
+            got.apiserver_ms_per_claim / least.apiserver_ms_per_claim,
         );
-        results.push((n, got, top, rss));
+        if Some(&n) == sizes.iter().max() {
+            let namespace = with_pools(&client, POOLS).await;
+            let spread = measure(apiserver, n, ours(&client, &namespace, POOLS, n)).await;
+            assert_distinct(&client, &namespace, n).await;
+            println!(
+                "e2e {n} claims on {POOLS} pools: ours {:.0} claims/s ({:.2} of one pool), apiserver {:.1} ms/claim",
+                spread.claims_per_second,
+                spread.claims_per_second / got.claims_per_second,
+                spread.apiserver_ms_per_claim,
+            );
+        }
+        drop(manager);
+        results.push((n, got, least, rss));
     }
-    if let Some((n, got, top, rss)) = results.last() {
+    if let Some((n, got, least, rss)) = results.last() {
         println!(
-            "e2e {n} claims: {got:.0} claims/s, ceiling {top:.0} claims/s, ratio {:.2}, peak RSS {rss:.0} MiB",
-            got / top
+            "e2e {n} claims: {:.0} claims/s, minimal {:.0} claims/s, ratio {:.2}, apiserver {:.1} ms/claim (minimal \
+             {:.1}), peak RSS {rss:.0} MiB",
+            got.claims_per_second,
+            least.claims_per_second,
+            got.claims_per_second / least.claims_per_second,
+            got.apiserver_ms_per_claim,
+            least.apiserver_ms_per_claim,
         );
     }
 }

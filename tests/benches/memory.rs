@@ -26,18 +26,9 @@ use serde_json::json;
 use support::Plane;
 use support::claims::{Capi, create_pool, pools};
 use support::manager::Manager;
+use support::process::status_kib;
 
 const CAPI: Capi = Capi::V1Beta2;
-
-fn status_kib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
 
 #[tokio::main]
 async fn main() {

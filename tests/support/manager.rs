@@ -20,6 +20,8 @@ pub struct Manager {
     kubeconfig: PathBuf,
     wrapper: Option<Child>,
     pid: Option<u32>,
+    /// When the process was last started.
+    pub spawned_at: Option<Instant>,
 }
 
 pub fn free_port() -> u16 {
@@ -76,6 +78,7 @@ impl Manager {
             kubeconfig: plane.kubeconfig(),
             wrapper: None,
             pid: None,
+            spawned_at: None,
         };
         m.register(plane, &certs);
         m.spawn();
@@ -101,6 +104,7 @@ impl Manager {
 
     /// Starts the process (again), with the same ports and flags.
     pub fn spawn(&mut self) {
+        let spawned_at = Instant::now();
         // bash starts the manager in the background, prints its pid, and kills it when stdin closes: the test process
         // holds the other end, so the manager never outlives the test binary.
         let mut wrapper = Command::new("bash")
@@ -118,6 +122,7 @@ impl Manager {
         let mut line = String::new();
         BufReader::new(wrapper.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("manager pid");
         self.pid = Some(line.trim().parse().expect("a pid"));
+        self.spawned_at = Some(spawned_at);
         self.wrapper = Some(wrapper);
     }
 

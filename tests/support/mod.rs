@@ -5,6 +5,7 @@
 
 pub mod claims;
 pub mod manager;
+pub mod process;
 pub mod proxy;
 pub mod release;
 
@@ -141,6 +142,11 @@ impl Plane {
     /// Starts a stopped component again on the same port and data; returns once it is ready.
     pub fn start(&self, component: &str) {
         script(&["start", "--dir", &self.dir.to_string_lossy(), component]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The process id of a component (`etcd`, `apiserver`, `capi`), while it runs.
+    pub fn pid(&self, component: &str) -> Option<u32> {
+        std::fs::read_to_string(self.dir.join(format!("{component}.pid"))).ok()?.trim().parse().ok()
     }
 
     /// The last `lines` lines of the API server log.
