@@ -51,8 +51,12 @@ bench-allocator: ## Allocator benchmarks (criterion), ends with the allocation s
 	@python3 $(TOOLS)/bench-summary.py allocator
 
 .PHONY: bench-e2e
-bench-e2e: k8s-bin ## 1,000 and 10,000 claims against a real API server: claims/s vs the bare-writes ceiling, peak RSS
+bench-e2e: k8s-bin ## 1,000 and 10,000 claims: claims/s and API server CPU per claim vs the minimal write set; 20 pools; peak RSS
 	cargo bench --bench e2e
+
+.PHONY: bench-vs-caip
+bench-vs-caip: k8s-bin ## Side by side with the Go provider (built from its Go module): 1,000, 3,000 and 10,000 claims
+	cargo bench --bench vs_caip
 
 .PHONY: bench-memory
 bench-memory: k8s-bin ## The manager's memory with 100,000 claims and IPAddresses cached (MEMORY_CLAIMS=n)

@@ -20,85 +20,26 @@
 #[allow(unused_imports)]
 mod support;
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::Plane;
-use support::claims::{Capi, create_pool};
+use support::claims::create_pool;
+use support::load::{CAPI, all_bound, assert_distinct, drive, measure};
 use support::manager::Manager;
-use support::process::{cpu_seconds, peak_rss_mib};
+use support::process::peak_rss_mib;
 use tokio::sync::Semaphore;
 
-const CAPI: Capi = Capi::V1Beta2;
 /// The manager's default --max-concurrent-reconciles; the minimal writer uses the same.
 const CONCURRENCY: usize = 32;
 /// The minimal writer's claims and IPAddresses name a pool kind the manager ignores, so that they cost it nothing
 /// later.
 const MINIMAL_KIND: &str = "BenchPool";
-/// How many claim creates the driver keeps in flight.
-const DRIVER_CONCURRENCY: usize = 64;
 /// The many-pools phase.
 const POOLS: usize = 20;
-
-/// Creates `n` claims `c0..` in `namespace` with bounded concurrency, claim `i` on pool `pool(i)`; `on_created` sees
-/// each created claim.
-async fn drive(
-    client: &Client,
-    namespace: &str,
-    kind: &'static str,
-    pool: impl Fn(usize) -> String,
-    n: usize,
-    on_created: impl Fn(DynamicObject) + Send + Sync + 'static,
-) {
-    let claims = CAPI.claims(client, namespace);
-    let on_created = Arc::new(on_created);
-    futures::stream::iter(0..n)
-        .for_each_concurrent(DRIVER_CONCURRENCY, |i| {
-            let (claims, on_created) = (claims.clone(), on_created.clone());
-            let claim = CAPI.claim(&format!("c{i}"), kind, &pool(i));
-            async move {
-                let created = claims.create(&PostParams::default(), &claim).await.expect("create claim");
-                on_created(created);
-            }
-        })
-        .await;
-}
-
-/// Resolves once `n` claims of `namespace` have `status.addressRef`.
-async fn all_bound(client: Client, namespace: String, n: usize) {
-    let claims = CAPI.claims(&client, &namespace);
-    let mut bound = HashSet::new();
-    let mut stream = std::pin::pin!(watcher(claims, watcher::Config::default()).default_backoff().applied_objects());
-    while let Some(claim) = stream.try_next().await.expect("watch") {
-        if claim.data.pointer("/status/addressRef/name").is_some() {
-            bound.insert(claim.name_any());
-            if bound.len() >= n {
-                return;
-            }
-        }
-    }
-}
-
-/// What one phase measured.
-#[derive(Clone, Copy)]
-struct Phase {
-    claims_per_second: f64,
-    apiserver_ms_per_claim: f64,
-}
-
-/// Runs `phase` for `n` claims, timing it and reading the API server's CPU time around it.
-async fn measure(apiserver: u32, n: usize, phase: impl Future<Output = ()>) -> Phase {
-    let (cpu, started) = (cpu_seconds(apiserver), Instant::now());
-    phase.await;
-    let (elapsed, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds(apiserver) - cpu);
-    Phase { claims_per_second: n as f64 / elapsed, apiserver_ms_per_claim: cpu * 1000.0 / n as f64 }
-}
 
 /// The minimal writes of one allocation, for one claim as created.
 async fn minimal_writes(client: &Client, claim: &DynamicObject, index: usize) {
@@ -187,13 +128,6 @@ async fn ours(client: &Client, namespace: &str, pools: usize, n: usize) {
     let done = tokio::spawn(all_bound(client.clone(), namespace.to_owned(), n));
     drive(client, namespace, "InClusterIPPool", |i| format!("pool-{}", i % pools), n, |_| {}).await;
     done.await.expect("watch");
-}
-
-/// No duplicate, whatever the speed: one IPAddress per claim, each address once.
-async fn assert_distinct(client: &Client, namespace: &str, n: usize) {
-    let addresses = CAPI.addresses(client, namespace).list(&Default::default()).await.expect("list").items;
-    let distinct: HashSet<String> = addresses.iter().map(support::claims::address_of).collect();
-    assert_eq!((addresses.len(), distinct.len()), (n, n), "one distinct address per claim");
 }
 
 #[tokio::main]

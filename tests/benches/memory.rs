@@ -6,6 +6,9 @@
 //! one pool, and N bound claims with their IPAddresses written directly (as a running provider would have left them,
 //! CAPV-style owner references and labels included). Then the manager (release build) starts, lists everything,
 //! checks every claim once, and its resident memory is read from /proc: VmRSS once settled, and VmHWM, the peak.
+//! Before it starts, a new claim is created and `kubectl get` lists the claims and IPAddresses (timed); the line
+//! `startup <N> claims: first allocation <T> s after the start, kubectl get lists them in <L> s, ratio <R>` says how
+//! long the new claim waited for its address from the manager's start.
 //! Last line: `memory <N> claims: RSS <M> MiB, peak <P> MiB`.
 //!
 //! Writing 100,000 pairs takes long (15 minutes with Cluster API's webhooks in the plane): `MEMORY_KEEP=1` keeps the
@@ -125,8 +128,44 @@ async fn write(n: usize) -> Option<Plane> {
     Some(plane)
 }
 
-/// Starts the manager against the plane in `dir`, waits until it settled, and reads its memory.
+/// Starts the manager against the plane in `dir`, waits until it settled, and reads its memory. On the way, the
+/// start-up time: a new claim created before the start is bound how long after it, next to how long `kubectl get`
+/// takes to list the same claims and IPAddresses just before.
 async fn measure(n: usize, dir: std::path::PathBuf) {
+    let plane = Plane::at(&dir);
+    let client = plane.client().await;
+    let pools =
+        kube::Api::<DynamicObject>::all_with(client.clone(), &support::claims::pool_resource("InClusterIPPool"));
+    let pool = pools.list(&Default::default()).await.expect("pools").items.into_iter().find(|p| p.name_any() == "pool");
+    let namespace = pool.and_then(|p| p.namespace()).expect("the bench's pool");
+    let fresh = support::unique_name("new");
+    CAPI.create_claim(&client, &namespace, &fresh, "InClusterIPPool", "pool").await;
+    let list_started = Instant::now();
+    let listed = plane.kubectl_output(&[
+        "get",
+        "ipaddressclaims.ipam.cluster.x-k8s.io,ipaddresses.ipam.cluster.x-k8s.io",
+        "--all-namespaces",
+        "--no-headers",
+    ]);
+    let list_time = list_started.elapsed();
+    assert!(listed.status.success(), "kubectl get: {}", String::from_utf8_lossy(&listed.stderr));
+    let rows = listed.stdout.iter().filter(|b| **b == b'\n').count();
+    println!("memory: kubectl get listed {rows} claims and IPAddresses in {:.1} s", list_time.as_secs_f64());
+
+    let bound_at = {
+        let claims = CAPI.claims(&client, &namespace);
+        let fresh = fresh.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(claim) = claims.get(&fresh).await
+                    && claim.data.pointer("/status/addressRef/name").is_some()
+                {
+                    return Instant::now();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
     let started = Instant::now();
     let manager = tokio::task::spawn_blocking(move || {
         let args = ["--insecure-diagnostics", "--log-level=info"];
@@ -135,6 +174,14 @@ async fn measure(n: usize, dir: std::path::PathBuf) {
     .await
     .expect("manager");
     let pid = manager.pid().expect("pid");
+    let bound_at = tokio::time::timeout(Duration::from_secs(900), bound_at).await.expect("bound").expect("poll");
+    let first = bound_at.duration_since(manager.spawned_at.expect("spawned"));
+    println!(
+        "startup {n} claims: first allocation {:.1} s after the start, kubectl get lists them in {:.1} s, ratio {:.2}",
+        first.as_secs_f64(),
+        list_time.as_secs_f64(),
+        first.as_secs_f64() / list_time.as_secs_f64()
+    );
     // Settled: the reconcile counter stops moving once every claim has been checked.
     let mut last = String::new();
     let deadline = Instant::now() + Duration::from_secs(600);

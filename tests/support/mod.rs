@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod claims;
+pub mod load;
 pub mod manager;
 pub mod process;
 pub mod proxy;

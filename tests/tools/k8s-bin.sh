@@ -9,6 +9,8 @@
 #     capi        the Cluster API core controller-manager v1.14.2 (`manager`), with its CRDs (`crd/`) and webhook
 #                 configuration (`webhook.yaml`) from the same module, for every test control plane
 #     capi-v1.10  the same for Cluster API v1.10.10 (IPAM v1beta1 storage), for the v1beta1 tests
+#     caip        the Go provider (sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.1.0, `caip`) with its
+#                 config/ and metadata.yaml from the same module, for `make bench-vs-caip`
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 K8S_VERSION=v1.36.3
@@ -17,6 +19,7 @@ HELM_VERSION=v3.22.0
 CLUSTERCTL_VERSION=v1.14.2
 CAPI_VERSION=v1.14.2
 CAPI_V110_VERSION=v1.10.10
+CAIP_VERSION=v1.1.0
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 print_dir=0
@@ -24,7 +27,7 @@ set_name=k8s
 for arg in "$@"; do
   case $arg in
     --print-dir) print_dir=1 ;;
-    k8s|release|capi|capi-v1.10) set_name=$arg ;;
+    k8s|release|capi|capi-v1.10|caip) set_name=$arg ;;
     *) echo "k8s-bin: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -33,6 +36,7 @@ case $set_name in
   release) modules=(helm clusterctl); label="helm-${HELM_VERSION}-clusterctl-${CLUSTERCTL_VERSION}"; bins=(helm clusterctl) ;;
   capi) modules=(capi); label="capi-${CAPI_VERSION}"; bins=(manager) ;;
   capi-v1.10) modules=(capi-v1.10); label="capi-${CAPI_V110_VERSION}"; bins=(manager) ;;
+  caip) modules=(caip); label="caip-${CAIP_VERSION}"; bins=(caip) ;;
 esac
 key=$(for m in "${modules[@]}"; do cat "$here/$m/go.mod" "$here/$m/go.sum"; done | sha256sum | cut -c1-12)
 dir="${CAPI_IPAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capi-ipam-in-cluster}/$set_name-bin/${label}-${key}"
@@ -85,6 +89,15 @@ elif [[ $set_name == capi* ]]; then
     mkdir -p "$dir.tmp/crd"
     cp "$src"/crd/bases/*.yaml "$dir.tmp/crd/"
     cp "$src/webhook/manifests.yaml" "$dir.tmp/webhook.yaml"
+    chmod -R u+w "$dir.tmp"
+  fi
+elif [[ $set_name == caip ]]; then
+  build "the Go provider ($CAIP_VERSION)" caip "$dir.tmp/caip" caip -- -ldflags "-s -w" \
+    sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+  if [[ ! -f $dir/metadata.yaml ]]; then
+    src=$(cd "$here/caip" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-ipam-provider-in-cluster)
+    mkdir -p "$dir.tmp"
+    cp -r "$src/config" "$src/metadata.yaml" "$dir.tmp/"
     chmod -R u+w "$dir.tmp"
   fi
 else
