@@ -1,6 +1,6 @@
 //! The IPAddressClaim controller: claims get an IPAddress and `status.addressRef`, exactly once, with a `Ready`
-//! condition and an Event on failures, waits and recoveries; deleted claims release their address. `gate` and `allocate` decide
-//! from the index alone; the rest writes.
+//! condition and an Event on failures, waits and recoveries; deleted claims release their address. `gate` and
+//! `allocate` decide from the index alone; the rest writes.
 
 use std::time::Duration;
 
@@ -123,7 +123,6 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     let claim = if claim.release_finalizer_index.is_none() {
         let api = ctx.claims_api(&key.namespace);
         let read = as_read(claim, ctx).await?;
-        let read = finalizers::Read { resource_version: &read.0, has_finalizers: read.1 };
         patched = finalizers::add(ctx, &api, &key.name, RELEASE_ADDRESS_FINALIZER, &read).await?.claim;
         debug!(claim = %key, index = ?patched.release_finalizer_index, "finalizer added");
         &patched
@@ -323,13 +322,16 @@ async fn belongs_elsewhere(claim: &Claim, ctx: &Context, pool_key: &PoolKey, own
 
 /// The claim's resourceVersion and whether it has finalizers, as cached; read live when its resourceVersion was not
 /// kept (it is opaque, and only the API server's decimal ones are).
-async fn as_read(claim: &Claim, ctx: &Context) -> Result<(String, bool), Error> {
-    if let Some(version) = claim.resource_version.text() {
-        return Ok((version, claim.has_finalizers));
+async fn as_read(claim: &Claim, ctx: &Context) -> Result<finalizers::Read, Error> {
+    if let Some(resource_version) = claim.resource_version.text() {
+        return Ok(finalizers::Read { resource_version, has_finalizers: claim.has_finalizers });
     }
     let live =
         ctx.claims_api(&claim.key.namespace).get(&claim.key.name).await.map_err(Error::kube("reading the claim"))?;
-    Ok((live.metadata.resource_version.unwrap_or_default(), live.claim.has_finalizers))
+    Ok(finalizers::Read {
+        resource_version: live.metadata.resource_version.unwrap_or_default(),
+        has_finalizers: live.claim.has_finalizers,
+    })
 }
 
 /// Writes the Ready condition (and addressRef) when it changed, and publishes an Event when it tells something the

@@ -13,15 +13,15 @@ pub fn index_of(meta: &kube::api::ObjectMeta, finalizer: &str) -> Option<usize> 
 }
 
 /// The object as the decision to add a finalizer read it.
-pub struct Read<'a> {
-    pub resource_version: &'a str,
+pub struct Read {
+    pub resource_version: String,
     /// Whether `metadata.finalizers` had any element (ours is appended, or the list is created).
     pub has_finalizers: bool,
 }
 
 /// Adds `finalizer` to the object `name`, if it is still as `read` (a change since, or a new object of the same name,
 /// fails the patch as a conflict; the retry decides again on a fresh read).
-pub async fn add<K>(ctx: &Context, api: &Api<K>, name: &str, finalizer: &str, read: &Read<'_>) -> Result<K, Error>
+pub async fn add<K>(ctx: &Context, api: &Api<K>, name: &str, finalizer: &str, read: &Read) -> Result<K, Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {

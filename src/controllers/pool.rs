@@ -105,7 +105,7 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
     }
     if finalizer.is_none() {
         let read = finalizers::Read {
-            resource_version: pool.metadata.resource_version.as_deref().unwrap_or_default(),
+            resource_version: pool.metadata.resource_version.clone().unwrap_or_default(),
             has_finalizers: pool.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty()),
         };
         finalizers::add(ctx, &api, &key.name, PROTECT_POOL_FINALIZER, &read).await?;

@@ -28,6 +28,8 @@ pub use registry::{AllocateError, Assigned, Duplicate, Held, ObjectKey, PoolKey,
 pub trait Sink: Send + Sync {
     /// Reconcile this claim soon.
     fn wake(&self, claim: ObjectKey);
+    /// Reconcile this claim before those woken by `wake`: it waits for an address.
+    fn wake_first(&self, claim: ObjectKey);
     /// This pool's object changed: its finalizer and status get another look.
     fn pool_changed(&self, pool: PoolKey);
     /// This claim is gone: an IPAddress we made for it is checked at once (decision D11).
@@ -175,8 +177,11 @@ impl Index {
         claim.key = self.shared_key(claim.key);
         let key = claim.key.clone();
         if claim.pool_kind.is_some() {
+            // At start-up every claim is queued: those waiting for an address go before the bound ones, which are
+            // only checked.
+            let waits = claim.address_ref().is_none() && claim.deletion_timestamp.is_none();
             self.claims.insert(Arc::new(claim));
-            self.sink.wake(key);
+            if waits { self.sink.wake_first(key) } else { self.sink.wake(key) }
         } else {
             self.claims.remove(&key);
         }

@@ -18,6 +18,8 @@ use crate::capi::{ClaimResource, Cluster, IpAddressSpec, NameRef, PoolRef};
 #[derive(Default)]
 pub(crate) struct Recorder {
     pub woken: Mutex<Vec<ObjectKey>>,
+    /// The claims also woken to go first (waiting for an address).
+    pub first: Mutex<Vec<ObjectKey>>,
     pub pools: Mutex<Vec<PoolKey>>,
     pub gone: Mutex<Vec<ObjectKey>>,
     pub moved_away: Mutex<Vec<PoolKey>>,
@@ -34,6 +36,10 @@ impl Recorder {
 
 impl Sink for Recorder {
     fn wake(&self, claim: ObjectKey) {
+        lock(&self.woken).push(claim);
+    }
+    fn wake_first(&self, claim: ObjectKey) {
+        lock(&self.first).push(claim.clone());
         lock(&self.woken).push(claim);
     }
     fn pool_changed(&self, pool: PoolKey) {
@@ -369,4 +375,19 @@ fn changed_pools_take_turns_for_their_status() {
     assert_eq!(registry.take_dirty(1), [pools[1].clone()]);
     assert_eq!(registry.take_dirty(5), [pools[2].clone(), pools[0].clone()]);
     assert!(registry.take_dirty(5).is_empty());
+}
+
+#[test]
+fn claims_waiting_for_an_address_are_woken_first() {
+    let (index, sink) = index();
+    let mut relist = Relist::default();
+    let mut bound = claim("bound");
+    bound.bound = Some(Box::default());
+    let mut deleting = claim("deleting");
+    deleting.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+    for c in [bound, claim("waiting"), deleting] {
+        relist.on_event(&index, Event::Apply(claim_event(c)));
+    }
+    assert_eq!(sink.take_woken(), [key("bound"), key("deleting"), key("waiting")]);
+    assert_eq!(*lock(&sink.first), [key("waiting")]);
 }

@@ -42,6 +42,10 @@ impl Sink for Work {
         self.claims.add(claim);
     }
 
+    fn wake_first(&self, claim: ObjectKey) {
+        self.claims.add_first(claim);
+    }
+
     fn pool_changed(&self, pool: PoolKey) {
         self.pools.add(pool);
     }

@@ -1,7 +1,8 @@
 //! The work queue of the claim and pool workers, in place of kube's `Controller`: a key is reconciled by one worker at
 //! a time, wakes that arrive while it runs fold into one more run, and of two delayed requeues the earlier wins. It
 //! keys by our compact keys and gives its memory back once a burst drains (100,000 claims are queued at start-up).
-//! Delayed requeues wait in tokio's `DelayQueue`.
+//! Keys added with [`WorkQueue::add_first`] go before the others (a claim waiting for an address before 100,000 bound
+//! claims that are only checked). Delayed requeues wait in tokio's `DelayQueue`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -48,7 +49,8 @@ impl<K> WorkQueue<K> {
 }
 
 struct State<K> {
-    /// Keys waiting for a worker, in order; `queued` holds the same keys.
+    /// Keys waiting for a worker, in order: `first` before `ready`; `queued` holds the keys of both.
+    first: VecDeque<K>,
     ready: VecDeque<K>,
     queued: HashSet<K>,
     /// Keys a worker has now; a key woken meanwhile goes to `rerun` and back to `ready` when the worker is done.
@@ -62,6 +64,7 @@ struct State<K> {
 impl<K> Default for State<K> {
     fn default() -> Self {
         Self {
+            first: VecDeque::new(),
             ready: VecDeque::new(),
             queued: HashSet::new(),
             running: HashSet::new(),
@@ -79,7 +82,8 @@ fn shrink<T: Eq + Hash>(set: &mut HashSet<T>) {
 }
 
 impl<K: Clone + Eq + Hash> State<K> {
-    fn add(&mut self, key: K) -> bool {
+    /// Queues `key` at the back of `ready`, or of `first`; a key queued already keeps its place.
+    fn add(&mut self, key: K, first: bool) -> bool {
         if let Some((_, entry)) = self.due.remove(&key) {
             self.delayed.remove(&entry);
         }
@@ -87,16 +91,30 @@ impl<K: Clone + Eq + Hash> State<K> {
             self.rerun.insert(key);
             false
         } else if self.queued.insert(key.clone()) {
-            self.ready.push_back(key);
+            if first {
+                self.first.push_back(key)
+            } else {
+                self.ready.push_back(key)
+            }
             true
         } else {
             false
         }
     }
 
+    fn pop(&mut self) -> Option<K> {
+        self.first.pop_front().or_else(|| self.ready.pop_front())
+    }
+
+    fn waiting(&self) -> usize {
+        self.first.len() + self.ready.len()
+    }
+
     fn shrink_when_drained(&mut self) {
-        if self.ready.is_empty() && self.ready.capacity() > KEEP_CAPACITY {
-            self.ready.shrink_to(KEEP_CAPACITY);
+        for lane in [&mut self.first, &mut self.ready] {
+            if lane.is_empty() && lane.capacity() > KEEP_CAPACITY {
+                lane.shrink_to(KEEP_CAPACITY);
+            }
         }
         shrink(&mut self.queued);
         shrink(&mut self.rerun);
@@ -116,14 +134,23 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     }
 
     fn observe(&self, state: &State<K>) {
-        self.gauges.waiting.set(i64::try_from(state.ready.len()).unwrap_or(i64::MAX));
+        self.gauges.waiting.set(i64::try_from(state.waiting()).unwrap_or(i64::MAX));
         self.gauges.delayed.set(i64::try_from(state.due.len()).unwrap_or(i64::MAX));
     }
 
     /// Queues the key now (a delayed requeue of it is dropped: this run comes first).
     pub fn add(&self, key: K) {
+        self.add_in_lane(key, false);
+    }
+
+    /// Queues the key now, before every key queued by [`WorkQueue::add`].
+    pub fn add_first(&self, key: K) {
+        self.add_in_lane(key, true);
+    }
+
+    fn add_in_lane(&self, key: K, first: bool) {
         let mut state = self.state();
-        let added = state.add(key);
+        let added = state.add(key, first);
         self.observe(&state);
         drop(state);
         if added {
@@ -163,10 +190,10 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             notified.as_mut().enable();
             {
                 let mut state = self.state();
-                if let Some(key) = state.ready.pop_front() {
+                if let Some(key) = state.pop() {
                     state.queued.remove(&key);
                     state.running.insert(key.clone());
-                    let more = !state.ready.is_empty();
+                    let more = state.waiting() > 0;
                     state.shrink_when_drained();
                     self.observe(&state);
                     drop(state);
@@ -186,7 +213,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         let mut state = self.state();
         state.running.remove(key);
         if let Some(key) = state.rerun.take(key)
-            && state.add(key)
+            && state.add(key, false)
         {
             drop(state);
             self.ready_signal.notify_one();
@@ -204,7 +231,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             .await;
             let mut state = self.state();
             state.due.remove(&key);
-            let woke = state.add(key);
+            let woke = state.add(key, false);
             state.shrink_when_drained();
             self.observe(&state);
             drop(state);
@@ -253,6 +280,21 @@ mod tests {
         assert_eq!(q.next().await, key("a"));
         assert_eq!(q.next().await, key("b"));
         assert_eq!(q.state().ready.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn keys_added_first_go_before_the_others_in_their_own_order() {
+        let q = WorkQueue::<ObjectKey>::default();
+        q.add(key("a"));
+        q.add(key("b"));
+        q.add_first(key("c"));
+        q.add_first(key("d"));
+        // Queued already: it keeps its place.
+        q.add_first(key("a"));
+        for expected in ["c", "d", "a", "b"] {
+            assert_eq!(q.next().await, key(expected));
+        }
+        assert_eq!(q.state().waiting(), 0);
     }
 
     #[tokio::test]

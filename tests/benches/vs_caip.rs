@@ -2,10 +2,11 @@
 //! v1.1.0 (CAIP, built from its Go module by `tests/tools/k8s-bin.sh caip`) and ours (release build).
 //!
 //! For each N (1,000, 3,000 and 10,000 by default; `VS_CAIP_SIZES` to change), each provider in turn gets a fresh
-//! private control plane (the same as every test's: Cluster API's manager and webhooks in it), our CRDs, one
+//! private control plane: kube-apiserver and etcd with Cluster API's CRDs and no webhook (`control-plane.sh up --capi
+//! crds`; `VS_CAIP_PLANE=capi` for the tests' plane, with Cluster API's manager and webhooks), our CRDs, one
 //! InClusterIPPool 10.0.0.0/16 and N claims from the same load generator. Both run outside the cluster as admin, with
-//! no webhook of theirs registered (CAIP's `--webhook-port=0`; ours only validates pools). CAIP is given at most
-//! 20 minutes (`VS_CAIP_CAP_SECONDS`), and the bench reports how many claims it bound by then.
+//! no webhook of theirs in the claims' path (CAIP's `--webhook-port=0`; ours only validate pools). CAIP is given at
+//! most 20 minutes (`VS_CAIP_CAP_SECONDS`), and the bench reports how many claims it bound by then.
 //!
 //! Per run: claims/s, the provider's CPU seconds and peak RSS, the API server's CPU ms per claim; then a correctness
 //! check (as many IPAddresses as bound claims, each with an address of its own). Last line:
@@ -100,9 +101,15 @@ impl Drop for Caip {
 
 /// One provider, N claims, on a fresh plane.
 async fn run(provider: Provider, n: usize, caip: &std::path::Path, cap: Duration) -> Run {
-    let plane = tokio::task::spawn_blocking(move || Plane::private(&format!("vs-caip-{provider:?}").to_lowercase()))
-        .await
-        .expect("plane");
+    let plane = tokio::task::spawn_blocking(move || {
+        let name = format!("vs-caip-{provider:?}").to_lowercase();
+        match std::env::var("VS_CAIP_PLANE").as_deref() {
+            Ok("capi") => Plane::private(&name),
+            _ => Plane::private_with(&name, &["--capi", "crds"]),
+        }
+    })
+    .await
+    .expect("plane");
     let client = plane.client().await;
     let apiserver = plane.pid("apiserver").expect("the API server's pid");
     // Our manager installs the CRDs (the same API for both) and serves the pool webhooks while the pool is created;

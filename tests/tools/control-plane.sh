@@ -11,7 +11,9 @@
 #                                                  --capi: which Cluster API core manager runs beside the API server,
 #                                                  with all its CRDs (conversion webhooks) and admission webhooks
 #                                                  registered over TLS: v1.14 (v1.14.2, the default), v1.10 (v1.10.10,
-#                                                  IPAM v1beta1 storage) or none
+#                                                  IPAM v1beta1 storage), crds (v1.14.2's CRDs alone, without
+#                                                  conversion webhooks: no manager, no webhook; the side-by-side
+#                                                  bench with the Go provider) or none
 #   control-plane.sh down   [--dir DIR]            stop everything it started and remove its state
 #   control-plane.sh status [--dir DIR]            exit 0 when it is running and ready
 #   control-plane.sh stop   [--dir DIR] etcd|apiserver|capi   stop one component, keeping the state (restart tests)
@@ -35,7 +37,8 @@ while (($#)); do
     --dir) dir=$2; shift 2 ;;
     --no-watch-cache) watch_cache=false; shift ;;
     --capi) capi=$2; shift 2
-      [[ $capi =~ ^(v1\.14|v1\.10|none)$ ]] || { echo "control-plane: --capi takes v1.14, v1.10 or none" >&2; exit 2; } ;;
+      [[ $capi =~ ^(v1\.14|v1\.10|crds|none)$ ]] ||
+        { echo "control-plane: --capi takes v1.14, v1.10, crds or none" >&2; exit 2; } ;;
     etcd|apiserver|capi) component=$1; shift ;;
     *) echo "control-plane: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -181,6 +184,12 @@ wait_ready() {
 # https://127.0.0.1:<port> with a throw-away CA. (Its webhook server has no bind-address flag; the other ports do.)
 start_capi() {
   [[ $CAPI == none ]] && return
+  if [[ $CAPI == crds ]]; then
+    "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" apply --server-side -f "$CAPI_DIR/crd" >/dev/null
+    "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" wait --for=condition=Established --timeout=60s \
+      -f "$CAPI_DIR/crd" >/dev/null
+    return
+  fi
   pid_alive "$dir/capi.pid" && return
   mkdir -p "$dir/logs"
   "$here/dev-certs.sh" "$dir/capi-certs"
@@ -232,7 +241,7 @@ case $cmd in
     if [[ -f $env_file ]]; then
       source "$env_file"
       if [[ -n ${CAPI:-} ]] && pid_alive "$dir/etcd.pid" && pid_alive "$dir/apiserver.pid" &&
-        { [[ $CAPI == none ]] || pid_alive "$dir/capi.pid"; }; then
+        { [[ $CAPI == none || $CAPI == crds ]] || pid_alive "$dir/capi.pid"; }; then
         log "already running: https://127.0.0.1:$API_PORT (kubeconfig: $dir/kubeconfig)"; exit 0
       fi
     fi
@@ -247,7 +256,7 @@ case $cmd in
       CAPI=$capi CAPI_WEBHOOK_PORT=$(free_port) CAPI_HEALTH_PORT=$(free_port) CAPI_METRICS_PORT=$(free_port)
     fi
     case $CAPI in
-      v1.14) CAPI_DIR=$("$here/k8s-bin.sh" capi | tail -n 1) ;;
+      v1.14|crds) CAPI_DIR=$("$here/k8s-bin.sh" capi | tail -n 1) ;;
       v1.10) CAPI_DIR=$("$here/k8s-bin.sh" capi-v1.10 | tail -n 1) ;;
       *) CAPI_DIR= ;;
     esac
