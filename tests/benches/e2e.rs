@@ -138,10 +138,7 @@ async fn main() {
         return;
     }
     capi_ipam::server::tls::install_crypto_provider();
-    let sizes: Vec<usize> = std::env::var("E2E_SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![1_000, 10_000]);
+    let sizes = support::load::sizes("E2E_SIZES", &[1_000, 10_000]);
     let plane = tokio::task::spawn_blocking(|| Plane::private("bench-e2e")).await.expect("plane");
     let client = plane.client().await;
     // A first start installs the CAPI CRDs and ours; the minimal writer then runs with no manager.

@@ -170,10 +170,7 @@ async fn main() {
         return;
     }
     capi_ipam::server::tls::install_crypto_provider();
-    let sizes: Vec<usize> = std::env::var("VS_CAIP_SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![1_000, 3_000, 10_000]);
+    let sizes = support::load::sizes("VS_CAIP_SIZES", &[1_000, 3_000, 10_000]);
     let cap =
         Duration::from_secs(std::env::var("VS_CAIP_CAP_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20 * 60));
     let caip = tokio::task::spawn_blocking(caip_dir).await.expect("CAIP");

@@ -76,6 +76,14 @@ pub async fn assert_distinct(client: &Client, namespace: &str, n: usize) {
     assert_eq!((addresses.len(), distinct.len()), (n, n), "one distinct address per bound claim");
 }
 
+/// The claim counts a bench runs: the comma-separated list in `variable`, else `default`.
+pub fn sizes(variable: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(variable)
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
 /// What one phase of a bench measured.
 #[derive(Clone, Copy, Debug)]
 pub struct Phase {
