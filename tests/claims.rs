@@ -374,6 +374,27 @@ async fn other_owners_finalizers_and_conditions_survive_our_writes() {
     CAPI.delete_claim(c, ns, "claim").await;
 }
 
+/// What our finalizer patches rely on: the API server refuses a JSON patch whose resourceVersion test fails with 422
+/// and changes nothing (the controllers treat it as a conflict and decide again on a fresh read).
+#[tokio::test]
+async fn a_json_patch_on_a_stale_resource_version_changes_nothing() {
+    let env = TestEnv::new("stale").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    let created = CAPI.create_claim(c, ns, "claim", "NotOurs", "pool").await;
+    let stale = created.resource_version().expect("a resourceVersion");
+    let label = json!({"metadata": {"labels": {"changed": "yes"}}});
+    CAPI.claims(c, ns).patch("claim", &Default::default(), &kube::api::Patch::Merge(&label)).await.expect("a change");
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": stale},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["ipam.cluster.x-k8s.io/ReleaseAddress"]},
+    ]))
+    .expect("a patch");
+    let refused = CAPI.claims(c, ns).patch("claim", &Default::default(), &kube::api::Patch::<()>::Json(patch)).await;
+    assert!(matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422), "{refused:?}");
+    let stored = CAPI.claims(c, ns).get("claim").await.expect("claim");
+    assert!(stored.finalizers().is_empty(), "{:?}", stored.finalizers());
+}
+
 #[tokio::test]
 async fn a_paused_cluster_holds_allocation_until_it_is_unpaused() {
     let env = TestEnv::with_manager("pause").await;
