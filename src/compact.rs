@@ -119,9 +119,10 @@ pub struct ResourceVersion(Option<std::num::NonZeroU64>);
 
 impl ResourceVersion {
     pub fn of(s: &str) -> ResourceVersion {
-        // Only a canonical decimal is kept: it must come back exactly as the API server wrote it.
-        let n = s.parse::<std::num::NonZeroU64>().ok().filter(|n| n.to_string() == s);
-        ResourceVersion(n)
+        // Only a canonical decimal is kept (digits, no sign, no leading zero): it comes back exactly as the API server
+        // wrote it. Checked without formatting it again: every claim event passes here.
+        let canonical = !s.starts_with('0') && !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        ResourceVersion(s.parse().ok().filter(|_| canonical))
     }
 
     /// The text to send back, when it was kept.

@@ -361,8 +361,10 @@ impl Registry {
     }
 
     fn mark_dirty(&self, key: &PoolKey) {
+        // Every allocation passes here, and the pool is queued already but for the first one of a burst.
         let mut dirty = lock(&self.dirty);
-        if dirty.queued.insert(key.clone()) {
+        if !dirty.queued.contains(key) {
+            dirty.queued.insert(key.clone());
             dirty.order.push_back(key.clone());
         }
     }
