@@ -28,6 +28,10 @@ impl Error {
         Error::Internal(e.to_string())
     }
 
+    /// Every value of [`Error::kind`] (the metrics export each from the start, at 0).
+    pub const KINDS: [&'static str; 8] =
+        ["conflict", "not_found", "throttled", "api", "transport", "rejected", "internal", "fenced"];
+
     /// A bounded label for metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -74,6 +78,22 @@ mod tests {
     fn api(code: u16) -> Error {
         let status = kube::core::Status::failure("refused", "Refused").with_code(code);
         Error::kube("writing")(kube::Error::Api(status.boxed()))
+    }
+
+    #[test]
+    fn every_kind_is_listed() {
+        let kinds = [409, 404, 429, 500].map(|code| api(code).kind());
+        let others = [
+            Error::kube("reading")(kube::Error::LinesCodecMaxLineLengthExceeded).kind(),
+            Error::Rejected(String::new()).kind(),
+            Error::internal("x").kind(),
+            Error::Fenced(Fenced).kind(),
+        ];
+        let mut seen: Vec<&str> = kinds.iter().chain(&others).copied().collect();
+        seen.sort_unstable();
+        let mut listed = Error::KINDS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(seen, listed);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Prometheus metrics (decision D16). Labels stay bounded: pool kind, namespace and name, controller, webhook path and
 //! result, error kind. Nothing is labelled per claim or per address.
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -67,6 +68,17 @@ pub struct WebhookLabels {
     pub result: &'static str,
 }
 
+/// The `controller` label of the claim and pool controllers.
+pub const CLAIM_CONTROLLER: &str = "ipaddressclaim";
+pub const POOL_CONTROLLER: &str = "pool";
+
+/// The claims the leader has seen without an address and not yet bound (whatever they wait for: a free address, their
+/// pool, their Cluster), read when metrics are scraped so that how long they waited is current.
+pub trait WaitingClaims: Send + Sync {
+    /// How many claims wait, and how long the one waiting longest has waited.
+    fn waiting(&self) -> (usize, Duration);
+}
+
 /// Every metric of the process, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -89,6 +101,10 @@ pub struct Metrics {
     webhook_duration: Family<WebhookLabels, Histogram>,
     queue_waiting: Family<QueueLabels, Gauge>,
     queue_delayed: Family<QueueLabels, Gauge>,
+    claims_waiting: Gauge,
+    claims_waiting_longest: Gauge<f64, AtomicU64>,
+    /// The current leader term's claims; gone (0 waiting) between terms and on replicas that do not lead.
+    waiting_source: Mutex<Option<Weak<dyn WaitingClaims>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -131,6 +147,9 @@ impl Metrics {
             webhook_duration: Family::new_with_constructor(latency_histogram),
             queue_waiting: Family::default(),
             queue_delayed: Family::default(),
+            claims_waiting: Gauge::default(),
+            claims_waiting_longest: Gauge::default(),
+            waiting_source: Mutex::new(None),
             registry: Registry::default(),
         };
         registry.register(
@@ -176,6 +195,16 @@ impl Metrics {
             "Leader terms that ended because the Lease was not renewed within the renew deadline",
             m.fenced.clone(),
         );
+        registry.register(
+            "claims_waiting",
+            "Claims seen without an address and not yet bound, in this replica's leader term",
+            m.claims_waiting.clone(),
+        );
+        registry.register(
+            "claims_waiting_longest_seconds",
+            "How long the claim waiting longest has waited for its address, in this replica's leader term",
+            m.claims_waiting_longest.clone(),
+        );
         registry.register("allocations", "Addresses handed out", m.allocations.clone());
         registry.register("releases", "Addresses released", m.releases.clone());
         registry.register(
@@ -196,11 +225,35 @@ impl Metrics {
             "Duration of webhook requests",
             m.webhook_duration.clone(),
         );
+        m.initialize_counters();
         Metrics { registry, ..m }
+    }
+
+    /// Every counter series that can exist is exported from the start, at 0: Prometheus sees no increase in a series
+    /// that first appears at 1, so the first error would never reach `rate()` or an alert.
+    fn initialize_counters(&self) {
+        for kind in PoolKind::ALL {
+            let labels = PoolKindLabels { kind: kind.kind().to_owned() };
+            for family in [&self.allocations, &self.releases, &self.duplicates_detected, &self.duplicates_withdrawn] {
+                let _ = family.get_or_create(&labels);
+            }
+        }
+        for controller in [CLAIM_CONTROLLER, POOL_CONTROLLER] {
+            for result in [ReconcileResult::Success, ReconcileResult::Error] {
+                let _ = self.reconciles.get_or_create(&ReconcileLabels { controller, result });
+            }
+            for error in crate::error::Error::KINDS {
+                let _ = self.reconcile_errors.get_or_create(&ErrorLabels { controller, error });
+            }
+        }
     }
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
+        let source = self.waiting_source.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(Weak::upgrade);
+        let (waiting, longest) = source.map_or((0, Duration::ZERO), |s| s.waiting());
+        self.claims_waiting.set(i64::try_from(waiting).unwrap_or(i64::MAX));
+        self.claims_waiting_longest.set(longest.as_secs_f64());
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
@@ -236,6 +289,11 @@ impl Metrics {
             waiting: self.queue_waiting.get_or_create(&labels).clone(),
             delayed: self.queue_delayed.get_or_create(&labels).clone(),
         }
+    }
+
+    /// Reads the waiting claims from `source` at every scrape, while it lives.
+    pub fn watch_waiting(&self, source: Weak<dyn WaitingClaims>) {
+        *self.waiting_source.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
     }
 
     pub fn set_leading(&self, leading: bool) {
@@ -284,3 +342,23 @@ impl Metrics {
 }
 
 pub type SharedMetrics = Arc<Metrics>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_exported_at_zero_before_anything_happens() {
+        let scraped = Metrics::new().encode();
+        for line in [
+            "capi_ipam_reconcile_errors_total{controller=\"ipaddressclaim\",error=\"transport\"} 0",
+            "capi_ipam_reconcile_errors_total{controller=\"pool\",error=\"fenced\"} 0",
+            "capi_ipam_reconcile_total{controller=\"pool\",result=\"Error\"} 0",
+            "capi_ipam_allocations_total{kind=\"GlobalInClusterPrefixPool\"} 0",
+            "capi_ipam_releases_total{kind=\"InClusterIPPool\"} 0",
+            "capi_ipam_claims_waiting 0",
+        ] {
+            assert!(scraped.lines().any(|l| l == line), "{line} missing from:\n{scraped}");
+        }
+    }
+}

@@ -87,7 +87,7 @@ pub fn allocate(claim: &Claim, pool_key: &PoolKey, pool: &Pool, index: &Index) -
 pub async fn reconcile(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     let started = std::time::Instant::now();
     let result = reconcile_claim(claim, ctx).await;
-    ctx.metrics.reconciled("ipaddressclaim", started.elapsed(), result.as_ref().err().map(Error::kind));
+    ctx.metrics.reconciled(crate::metrics::CLAIM_CONTROLLER, started.elapsed(), result.as_ref().err().map(Error::kind));
     result
 }
 

@@ -95,6 +95,8 @@ impl Context {
         let (work, streams) = Work::new(&metrics);
         let work = Arc::new(work);
         let index = Arc::new(Index::new(work.clone(), metrics.clone()));
+        let waiting: Arc<dyn crate::metrics::WaitingClaims> = index.clone();
+        metrics.watch_waiting(Arc::downgrade(&waiting));
         let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());
         let ctx = Context {
             events: events::Events::new(client.clone(), identity),
@@ -330,6 +332,8 @@ async fn claim_worker(ctx: Arc<Context>, stop: CancellationToken) {
             Some(claim) => {
                 if claim.address_ref().is_none() {
                     ctx.index.first_seen(&claim);
+                } else {
+                    ctx.index.bound(&claim);
                 }
                 match claim::reconcile(&claim, &ctx).await {
                     Ok(next) => {

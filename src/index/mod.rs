@@ -143,6 +143,16 @@ fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     m.write().unwrap_or_else(|e| e.into_inner())
 }
 
+impl crate::metrics::WaitingClaims for Index {
+    fn waiting(&self) -> (usize, Duration) {
+        let books = lock(&self.books);
+        books
+            .values()
+            .filter_map(|b| b.first_seen)
+            .fold((0, Duration::ZERO), |(n, longest), seen| (n + 1, longest.max(seen.elapsed())))
+    }
+}
+
 impl Index {
     pub fn new(sink: Arc<dyn Sink>, metrics: Arc<Metrics>) -> Self {
         Self {
@@ -255,6 +265,11 @@ impl Index {
         self.book(claim, |b| {
             b.first_seen.get_or_insert_with(Instant::now);
         });
+    }
+
+    /// The claim has its address (allocated, or adopted from an IPAddress that already named it): it waits no more.
+    pub fn bound(&self, claim: &Claim) {
+        self.book(claim, |b| b.first_seen = None);
     }
 
     /// Time since the claim was first seen, once: the allocation latency.

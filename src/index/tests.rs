@@ -391,3 +391,41 @@ fn claims_waiting_for_an_address_are_woken_first() {
     assert_eq!(sink.take_woken(), [key("bound"), key("deleting"), key("waiting")]);
     assert_eq!(*lock(&sink.first), [key("waiting")]);
 }
+
+#[test]
+fn the_metrics_count_claims_waiting_until_bound_deleted_or_the_term_ends() {
+    let recorder = Arc::new(Recorder::default());
+    let metrics = Arc::new(Metrics::new());
+    let index: Arc<Index> = Arc::new(Index::new(recorder, metrics.clone()));
+    let source: Arc<dyn crate::metrics::WaitingClaims> = index.clone();
+    metrics.watch_waiting(Arc::downgrade(&source));
+    drop(source);
+    let mut relist = Relist::default();
+    for c in ["a", "b", "c"] {
+        relist.on_event(&*index, Event::Apply(claim_event(claim(c))));
+        index.first_seen(&claim(c));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    index.first_seen(&claim("a")); // seen again: it waits since it was first seen
+    let scraped = metrics.encode();
+    assert!(scraped.contains("\ncapi_ipam_claims_waiting 3\n"), "{scraped}");
+    let longest: f64 = scraped
+        .lines()
+        .find_map(|l| l.strip_prefix("capi_ipam_claims_waiting_longest_seconds "))
+        .and_then(|v| v.parse().ok())
+        .expect("the longest wait");
+    assert!(longest >= 0.02, "{longest}");
+
+    index.bound(&claim("a"));
+    assert_eq!(index.allocation_latency(&claim("b")).map(|d| d >= Duration::from_millis(20)), Some(true));
+    relist.on_event(&*index, Event::Delete(claim_event(claim("c"))));
+    assert!(metrics.encode().contains("\ncapi_ipam_claims_waiting 0\n"));
+
+    relist.on_event(&*index, Event::Apply(claim_event(claim("d"))));
+    index.first_seen(&claim("d"));
+    assert!(metrics.encode().contains("\ncapi_ipam_claims_waiting 1\n"));
+    drop(index);
+    let after_the_term = metrics.encode();
+    assert!(after_the_term.contains("\ncapi_ipam_claims_waiting 0\n"), "{after_the_term}");
+    assert!(after_the_term.contains("\ncapi_ipam_claims_waiting_longest_seconds 0.0\n"), "{after_the_term}");
+}
