@@ -33,9 +33,13 @@ generate: ## Regenerate the CRDs and webhook manifests from the Rust types (a te
 .PHONY: release-manifests
 release-manifests: k8s-bin ## Write out/ipam-components.yaml and out/metadata.yaml (the clusterctl provider artifacts)
 	@mkdir -p out
-	"$$($(TOOLS)/k8s-bin.sh --print-dir)/kubectl" kustomize config/default > out/ipam-components.yaml
+	"$$($(TOOLS)/k8s-bin.sh --print-dir)/kubectl" kustomize config/clusterctl > out/ipam-components.yaml
 	cp config/metadata.yaml out/metadata.yaml
 	@echo "wrote out/ipam-components.yaml and out/metadata.yaml"
+
+.PHONY: image
+image: ## The manager's OCI image without a container engine: out/image/oci (OCI layout) and out/image/image.tar (docker load)
+	@$(TOOLS)/image.sh
 
 .PHONY: run
 run: k8s-bin ## Start the control plane and run the manager against it (Ctrl-C stops the manager)

@@ -1,13 +1,40 @@
 //! Runs the real `manager` binary against a control plane, with our CRDs and webhooks registered in the API server
 //! over TLS (tests/tools/dev-install.py, the same code `make run` uses).
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{Plane, repo_root, tail, unique_name};
+
+/// How a manager is launched (the default: the binary under test, as root, with our CRDs and webhooks).
+pub struct Launch {
+    /// The program and its leading arguments, such as an image's entrypoint under `setpriv`.
+    pub command: Vec<OsString>,
+    /// The manager reads copies of the kubeconfig and the webhook certificates owned by this uid and readable by it
+    /// alone, as from a pod's mounted Secrets.
+    pub owner: Option<u32>,
+    /// Registers these CRDs and webhook configurations (another provider's, the manager standing in for its
+    /// webhooks) instead of ours.
+    pub crds: Option<PathBuf>,
+    pub webhooks: Option<PathBuf>,
+    pub ready_within: Duration,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Launch {
+            command: vec![manager_binary()],
+            owner: None,
+            crds: None,
+            webhooks: None,
+            ready_within: Duration::from_secs(90),
+        }
+    }
+}
 
 /// A running manager process. It is killed when dropped, and also when the test process exits (it watches its stdin).
 pub struct Manager {
@@ -16,6 +43,8 @@ pub struct Manager {
     pub health_port: u16,
     pub metrics_port: u16,
     pub log: PathBuf,
+    /// The program and its leading arguments (default: the manager binary under test).
+    command: Vec<OsString>,
     args: Vec<String>,
     kubeconfig: PathBuf,
     wrapper: Option<Child>,
@@ -47,15 +76,46 @@ impl Manager {
 
     /// As [`Manager::start`], allowing `ready_within` for the first list of everything (100,000 objects take long).
     pub fn start_within(plane: &Plane, extra_args: &[&str], ready_within: Duration) -> Manager {
+        Self::launch(plane, Launch { ready_within, ..Launch::default() }, extra_args)
+    }
+
+    /// As [`Manager::start`], launched as `launch` says.
+    pub fn start_launched(plane: &Plane, launch: Launch, extra_args: &[&str]) -> Manager {
+        Self::launch(plane, launch, extra_args)
+    }
+
+    fn launch(plane: &Plane, launch: Launch, extra_args: &[&str]) -> Manager {
+        let Launch { command, owner, crds, webhooks, ready_within } = launch;
         let dir = plane.dir.join("managers").join(unique_name("m"));
         std::fs::create_dir_all(&dir).expect("manager folder");
-        let certs = plane.dir.join("webhook-certs");
-        run(Command::new("bash").arg(repo_root().join("tests/tools/dev-certs.sh")).arg(&certs), "dev-certs.sh");
+        let shared_certs = plane.dir.join("webhook-certs");
+        run(Command::new("bash").arg(repo_root().join("tests/tools/dev-certs.sh")).arg(&shared_certs), "dev-certs.sh");
+        let (certs, kubeconfig) = match owner {
+            None => (shared_certs.clone(), plane.kubeconfig()),
+            Some(uid) => {
+                let own = dir.join("mounted");
+                std::fs::create_dir_all(own.join("certs")).expect("folder");
+                let mut files: Vec<(PathBuf, PathBuf)> = ["ca.crt", "tls.crt", "tls.key"]
+                    .iter()
+                    .map(|f| (shared_certs.join(f), own.join("certs").join(f)))
+                    .collect();
+                files.push((plane.kubeconfig(), own.join("kubeconfig")));
+                for (from, to) in &files {
+                    std::fs::copy(from, to).expect("copying for the manager");
+                    std::os::unix::fs::chown(to, Some(uid), Some(uid)).expect("chown");
+                    std::fs::set_permissions(to, std::os::unix::fs::PermissionsExt::from_mode(0o400)).expect("chmod");
+                }
+                for d in [&own, &own.join("certs"), &dir] {
+                    std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+                }
+                (own.join("certs"), own.join("kubeconfig"))
+            }
+        };
         let (webhook_port, health_port, metrics_port) = (free_port(), free_port(), free_port());
         let mut args: Vec<String> = vec!["--log-format=text".into()];
         // The manager runs as admin unless the test gives it an identity of its own.
         if !extra_args.iter().any(|a| a.starts_with("--kubeconfig")) {
-            args.push(format!("--kubeconfig={}", plane.kubeconfig().display()));
+            args.push(format!("--kubeconfig={}", kubeconfig.display()));
         }
         args.extend([
             "--webhook-host=127.0.0.1".into(),
@@ -71,6 +131,7 @@ impl Manager {
         let mut m = Manager {
             log: dir.join("manager.log"),
             dir,
+            command,
             webhook_port,
             health_port,
             metrics_port,
@@ -80,16 +141,29 @@ impl Manager {
             pid: None,
             spawned_at: None,
         };
-        m.register(plane, &certs);
+        m.register(plane, &shared_certs, crds.as_deref(), webhooks.as_deref());
         m.spawn();
         m.wait_ready_within(plane, ready_within);
         m
     }
 
-    fn register(&self, plane: &Plane, certs: &std::path::Path) {
+    /// Registers our CRDs and webhooks at this manager again, taking them over from an install (Helm, clusterctl)
+    /// that just wrote its own, whose Services no API server here can reach.
+    pub fn take_over(&self, plane: &Plane) {
+        self.register(plane, &plane.dir.join("webhook-certs"), None, None);
+    }
+
+    fn register(&self, plane: &Plane, certs: &Path, crds: Option<&Path>, webhooks: Option<&Path>) {
+        let mut install = Command::new("python3");
+        install.arg(repo_root().join("tests/tools/dev-install.py"));
+        if let Some(crds) = crds {
+            install.arg("--crds").arg(crds);
+        }
+        if let Some(webhooks) = webhooks {
+            install.arg("--webhooks").arg(webhooks);
+        }
         run(
-            Command::new("python3")
-                .arg(repo_root().join("tests/tools/dev-install.py"))
+            install
                 .arg("--kubectl")
                 .arg(plane.bin_dir().join("kubectl"))
                 .arg("--kubeconfig")
@@ -112,7 +186,7 @@ impl Manager {
             .arg(r#"log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & pid=$!; echo "$pid"; cat >/dev/null; kill -9 "$pid" 2>/dev/null; wait"#)
             .arg("manager-wrapper")
             .arg(&self.log)
-            .arg(manager_binary())
+            .args(&self.command)
             .args(&self.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -234,7 +308,7 @@ impl Drop for Manager {
 
 /// The manager binary under test: this build's, or `CAPI_IPAM_MANAGER_BIN` (to run a suite against another build,
 /// such as an older commit's, and see a test fail there).
-fn manager_binary() -> std::ffi::OsString {
+fn manager_binary() -> OsString {
     std::env::var_os("CAPI_IPAM_MANAGER_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_manager").into())
 }
 

@@ -11,6 +11,8 @@
 #     capi-v1.10  the same for Cluster API v1.10.10 (IPAM v1beta1 storage), for the v1beta1 tests
 #     caip        the Go provider (sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.1.0, `caip`) with its
 #                 config/ and metadata.yaml from the same module, for `make bench-vs-caip`
+#     image       oci-image (tests/tools/oci-image, `make image`) and crane, on go-containerregistry v0.22.1
+#     promtool    promtool (github.com/prometheus/prometheus v0.316.0), to test the chart's alert rules
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 K8S_VERSION=v1.36.3
@@ -20,6 +22,8 @@ CLUSTERCTL_VERSION=v1.14.2
 CAPI_VERSION=v1.14.2
 CAPI_V110_VERSION=v1.10.10
 CAIP_VERSION=v1.1.0
+GGCR_VERSION=v0.22.1
+PROMETHEUS_VERSION=v0.316.0
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 print_dir=0
@@ -27,7 +31,7 @@ set_name=k8s
 for arg in "$@"; do
   case $arg in
     --print-dir) print_dir=1 ;;
-    k8s|release|capi|capi-v1.10|caip) set_name=$arg ;;
+    k8s|release|capi|capi-v1.10|caip|image|promtool) set_name=$arg ;;
     *) echo "k8s-bin: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -37,8 +41,13 @@ case $set_name in
   capi) modules=(capi); label="capi-${CAPI_VERSION}"; bins=(manager) ;;
   capi-v1.10) modules=(capi-v1.10); label="capi-${CAPI_V110_VERSION}"; bins=(manager) ;;
   caip) modules=(caip); label="caip-${CAIP_VERSION}"; bins=(caip) ;;
+  image) modules=(oci-image); label="ggcr-${GGCR_VERSION}"; bins=(oci-image crane) ;;
+  promtool) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}"; bins=(promtool) ;;
 esac
-key=$(for m in "${modules[@]}"; do cat "$here/$m/go.mod" "$here/$m/go.sum"; done | sha256sum | cut -c1-12)
+# Keyed by the pins and by our own Go sources (oci-image), so a change to either rebuilds.
+key=$(for m in "${modules[@]}"; do
+  cat "$here/$m/go.mod" "$here/$m/go.sum"; find "$here/$m" -maxdepth 1 -name '*.go' -exec cat {} +
+done | sha256sum | cut -c1-12)
 dir="${CAPI_IPAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capi-ipam-in-cluster}/$set_name-bin/${label}-${key}"
 if ((print_dir)); then echo "$dir"; exit 0; fi
 
@@ -100,6 +109,13 @@ elif [[ $set_name == caip ]]; then
     cp -r "$src/config" "$src/metadata.yaml" "$dir.tmp/"
     chmod -R u+w "$dir.tmp"
   fi
+elif [[ $set_name == image ]]; then
+  build "oci-image and crane (go-containerregistry $GGCR_VERSION)" oci-image "$dir.tmp/" oci-image crane -- \
+    -ldflags "-s -w" . github.com/google/go-containerregistry/cmd/crane
+elif [[ $set_name == promtool ]]; then
+  pv=github.com/prometheus/common/version
+  build "promtool (prometheus $PROMETHEUS_VERSION)" promtool "$dir.tmp/promtool" promtool -- \
+    -ldflags "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v0.}" github.com/prometheus/prometheus/cmd/promtool
 else
   # helm v3 assumes Kubernetes v1.20 unless told otherwise; its Makefile sets these.
   k8s_minor=${K8S_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}

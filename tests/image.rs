@@ -1,0 +1,236 @@
+//! The image of `make image` (tests/tools/image.sh, which `make test` runs first), taken apart as a registry or a
+//! container runtime would: every blob matches its digest, the config runs /manager as 65532:65532 with no shell,
+//! the one layer holds the statically linked manager and nothing else, and crane accepts both the OCI layout and the
+//! docker tarball. Then the entrypoint, extracted from the layer, runs as 65532 with an empty environment against the
+//! test control plane and binds a claim.
+
+mod support;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use support::claims::{Capi, address_of, create_pool};
+use support::manager::{Launch, Manager, free_port};
+use support::release::{ok, scratch};
+use support::{Plane, TestEnv, repo_root};
+
+const NONROOT: u32 = 65532;
+
+fn image_dir() -> PathBuf {
+    let dir = repo_root().join("out/image");
+    assert!(dir.join("oci/index.json").is_file(), "no image in {}: run `make image` first", dir.display());
+    dir
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A blob of the OCI layout, checked against its digest.
+fn blob(layout: &Path, digest: &str) -> Vec<u8> {
+    let hex = digest.strip_prefix("sha256:").unwrap_or_else(|| panic!("not a sha256 digest: {digest}"));
+    let data = std::fs::read(layout.join("blobs/sha256").join(hex)).expect("blob");
+    assert_eq!(sha256_hex(&data), hex, "blob {digest} does not match its digest");
+    data
+}
+
+fn json_blob(layout: &Path, descriptor: &Value) -> Value {
+    let data = blob(layout, descriptor["digest"].as_str().expect("digest"));
+    assert_eq!(data.len() as u64, descriptor["size"].as_u64().expect("size"), "size of {descriptor}");
+    serde_json::from_slice(&data).expect("JSON blob")
+}
+
+fn run_with_stdin(program: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().expect(program);
+    writer.join().expect("writer").expect("writing stdin");
+    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// Whether an ELF executable asks for a dynamic loader (a PT_INTERP program header).
+fn needs_a_loader(elf: &[u8]) -> bool {
+    assert_eq!(&elf[..4], b"\x7fELF", "not an ELF file");
+    assert_eq!(elf[4], 2, "not a 64-bit ELF file");
+    let u16_at = |at: usize| u16::from_le_bytes([elf[at], elf[at + 1]]) as usize;
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().expect("8 bytes")) as usize;
+    let (entry_size, count) = (u16_at(0x36), u16_at(0x38));
+    (0..count).any(|i| {
+        let at = phoff + i * entry_size;
+        u32::from_le_bytes(elf[at..at + 4].try_into().expect("4 bytes")) == 3
+    })
+}
+
+struct Image {
+    /// The image's config.
+    config: Value,
+    /// The entrypoint, extracted from the layer.
+    manager: PathBuf,
+}
+
+/// Reads the OCI layout: index → manifest → config and the one layer, each against its digest; extracts the layer.
+fn take_apart(dir: &Path) -> Image {
+    let layout = dir.join("oci");
+    let marker: Value = serde_json::from_slice(&std::fs::read(layout.join("oci-layout")).expect("oci-layout")).unwrap();
+    assert_eq!(marker["imageLayoutVersion"], "1.0.0");
+    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).expect("index")).unwrap();
+    let manifests = index["manifests"].as_array().expect("manifests");
+    assert_eq!(manifests.len(), 1, "{index}");
+    let name = std::fs::read_to_string(dir.join("name")).expect("the image name");
+    let name = name.trim();
+    assert_eq!(manifests[0]["annotations"]["io.containerd.image.name"], name);
+    assert_eq!(manifests[0]["annotations"]["org.opencontainers.image.ref.name"], name.rsplit_once(':').unwrap().1);
+
+    let manifest = json_blob(&layout, &manifests[0]);
+    assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(manifest["config"]["mediaType"], "application/vnd.oci.image.config.v1+json");
+    let config = json_blob(&layout, &manifest["config"]);
+    let layers = manifest["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 1, "one layer, no base image: {manifest}");
+    assert_eq!(layers[0]["mediaType"], "application/vnd.oci.image.layer.v1.tar+gzip");
+    let compressed = blob(&layout, layers[0]["digest"].as_str().expect("digest"));
+    assert_eq!(compressed.len() as u64, layers[0]["size"].as_u64().expect("size"));
+    let layer = run_with_stdin("gzip", &["-dc"], &compressed);
+    assert_eq!(config["rootfs"]["diff_ids"], json!([format!("sha256:{}", sha256_hex(&layer))]));
+
+    // Only the manager: root-owned, executable, at /manager; no shell, no libc, no /etc.
+    let listing = String::from_utf8(run_with_stdin("tar", &["--numeric-owner", "-tvf", "-"], &layer)).unwrap();
+    let entries: Vec<Vec<&str>> = listing.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(entries.len(), 1, "the layer holds more than the manager:\n{listing}");
+    let entry = &entries[0];
+    assert_eq!((entry[0], entry[1], entry[entry.len() - 1]), ("-rwxr-xr-x", "0/0", "manager"), "{listing}");
+
+    let extracted = scratch("image");
+    let out = Command::new("tar")
+        .args(["-xf", "-", "-C"])
+        .arg(&extracted)
+        .stdin(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().expect("stdin").write_all(&layer)?;
+            child.wait()
+        })
+        .expect("tar -x");
+    assert!(out.success());
+    std::fs::set_permissions(&extracted, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let manager = extracted.join("manager");
+    assert!(!needs_a_loader(&std::fs::read(&manager).expect("the manager")), "the manager is dynamically linked");
+    assert!(needs_a_loader(&std::fs::read("/bin/sh").expect("/bin/sh")), "the ELF check cannot tell");
+    Image { config, manager }
+}
+
+#[test]
+fn the_image_holds_the_static_manager_run_as_nonroot_and_nothing_else() {
+    let image = take_apart(&image_dir());
+    let config = &image.config;
+    assert_eq!((config["os"].as_str(), config["architecture"].as_str()), (Some("linux"), Some("amd64")));
+    let run = &config["config"];
+    assert_eq!(run["User"], "65532:65532");
+    assert_eq!(run["Entrypoint"], json!(["/manager"]));
+    assert!(run["Cmd"].is_null() && run["Env"].is_null() && run["Shell"].is_null(), "{run}");
+    let version = env!("CARGO_PKG_VERSION");
+    let labels = &run["Labels"];
+    assert_eq!(labels["org.opencontainers.image.title"], "capi-ipam-in-cluster");
+    assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+    assert_eq!(labels["org.opencontainers.image.version"], format!("v{version}"));
+    assert!(labels["org.opencontainers.image.revision"].as_str().is_some_and(|r| !r.is_empty()));
+    // Built from the same binary, the same image: no build time in it.
+    assert_eq!(config["created"], "1970-01-01T00:00:00Z");
+
+    let out = Command::new(&image.manager).arg("--version").env_clear().output().expect("the extracted manager");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("manager {version}"));
+}
+
+#[test]
+fn crane_accepts_the_oci_layout_and_the_docker_tarball() {
+    let dir = image_dir();
+    let crane = PathBuf::from(
+        ok(
+            Command::new(repo_root().join("tests/tools/k8s-bin.sh")).args(["--print-dir", "image"]).output().unwrap(),
+            "k8s-bin.sh",
+        )
+        .trim(),
+    )
+    .join("crane");
+    let tarball = dir.join("image.tar").to_string_lossy().into_owned();
+    let out = ok(Command::new(&crane).args(["validate", "--tarball", &tarball]).output().unwrap(), "crane validate");
+    assert!(out.starts_with("PASS"), "{out}");
+    let manifest = String::from_utf8(run_with_stdin("tar", &["-xOf", &tarball, "manifest.json"], b"")).unwrap();
+    let name = std::fs::read_to_string(dir.join("name")).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&manifest).unwrap()[0]["RepoTags"], json!([name.trim()]));
+
+    // A registry on 127.0.0.1 (crane's own, in memory) takes both, and serves back the layout's digest.
+    let port = free_port();
+    let mut registry = Command::new(&crane)
+        .args(["registry", "serve", "--address", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("crane registry serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the registry did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let crane_ok = |args: &[&str]| ok(Command::new(&crane).args(args).output().expect("crane"), &format!("{args:?}"));
+    let layout = dir.join("oci").to_string_lossy().into_owned();
+    let (from_layout, from_tarball) = (format!("127.0.0.1:{port}/manager:layout"), format!("127.0.0.1:{port}/m:tar"));
+    let pushed = crane_ok(&["push", &layout, &from_layout]);
+    crane_ok(&["push", &tarball, &from_tarball]);
+    for reference in [&from_layout, &from_tarball] {
+        assert!(crane_ok(&["validate", "--remote", reference]).starts_with("PASS"));
+    }
+    let index: Value = serde_json::from_slice(&std::fs::read(dir.join("oci/index.json")).unwrap()).unwrap();
+    let digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
+    assert!(pushed.trim().ends_with(&digest), "{pushed} is not {digest}");
+    assert_eq!(crane_ok(&["digest", &from_layout]).trim(), digest);
+    // The docker tarball carries the same config (its manifest is a docker one, hence another digest).
+    let config = |r: &str| serde_json::from_str::<Value>(&crane_ok(&["config", r])).expect("config");
+    assert_eq!(config(&from_layout), config(&from_tarball));
+    let _ = registry.kill();
+    let _ = registry.wait();
+}
+
+/// The entrypoint as a pod runs it: user 65532, no environment, its kubeconfig and certificates readable by it alone.
+#[tokio::test]
+async fn the_entrypoint_from_the_layer_binds_a_claim_against_the_real_api_server() {
+    let image = take_apart(&image_dir());
+    let command: Vec<OsString> =
+        ["setpriv", "--reuid=65532", "--regid=65532", "--clear-groups", "--inh-caps=-all", "env", "-i"]
+            .iter()
+            .map(OsString::from)
+            .chain([image.manager.into_os_string()])
+            .collect();
+    let manager = tokio::task::spawn_blocking(move || {
+        let launch = Launch { command, owner: Some(NONROOT), ..Launch::default() };
+        Manager::start_launched(Plane::shared(), launch, &["--insecure-diagnostics"])
+    })
+    .await
+    .expect("manager");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", manager.pid().expect("pid"))).expect("status");
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid");
+    assert!(uid_line.split_whitespace().skip(1).all(|u| u == NONROOT.to_string()), "{uid_line}");
+
+    let env = TestEnv::new("image").await;
+    let capi = Capi::V1Beta2;
+    let spec = json!({"addresses": ["10.77.0.10-10.77.0.12"], "prefix": 24, "gateway": "10.77.0.1"});
+    create_pool(&env.client, "InClusterIPPool", &env.namespace, "from-image", spec).await;
+    capi.create_claim(&env.client, &env.namespace, "c", "InClusterIPPool", "from-image").await;
+    let address = capi.wait_bound(&env.client, &env.namespace, "c").await;
+    assert_eq!(address_of(&address), "10.77.0.10");
+    let metrics = manager.metrics().expect("metrics");
+    assert!(metrics.contains("capi_ipam_allocations_total{kind=\"InClusterIPPool\"} 1"), "{metrics}");
+}
