@@ -10,6 +10,10 @@ tests/tools/k8s-bin.sh release >/dev/null
 tests/tools/k8s-bin.sh capi >/dev/null
 tests/tools/k8s-bin.sh capi-v1.10 >/dev/null
 
+step "building promtool, oci-image and crane (cached after the first time)"
+tests/tools/k8s-bin.sh promtool >/dev/null
+tests/tools/k8s-bin.sh image >/dev/null
+
 step "cargo fmt --check"
 cargo fmt --check
 step "cargo clippy --all-targets -- -D warnings"
@@ -21,6 +25,9 @@ if [[ -f .dev/manager.pid ]] && kill -0 "$(cat .dev/manager.pid)" 2>/dev/null; t
   kill "$(cat .dev/manager.pid)" || true
   rm -f .dev/manager.pid
 fi
+
+step "make image (tests/image.rs takes it apart and runs its entrypoint)"
+tests/tools/image.sh
 
 started=0
 if ! tests/tools/control-plane.sh status >/dev/null 2>&1; then

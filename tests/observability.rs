@@ -1,0 +1,178 @@
+//! The chart's Grafana dashboard and Prometheus alerts: the alert rules pass `promtool check rules` and their unit
+//! tests on synthetic series (`promtool test rules`, promtool built from its Go module), every metric the dashboard
+//! and the rules name is one a running manager exports, and the chart ships both only when asked, unchanged.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+use support::release::{helm, ok};
+use support::{TestEnv, repo_root, shared_manager};
+
+const CHART: &str = "charts/capi-ipam-in-cluster";
+const RULES: &str = "charts/capi-ipam-in-cluster/files/prometheus-rules.yaml";
+const DASHBOARD: &str = "charts/capi-ipam-in-cluster/files/grafana-dashboard.json";
+
+fn promtool(args: &[&str]) -> String {
+    let dir = ok(
+        Command::new(repo_root().join("tests/tools/k8s-bin.sh")).args(["--print-dir", "promtool"]).output().unwrap(),
+        "k8s-bin.sh",
+    );
+    let out = Command::new(PathBuf::from(dir.trim()).join("promtool"))
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("promtool (tests/tools/k8s-bin.sh promtool builds it)");
+    ok(out, &format!("promtool {args:?}"))
+}
+
+fn rules() -> Value {
+    serde_saphyr::from_str(&std::fs::read_to_string(repo_root().join(RULES)).expect("rules")).expect("rules YAML")
+}
+
+fn dashboard() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(repo_root().join(DASHBOARD)).expect("dashboard")).expect("JSON")
+}
+
+/// The `capi_ipam_*` metric names a PromQL expression uses.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("capi_ipam_") {
+        let tail = &rest[at..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+        names.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+fn rule_exprs() -> Vec<String> {
+    let rules = rules();
+    let groups = rules["groups"].as_array().expect("groups");
+    groups
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("rules").iter())
+        .map(|r| r["expr"].as_str().expect("expr").to_owned())
+        .collect()
+}
+
+fn dashboard_exprs() -> Vec<String> {
+    let dashboard = dashboard();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().expect("targets").iter())
+        .map(|t| t["expr"].as_str().expect("expr").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_alert_rules_are_valid_and_fire_on_their_synthetic_series() {
+    let checked = promtool(&["check", "rules", RULES]);
+    assert!(checked.contains("SUCCESS: 6 rules found"), "{checked}");
+    let tested = promtool(&["test", "rules", "tests/fixtures/alert-rules-test.yaml"]);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    let names: BTreeSet<String> = rules()["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .map(|r| r["alert"].as_str().expect("alert").to_owned())
+        .collect();
+    // Every alert has a test case in the fixture (promtool alone would not notice an untested one).
+    let tests = std::fs::read_to_string(repo_root().join("tests/fixtures/alert-rules-test.yaml")).expect("fixture");
+    for alert in &names {
+        assert!(tests.contains(&format!("alertname: {alert}\n")), "{alert} has no promtool test");
+    }
+}
+
+/// The names a scrape exposes: OpenMetrics counters end in `_total`, histograms in `_bucket`, `_sum` and `_count`.
+fn exported(scrape: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in scrape.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else { continue };
+        let mut parts = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (parts.next(), parts.next()) else { continue };
+        match kind {
+            "counter" => names.insert(format!("{name}_total")),
+            "histogram" => {
+                names.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}")));
+                true
+            }
+            _ => names.insert(name.to_owned()),
+        };
+    }
+    names
+}
+
+#[tokio::test]
+async fn every_metric_the_dashboard_and_the_alerts_name_is_exported_by_a_running_manager() {
+    let _env = TestEnv::with_manager("observability").await;
+    let scrape = shared_manager().metrics().expect("a scrape of /metrics");
+    let exported = exported(&scrape);
+    assert!(exported.contains("capi_ipam_leader"), "the scrape has no capi_ipam metrics:\n{scrape}");
+    let (dashboard, rules): (Vec<String>, Vec<String>) = (dashboard_exprs(), rule_exprs());
+    let mut named = BTreeSet::new();
+    for expr in dashboard.iter().chain(&rules) {
+        named.extend(metric_names(expr));
+    }
+    let missing: Vec<&String> = named.difference(&exported).collect();
+    assert!(missing.is_empty(), "named but not exported: {missing:?}\nexported: {exported:?}");
+    // What the issue asks the dashboard to show.
+    let all = dashboard.join("\n");
+    for shown in [
+        "capi_ipam_pool_addresses_free",
+        "capi_ipam_claims_waiting",
+        "capi_ipam_claims_waiting_longest_seconds",
+        "capi_ipam_allocation_duration_seconds_bucket",
+        "capi_ipam_reconcile_errors_total",
+        "capi_ipam_webhook_request_duration_seconds_bucket",
+        "capi_ipam_webhook_requests_total",
+    ] {
+        assert!(metric_names(&all).contains(shown), "the dashboard does not show {shown}");
+    }
+}
+
+fn rendered(args: &[&str], template: &str) -> Option<Value> {
+    let mut all = vec!["template", "ipam", CHART, "--namespace", "ipam-system", "--show-only", template];
+    all.extend_from_slice(args);
+    let out = helm(&all);
+    if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("could not find template") {
+        return None; // rendered to nothing
+    }
+    Some(serde_saphyr::from_str(&ok(out, "helm template")).expect("YAML"))
+}
+
+#[test]
+fn the_chart_ships_the_dashboard_and_the_alerts_only_when_asked_and_unchanged() {
+    assert!(rendered(&[], "templates/prometheusrule.yaml").is_none());
+    assert!(rendered(&[], "templates/grafana-dashboard.yaml").is_none());
+
+    let rule = rendered(
+        &["--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=kube-prometheus-stack"],
+        "templates/prometheusrule.yaml",
+    )
+    .expect("a PrometheusRule");
+    assert_eq!(rule["kind"], "PrometheusRule");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    assert_eq!(rule["spec"], rules(), "the PrometheusRule differs from the rules promtool tests");
+
+    let config_map = rendered(
+        &["--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.namespace=monitoring"],
+        "templates/grafana-dashboard.yaml",
+    )
+    .expect("a ConfigMap");
+    assert_eq!(config_map["metadata"]["namespace"], "monitoring");
+    assert_eq!(config_map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: Value =
+        serde_json::from_str(config_map["data"]["capi-ipam-in-cluster.json"].as_str().expect("data")).expect("JSON");
+    assert_eq!(shipped, dashboard());
+    // A dashboard Grafana imports: a stable uid, a data source variable every panel uses.
+    assert_eq!(shipped["uid"], "capi-ipam-in-cluster");
+    for panel in shipped["panels"].as_array().expect("panels") {
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "{}", panel["title"]);
+    }
+}
