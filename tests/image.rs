@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 use support::claims::{Capi, address_of, create_pool};
 use support::manager::{Launch, Manager, free_port};
-use support::release::{ok, scratch};
+use support::release::{ok, scratch, tool_dir};
 use support::{Plane, TestEnv, repo_root};
 
 const NONROOT: u32 = 65532;
@@ -157,14 +157,7 @@ fn the_image_holds_the_static_manager_run_as_nonroot_and_nothing_else() {
 #[test]
 fn crane_accepts_the_oci_layout_and_the_docker_tarball() {
     let dir = image_dir();
-    let crane = PathBuf::from(
-        ok(
-            Command::new(repo_root().join("tests/tools/k8s-bin.sh")).args(["--print-dir", "image"]).output().unwrap(),
-            "k8s-bin.sh",
-        )
-        .trim(),
-    )
-    .join("crane");
+    let crane = tool_dir("image").join("crane");
     let tarball = dir.join("image.tar").to_string_lossy().into_owned();
     let out = ok(Command::new(&crane).args(["validate", "--tarball", &tarball]).output().unwrap(), "crane validate");
     assert!(out.starts_with("PASS"), "{out}");

@@ -5,11 +5,10 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
-use support::release::{helm, ok};
+use support::release::{helm, ok, tool_dir};
 use support::{TestEnv, repo_root, shared_manager};
 
 const CHART: &str = "charts/capi-ipam-in-cluster";
@@ -17,15 +16,11 @@ const RULES: &str = "charts/capi-ipam-in-cluster/files/prometheus-rules.yaml";
 const DASHBOARD: &str = "charts/capi-ipam-in-cluster/files/grafana-dashboard.json";
 
 fn promtool(args: &[&str]) -> String {
-    let dir = ok(
-        Command::new(repo_root().join("tests/tools/k8s-bin.sh")).args(["--print-dir", "promtool"]).output().unwrap(),
-        "k8s-bin.sh",
-    );
-    let out = Command::new(PathBuf::from(dir.trim()).join("promtool"))
+    let out = Command::new(tool_dir("prometheus").join("promtool"))
         .args(args)
         .current_dir(repo_root())
         .output()
-        .expect("promtool (tests/tools/k8s-bin.sh promtool builds it)");
+        .expect("promtool (tests/tools/k8s-bin.sh prometheus builds it)");
     ok(out, &format!("promtool {args:?}"))
 }
 

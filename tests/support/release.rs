@@ -17,6 +17,24 @@ pub fn ok(out: Output, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Our release version, as clusterctl and the image name it (the crate's version).
+pub fn our_version() -> String {
+    format!("v{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The Go provider (sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.1.0): its binary `caip`, its `config/` and
+/// `metadata.yaml`, built from its Go module once and cached (`tests/tools/k8s-bin.sh caip`).
+pub fn go_provider_dir() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo_root().join("tests/tools/k8s-bin.sh"))
+        .arg("caip")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("k8s-bin.sh caip");
+    assert!(out.status.success(), "building the Go provider failed");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().expect("the folder").trim())
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     let dir = repo_root().join(".dev/scratch").join(unique_name(name));
     std::fs::create_dir_all(&dir).expect("scratch folder");
@@ -35,10 +53,14 @@ pub fn helm(args: &[&str]) -> Output {
         .expect("helm")
 }
 
+/// The CRDs the chart and clusterctl expect beside ours: cert-manager's (a fixture) and the Prometheus Operator's
+/// ServiceMonitor and PrometheusRule, the real ones from its Go module (`tests/tools/k8s-bin.sh prometheus`).
 pub fn install_fixture_crds(plane: &Plane) {
-    for f in ["cert-manager-crds.yaml", "prometheus-operator-crds.yaml"] {
-        let path = repo_root().join("tests/fixtures").join(f);
-        ok(plane.kubectl_output(&["apply", "--server-side", "-f", &path.to_string_lossy()]), f);
+    let cert_manager = repo_root().join("tests/fixtures/cert-manager-crds.yaml");
+    let operator = tool_dir("prometheus").join("crd");
+    for path in [cert_manager, operator] {
+        let path = path.to_string_lossy().into_owned();
+        ok(plane.kubectl_output(&["apply", "--server-side", "-f", &path]), &path);
     }
     ok(
         plane.kubectl_output(&[
@@ -47,9 +69,16 @@ pub fn install_fixture_crds(plane: &Plane) {
             "--timeout=60s",
             "crd/certificates.cert-manager.io",
             "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
         ]),
         "CRDs established",
     );
+}
+
+/// The cache folder of a set of tools `tests/tools/k8s-bin.sh` builds (`make test` builds them all first).
+pub fn tool_dir(set: &str) -> PathBuf {
+    let out = Command::new(repo_root().join("tests/tools/k8s-bin.sh")).args(["--print-dir", set]).output();
+    PathBuf::from(ok(out.expect("k8s-bin.sh"), "k8s-bin.sh --print-dir").trim())
 }
 
 /// `make release-manifests` (out/ipam-components.yaml and out/metadata.yaml), once at a time in this test binary.
@@ -76,14 +105,29 @@ const CORE_STAND_IN: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name:
 /// A local clusterctl repository with our release (and, for `init`, the core provider and the kubeadm providers
 /// clusterctl's first init always adds, as stand-ins).
 pub fn repository(dir: &Path, components: &str, metadata: &str, with_core: bool) -> PathBuf {
-    let ours = dir.join("ipam-in-cluster/v0.1.0");
-    std::fs::create_dir_all(&ours).expect("repo");
-    std::fs::write(ours.join("ipam-components.yaml"), components).expect("write");
-    std::fs::write(ours.join("metadata.yaml"), metadata).expect("write");
-    let mut config = format!(
-        "providers:\n  - name: in-cluster\n    type: IPAMProvider\n    url: \"file://{}\"\n",
-        ours.join("ipam-components.yaml").display()
-    );
+    repository_of(dir, &[Release { version: &our_version(), components, metadata }], with_core)
+}
+
+/// One release of the `in-cluster` IPAM provider in a local repository.
+pub struct Release<'a> {
+    pub version: &'a str,
+    pub components: &'a str,
+    pub metadata: &'a str,
+}
+
+/// As [`repository`], with several releases of the `in-cluster` provider side by side (clusterctl lists the
+/// versions of a `file://` repository from the folders beside the one its URL names).
+pub fn repository_of(dir: &Path, releases: &[Release], with_core: bool) -> PathBuf {
+    let mut url = PathBuf::new();
+    for release in releases {
+        let folder = dir.join("ipam-in-cluster").join(release.version);
+        std::fs::create_dir_all(&folder).expect("repo");
+        std::fs::write(folder.join("ipam-components.yaml"), release.components).expect("write");
+        std::fs::write(folder.join("metadata.yaml"), release.metadata).expect("write");
+        url = folder.join("ipam-components.yaml");
+    }
+    let mut config =
+        format!("providers:\n  - name: in-cluster\n    type: IPAMProvider\n    url: \"file://{}\"\n", url.display());
     if with_core {
         // clusterctl's first init always adds the kubeadm bootstrap and control-plane providers: stand-ins too.
         let kubeadm = |label: &str| {
@@ -143,15 +187,22 @@ pub fn clusterctl(dir: &Path, args: &[&str]) -> Output {
 pub fn clusterctl_init(plane: &Plane, with_ipam: bool) -> String {
     let (components, metadata) = release_manifests();
     let dir = scratch("clusterctl-init");
-    let config = repository(&dir, &components, &metadata, true).to_string_lossy().into_owned();
+    let config = repository(&dir, &components, &metadata, true);
+    clusterctl_init_from(plane, &dir, &config, with_ipam.then(our_version).as_deref())
+}
+
+/// `clusterctl init` from the repository `config` (in `dir`), with the `in-cluster` IPAM provider at `ipam` version.
+pub fn clusterctl_init_from(plane: &Plane, dir: &Path, config: &Path, ipam: Option<&str>) -> String {
+    let config = config.to_string_lossy().into_owned();
     let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
     let mut args = vec!["init", "--core", "cluster-api:v1.14.2", "--bootstrap", "kubeadm:v1.14.2"];
     args.extend(["--control-plane", "kubeadm:v1.14.2"]);
-    if with_ipam {
-        args.extend(["--ipam", "in-cluster:v0.1.0"]);
+    let ipam = ipam.map(|v| format!("in-cluster:{v}"));
+    if let Some(ipam) = &ipam {
+        args.extend(["--ipam", ipam]);
     }
     args.extend(["--config", &config, "--kubeconfig", &kubeconfig]);
-    let out = clusterctl(&dir, &args);
+    let out = clusterctl(dir, &args);
     let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     ok(out, "clusterctl init");
     log

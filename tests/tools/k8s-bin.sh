@@ -12,7 +12,8 @@
 #     caip        the Go provider (sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.1.0, `caip`) with its
 #                 config/ and metadata.yaml from the same module, for `make bench-vs-caip`
 #     image       oci-image (tests/tools/oci-image, `make image`) and crane, on go-containerregistry v0.22.1
-#     promtool    promtool (github.com/prometheus/prometheus v0.316.0), to test the chart's alert rules
+#     prometheus  promtool (github.com/prometheus/prometheus v0.316.0), to test the chart's alert rules, and the
+#                 Prometheus Operator's ServiceMonitor and PrometheusRule CRDs (`crd/`, from its Go module v0.85.0)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 K8S_VERSION=v1.36.3
@@ -24,6 +25,7 @@ CAPI_V110_VERSION=v1.10.10
 CAIP_VERSION=v1.1.0
 GGCR_VERSION=v0.22.1
 PROMETHEUS_VERSION=v0.316.0
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 print_dir=0
@@ -31,7 +33,7 @@ set_name=k8s
 for arg in "$@"; do
   case $arg in
     --print-dir) print_dir=1 ;;
-    k8s|release|capi|capi-v1.10|caip|image|promtool) set_name=$arg ;;
+    k8s|release|capi|capi-v1.10|caip|image|prometheus) set_name=$arg ;;
     *) echo "k8s-bin: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -42,7 +44,7 @@ case $set_name in
   capi-v1.10) modules=(capi-v1.10); label="capi-${CAPI_V110_VERSION}"; bins=(manager) ;;
   caip) modules=(caip); label="caip-${CAIP_VERSION}"; bins=(caip) ;;
   image) modules=(oci-image); label="ggcr-${GGCR_VERSION}"; bins=(oci-image crane) ;;
-  promtool) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}"; bins=(promtool) ;;
+  prometheus) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}-operator-${PROMETHEUS_OPERATOR_VERSION}"; bins=(promtool) ;;
 esac
 # Keyed by the pins and by our own Go sources (oci-image), so a change to either rebuilds.
 key=$(for m in "${modules[@]}"; do
@@ -112,10 +114,18 @@ elif [[ $set_name == caip ]]; then
 elif [[ $set_name == image ]]; then
   build "oci-image and crane (go-containerregistry $GGCR_VERSION)" oci-image "$dir.tmp/" oci-image crane -- \
     -ldflags "-s -w" . github.com/google/go-containerregistry/cmd/crane
-elif [[ $set_name == promtool ]]; then
+elif [[ $set_name == prometheus ]]; then
   pv=github.com/prometheus/common/version
   build "promtool (prometheus $PROMETHEUS_VERSION)" promtool "$dir.tmp/promtool" promtool -- \
     -ldflags "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v0.}" github.com/prometheus/prometheus/cmd/promtool
+  if [[ ! -f $dir/crd/monitoring.coreos.com_prometheusrules.yaml ]]; then
+    operator=$(cd "$here/promtool" && GOFLAGS=-mod=mod go mod download -json \
+      "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    [[ -n $operator ]] || { echo "k8s-bin: downloading the Prometheus Operator module failed" >&2; exit 1; }
+    mkdir -p "$dir.tmp/crd"
+    cp "$operator"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,prometheusrules}.yaml "$dir.tmp/crd/"
+    chmod -R u+w "$dir.tmp"
+  fi
 else
   # helm v3 assumes Kubernetes v1.20 unless told otherwise; its Makefile sets these.
   k8s_minor=${K8S_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}

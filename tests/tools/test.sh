@@ -10,8 +10,8 @@ tests/tools/k8s-bin.sh release >/dev/null
 tests/tools/k8s-bin.sh capi >/dev/null
 tests/tools/k8s-bin.sh capi-v1.10 >/dev/null
 
-step "building promtool, oci-image and crane (cached after the first time)"
-tests/tools/k8s-bin.sh promtool >/dev/null
+step "building promtool (with the Prometheus Operator CRDs), oci-image and crane (cached after the first time)"
+tests/tools/k8s-bin.sh prometheus >/dev/null
 tests/tools/k8s-bin.sh image >/dev/null
 
 step "cargo fmt --check"
