@@ -16,7 +16,6 @@
 #[allow(unused_imports)]
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -48,18 +47,6 @@ impl Run {
     fn rate(&self) -> f64 {
         self.bound as f64 / self.seconds
     }
-}
-
-/// The Go provider's binary and its config/, built once and cached.
-fn caip_dir() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(support::repo_root().join("tests/tools/k8s-bin.sh"))
-        .arg("caip")
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("k8s-bin.sh caip");
-    assert!(out.status.success(), "building the Go provider failed");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().expect("the folder").trim())
 }
 
 /// The Go provider running against `plane`, killed when dropped.
@@ -173,7 +160,7 @@ async fn main() {
     let sizes = support::load::sizes("VS_CAIP_SIZES", &[1_000, 3_000, 10_000]);
     let cap =
         Duration::from_secs(std::env::var("VS_CAIP_CAP_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20 * 60));
-    let caip = tokio::task::spawn_blocking(caip_dir).await.expect("CAIP");
+    let caip = tokio::task::spawn_blocking(support::release::go_provider_dir).await.expect("CAIP");
     let mut lines = Vec::new();
     for n in sizes {
         let ours = run(Provider::Ours, n, &caip, cap).await;
