@@ -10,7 +10,8 @@ tests/tools/k8s-bin.sh release >/dev/null
 tests/tools/k8s-bin.sh capi >/dev/null
 tests/tools/k8s-bin.sh capi-v1.10 >/dev/null
 
-step "building promtool (with the Prometheus Operator CRDs), oci-image and crane (cached after the first time)"
+step "building the Go provider v1.1.0, promtool (with the Prometheus Operator CRDs), oci-image and crane (cached)"
+tests/tools/k8s-bin.sh caip >/dev/null
 tests/tools/k8s-bin.sh prometheus >/dev/null
 tests/tools/k8s-bin.sh image >/dev/null
 
