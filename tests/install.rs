@@ -21,10 +21,10 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::claims::{Capi, create_pool};
-use support::manager::{Launch, Manager, free_port, http_get};
+use support::manager::{Launch, Manager};
 use support::release::{
-    Release, clusterctl, clusterctl_init_from, go_provider_dir, helm, install_fixture_crds, ok, our_version,
-    release_manifests, repository_of, scratch,
+    GoProvider, Release, clusterctl, clusterctl_init_from, go_provider_dir, helm, install_fixture_crds, ok,
+    our_version, release_manifests, repository_of, scratch,
 };
 use support::{Plane, create_namespace, eventually, repo_root};
 use tokio::sync::Mutex;
@@ -253,44 +253,6 @@ async fn kubectl_apply_k_config_default_installs_a_provider_that_binds_claims() 
     assert!(lease.get(LEASE).await.is_ok(), "no Lease in the Deployment's namespace");
 }
 
-/// The Go provider running out of cluster against `plane`, with leader election off (as a single replica runs it),
-/// killed when dropped. Its webhooks are served by a stand-in (see the test).
-struct GoProvider(std::process::Child);
-
-impl GoProvider {
-    fn start(plane: &Plane, binary: &std::path::Path) -> GoProvider {
-        let health = free_port();
-        let log = std::fs::File::create(plane.dir.join("logs/go-provider.log")).expect("log");
-        let child = std::process::Command::new(binary)
-            .env("KUBECONFIG", plane.kubeconfig())
-            .args([
-                "--leader-elect=false",
-                "--webhook-port=0",
-                &format!("--health-probe-bind-address=127.0.0.1:{health}"),
-                &format!("--diagnostics-address=127.0.0.1:{}", free_port()),
-                "--insecure-diagnostics",
-            ])
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("starting the Go provider");
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while http_get(health, "/readyz").map(|(code, _)| code) != Some(200) {
-            assert!(std::time::Instant::now() < deadline, "the Go provider is not ready: see logs/go-provider.log");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        GoProvider(child)
-    }
-}
-
-impl Drop for GoProvider {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The API server's wiring to the provider's pods as an install wrote it: the IPAM CRDs' conversion settings and
 /// the webhook configurations. A stand-in that takes it over (dev-install.py) puts it back with [`restore_wiring`]
 /// when it stops, as if it had never been there.
@@ -423,10 +385,9 @@ async fn clusterctl_upgrade_from_the_go_provider_keeps_every_claim_bound() {
         &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={holder}")],
     )
     .await;
-    let binary = go.join("caip");
-    let plane_dir = plane.dir.clone();
+    let (plane_dir, go_dir) = (plane.dir.clone(), go.clone());
     let go_provider =
-        tokio::task::spawn_blocking(move || GoProvider::start(&Plane::at(&plane_dir), &binary)).await.expect("Go");
+        tokio::task::spawn_blocking(move || GoProvider::start(&Plane::at(&plane_dir), &go_dir)).await.expect("Go");
     let tenant = create_namespace(&client, "tenant").await;
     let spec = json!({"addresses": ["10.82.0.10-10.82.0.30"], "prefix": 24, "gateway": "10.82.0.1"});
     create_pool(&client, "InClusterIPPool", &tenant, "nodes", spec).await;

@@ -16,15 +16,15 @@
 #[allow(unused_imports)]
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::Plane;
 use support::claims::create_pool;
 use support::load::{bound_by, drive};
-use support::manager::{Manager, free_port, http_get};
+use support::manager::Manager;
 use support::process::{cpu_seconds, peak_rss_mib};
+use support::release::GoProvider;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Provider {
@@ -46,43 +46,6 @@ struct Run {
 impl Run {
     fn rate(&self) -> f64 {
         self.bound as f64 / self.seconds
-    }
-}
-
-/// The Go provider running against `plane`, killed when dropped.
-struct Caip(Child);
-
-impl Caip {
-    fn start(plane: &Plane, dir: &std::path::Path) -> Caip {
-        let health = free_port();
-        let log = std::fs::File::create(plane.dir.join("logs/caip.log")).expect("CAIP log");
-        let child = Command::new(dir.join("caip"))
-            .env("KUBECONFIG", plane.kubeconfig())
-            .args([
-                "--leader-elect=false",
-                "--webhook-port=0",
-                &format!("--health-probe-bind-address=127.0.0.1:{health}"),
-                &format!("--diagnostics-address=127.0.0.1:{}", free_port()),
-                "--insecure-diagnostics",
-            ])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("starting CAIP");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while http_get(health, "/readyz").map(|(code, _)| code) != Some(200) {
-            assert!(Instant::now() < deadline, "CAIP not ready in 60 s: {}", plane.dir.join("logs/caip.log").display());
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Caip(child)
-    }
-}
-
-impl Drop for Caip {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -118,7 +81,8 @@ async fn run(provider: Provider, n: usize, caip: &std::path::Path, cap: Duration
         Provider::Caip => {
             drop(manager);
             let (dir, caip) = (plane.dir.clone(), caip.to_path_buf());
-            let c = tokio::task::spawn_blocking(move || Caip::start(&Plane::at(&dir), &caip)).await.expect("CAIP");
+            let c =
+                tokio::task::spawn_blocking(move || GoProvider::start(&Plane::at(&dir), &caip)).await.expect("CAIP");
             let pid = c.0.id();
             (None, Some(c), pid)
         }

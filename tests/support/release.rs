@@ -35,6 +35,47 @@ pub fn go_provider_dir() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().expect("the folder").trim())
 }
 
+/// The Go provider's binary (in `dir`, from [`go_provider_dir`]) running out of cluster against `plane`, as a single
+/// replica runs it: leader election and its webhook server off (the server would listen on every interface). Its log
+/// is `logs/go-provider.log` in the plane's folder. Killed when dropped.
+pub struct GoProvider(pub std::process::Child);
+
+impl GoProvider {
+    pub fn start(plane: &Plane, dir: &Path) -> GoProvider {
+        use super::manager::{free_port, http_get};
+        let health = free_port();
+        let log_path = plane.dir.join("logs/go-provider.log");
+        let log = std::fs::File::create(&log_path).expect("log");
+        let child = Command::new(dir.join("caip"))
+            .env("KUBECONFIG", plane.kubeconfig())
+            .args([
+                "--leader-elect=false",
+                "--webhook-port=0",
+                &format!("--health-probe-bind-address=127.0.0.1:{health}"),
+                &format!("--diagnostics-address=127.0.0.1:{}", free_port()),
+                "--insecure-diagnostics",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting the Go provider");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while http_get(health, "/readyz").map(|(code, _)| code) != Some(200) {
+            assert!(std::time::Instant::now() < deadline, "the Go provider is not ready: {}", log_path.display());
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        GoProvider(child)
+    }
+}
+
+impl Drop for GoProvider {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     let dir = repo_root().join(".dev/scratch").join(unique_name(name));
     std::fs::create_dir_all(&dir).expect("scratch folder");
