@@ -1,27 +1,26 @@
 //! The controllers' error: what failed, a bounded kind for metrics, and whether trying again can help.
 
-use crate::leader::Fenced;
+use crate::apiserver::ApiError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{what}: {source}")]
-    Kube {
+    Api {
         what: &'static str,
         #[source]
-        source: Box<kube::Error>,
+        source: ApiError,
     },
     /// The API server refused a write for a reason that will not change by itself (the claim's status says why).
     #[error("{0}")]
     Rejected(String),
     #[error("internal error: {0}")]
     Internal(String),
-    #[error(transparent)]
-    Fenced(#[from] Fenced),
 }
 
 impl Error {
-    pub fn kube(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
-        move |source| Error::Kube { what, source: Box::new(source) }
+    /// What failed, for `map_err`.
+    pub fn api(what: &'static str) -> impl FnOnce(ApiError) -> Error {
+        move |source| Error::Api { what, source }
     }
 
     pub fn internal(e: impl std::fmt::Display) -> Error {
@@ -35,22 +34,22 @@ impl Error {
     /// A bounded label for metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            Error::Kube { source, .. } => match source.as_ref() {
-                kube::Error::Api(s) if s.code == 409 => "conflict",
-                kube::Error::Api(s) if s.code == 404 => "not_found",
-                kube::Error::Api(s) if s.code == 429 => "throttled",
-                kube::Error::Api(_) => "api",
-                _ => "transport",
+            Error::Api { source, .. } => match source {
+                ApiError::Conflict(_) | ApiError::AlreadyExists(_) => "conflict",
+                ApiError::NotFound => "not_found",
+                ApiError::Failed { code: 429, .. } => "throttled",
+                ApiError::Refused { .. } | ApiError::Failed { .. } => "api",
+                ApiError::Unreachable(_) => "transport",
+                ApiError::Fenced(_) => "fenced",
             },
             Error::Rejected(_) => "rejected",
             Error::Internal(_) => "internal",
-            Error::Fenced(_) => "fenced",
         }
     }
 
     /// The request never got an answer from the API server (connect, TLS, timeout, a dropped connection).
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, Error::Kube { source, .. } if is_transport(source))
+        matches!(self, Error::Api { source: ApiError::Unreachable(_), .. })
     }
 
     /// Whether the same request may succeed soon: transport failures, conflicts, throttling, server errors and
@@ -58,11 +57,8 @@ impl Error {
     /// not, and is not retried with a short backoff (the claim is looked at again when something changes).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Kube { source, .. } => {
-                !matches!(source.as_ref(), kube::Error::Api(s) if matches!(s.code, 400 | 403 | 405 | 413 | 415 | 422))
-            }
+            Error::Api { source, .. } => !matches!(source, ApiError::Refused { .. }),
             Error::Rejected(_) | Error::Internal(_) => false,
-            Error::Fenced(_) => true,
         }
     }
 }
@@ -76,18 +72,17 @@ mod tests {
     use super::*;
 
     fn api(code: u16) -> Error {
-        let status = kube::core::Status::failure("refused", "Refused").with_code(code);
-        Error::kube("writing")(kube::Error::Api(status.boxed()))
+        Error::api("writing")(ApiError::from_status(code, "Refused", "refused"))
     }
 
     #[test]
     fn every_kind_is_listed() {
         let kinds = [409, 404, 429, 500].map(|code| api(code).kind());
         let others = [
-            Error::kube("reading")(kube::Error::LinesCodecMaxLineLengthExceeded).kind(),
+            Error::api("reading")(ApiError::Unreachable("reset".into())).kind(),
             Error::Rejected(String::new()).kind(),
             Error::internal("x").kind(),
-            Error::Fenced(Fenced).kind(),
+            Error::api("writing")(ApiError::Fenced(crate::leader::Fenced)).kind(),
         ];
         let mut seen: Vec<&str> = kinds.iter().chain(&others).copied().collect();
         seen.sort_unstable();

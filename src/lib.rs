@@ -3,6 +3,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod api;
+pub mod apiserver;
 pub mod capi;
 pub mod cli;
 pub mod compact;

@@ -123,6 +123,21 @@ pool_resource! {
     GlobalInClusterPrefixPool => Prefix, true;
 }
 
+impl Pool {
+    /// A pool of `kind` from its JSON form (as read from the API server, at the storage version).
+    pub fn from_object(kind: PoolKind, object: serde_json::Value) -> Result<Pool, String> {
+        fn parse<K: PoolResource>(object: serde_json::Value) -> Result<Pool, String> {
+            serde_json::from_value::<K>(object).map(K::into_pool).map_err(|e| format!("reading a {}: {e}", K::KIND))
+        }
+        match kind {
+            PoolKind::InClusterIPPool => parse::<InClusterIPPool>(object),
+            PoolKind::GlobalInClusterIPPool => parse::<GlobalInClusterIPPool>(object),
+            PoolKind::InClusterPrefixPool => parse::<InClusterPrefixPool>(object),
+            PoolKind::GlobalInClusterPrefixPool => parse::<GlobalInClusterPrefixPool>(object),
+        }
+    }
+}
+
 impl std::fmt::Display for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.metadata.namespace.as_deref() {

@@ -497,3 +497,19 @@ pub struct IpAddress {
 }
 
 capi_resource!(IpAddress, GROUP, "IPAddress", "ipaddresses");
+
+impl IpAddress {
+    /// The typed view of an IPAddress read or written as a dynamic object (a malformed spec reads as the default).
+    pub fn from_dynamic(object: DynamicObject) -> IpAddress {
+        let spec = spec_of(&object).unwrap_or_default();
+        IpAddress { metadata: object.metadata, spec }
+    }
+
+    /// The object as it is sent, at the IPAM API `version` the API server serves.
+    pub fn to_dynamic(&self, version: CapiVersion) -> DynamicObject {
+        let mut object = DynamicObject::new(self.metadata.name.as_deref().unwrap_or_default(), &version.ip_address());
+        object.metadata = self.metadata.clone();
+        object.data = serde_json::json!({ "spec": self.spec });
+        object
+    }
+}

@@ -6,15 +6,13 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{DynamicObject, Patch};
-use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::events::EventType;
 use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
-use super::{Context, Error, finalizers, ipaddress, patch_params, post_params};
+use super::{Context, Error, finalizers, ipaddress};
 use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
+use crate::apiserver::{ApiError, Read, Target};
 use crate::capi::{CapiVersion, Claim};
 use crate::compact::Uid;
 use crate::index::{AddressRecord, AllocateError, Assigned, Index, ObjectKey, PoolKey};
@@ -121,9 +119,13 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     // precondition).
     let patched;
     let claim = if claim.release_finalizer_index.is_none() {
-        let api = ctx.claims_api(&key.namespace);
         let read = as_read(claim, ctx).await?;
-        patched = finalizers::add(ctx, &api, &key.name, RELEASE_ADDRESS_FINALIZER, &read).await?.claim;
+        patched = ctx
+            .api
+            .add_claim_finalizer(key, RELEASE_ADDRESS_FINALIZER, &read)
+            .await
+            .map_err(Error::api("adding a finalizer"))?
+            .claim;
         debug!(claim = %key, index = ?patched.release_finalizer_index, "finalizer added");
         &patched
     } else {
@@ -186,21 +188,20 @@ async fn create_address(
 ) -> Result<Next, Error> {
     let key = &claim.key;
     let object = ipaddress::new(ctx, claim, pool_key, pool, assigned);
-    let api = ipaddress::api(ctx, &key.namespace);
     // Leadership is checked again right before the create, and a create still in flight when the term ends is
     // dropped (`crate::leader`): a replica that may have lost the Lease never creates an IPAddress.
     // Fenced, it is uncertain whether it was created: the hold stays (this replica's state goes with its term).
-    match ctx.fence.guard(api.create(&post_params(), &object)).await? {
+    match ctx.api.create_address(&object).await {
         Ok(created) => {
             ctx.index.registry().confirm(pool_key, key);
-            let record = ctx.index.remember_address(key, &ipaddress::typed(&created));
+            let record = ctx.index.remember_address(key, &created);
             ctx.metrics.allocated(pool_key.kind, ctx.index.allocation_latency(claim));
             info!(claim = %key, address = %assigned.address, pool = %pool_key, "allocated");
             let message = format!("allocated {} from {pool_key}", assigned.address);
             match set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await {
                 // A DELETE that raced our finalizer can remove the claim anyway (the API server does not look at
                 // finalizers again when it retries a delete): give the address back at once.
-                Err(Error::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404) => {
+                Err(Error::Api { source: ApiError::NotFound, .. }) => {
                     warn!(claim = %key, "the claim vanished while its address was being created; releasing it");
                     if let Some(record) = &record {
                         ipaddress::release_orphan(ctx, key, record).await?;
@@ -210,24 +211,37 @@ async fn create_address(
                 other => other.map(|()| Next::AwaitChange),
             }
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => {
+        Err(ApiError::AlreadyExists(_) | ApiError::Conflict(_)) => {
             // An IPAddress of this name exists that we have not seen yet (a move or restore): adopt it instead.
             ctx.index.abandon(pool_key, key);
-            let existing = api.get(&key.name).await.map_err(Error::kube("reading the existing IPAddress"))?;
-            match ctx.index.remember_address(key, &ipaddress::typed(&existing)) {
+            let existing = ctx
+                .api
+                .get_address(key)
+                .await
+                .map_err(Error::api("reading the existing IPAddress"))?
+                .ok_or_else(|| Error::api("reading the existing IPAddress")(ApiError::NotFound))?;
+            match ctx.index.remember_address(key, &existing) {
                 Some(record) => adopt(claim, ctx, pool_key, Some(pool), &record).await,
                 None => belongs_elsewhere(claim, ctx, pool_key, &ipaddress::owner_of(&existing)).await,
             }
         }
-        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 404 | 422) => {
+        Err(e @ (ApiError::Refused { .. } | ApiError::NotFound)) => {
             // A definitive rejection: nothing was created, so the address is free again.
             ctx.index.abandon(pool_key, key);
-            let message = format!("creating IPAddress {key}: {}", s.message);
+            let message = format!("creating IPAddress {key}: {}", refusal(&e));
             set_ready(claim, ctx, ClaimReason::AllocationFailed, message.clone(), None).await?;
             Err(Error::Rejected(message))
         }
         // Anything else may or may not have created it: keep the hold, the retry reuses the same address.
-        Err(e) => Err(Error::kube("creating the IPAddress")(e)),
+        Err(e) => Err(Error::api("creating the IPAddress")(e)),
+    }
+}
+
+/// What the API server said when it refused a request.
+fn refusal(error: &ApiError) -> String {
+    match error {
+        ApiError::Refused { message, .. } => message.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -284,14 +298,12 @@ async fn adopt(
 /// claim then gets a free address. A bound claim's address is never withdrawn: a machine may use it already.
 async fn withdraw_duplicate(ctx: &Context, key: &ObjectKey, pool_key: &PoolKey) -> Result<Next, Error> {
     // The cache may not show a status we wrote a moment ago: only the live claim can say it was never bound.
-    let live = ctx.claims_api(&key.namespace).get_opt(&key.name).await.map_err(Error::kube("reading the claim"))?;
+    let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
     if live.is_none_or(|c| c.claim.address_ref().is_some()) {
         return Ok(Next::After(Duration::from_millis(500)));
     }
-    let address = match ipaddress::api(ctx, &key.namespace).get(&key.name).await {
-        Ok(address) => address,
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Next::After(Duration::from_millis(200))),
-        Err(e) => return Err(Error::kube("reading a duplicated IPAddress")(e)),
+    let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading a duplicated IPAddress"))? else {
+        return Ok(Next::After(Duration::from_millis(200)));
     };
     if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) {
         return Ok(Next::AwaitChange);
@@ -322,13 +334,17 @@ async fn belongs_elsewhere(claim: &Claim, ctx: &Context, pool_key: &PoolKey, own
 
 /// The claim's resourceVersion and whether it has finalizers, as cached; read live when its resourceVersion was not
 /// kept (it is opaque, and only the API server's decimal ones are).
-async fn as_read(claim: &Claim, ctx: &Context) -> Result<finalizers::Read, Error> {
+async fn as_read(claim: &Claim, ctx: &Context) -> Result<Read, Error> {
     if let Some(resource_version) = claim.resource_version.text() {
-        return Ok(finalizers::Read { resource_version, has_finalizers: claim.has_finalizers });
+        return Ok(Read { resource_version, has_finalizers: claim.has_finalizers });
     }
-    let live =
-        ctx.claims_api(&claim.key.namespace).get(&claim.key.name).await.map_err(Error::kube("reading the claim"))?;
-    Ok(finalizers::Read {
+    let live = ctx
+        .api
+        .get_claim(&claim.key)
+        .await
+        .map_err(Error::api("reading the claim"))?
+        .ok_or_else(|| Error::api("reading the claim")(ApiError::NotFound))?;
+    Ok(Read {
         resource_version: live.metadata.resource_version.unwrap_or_default(),
         has_finalizers: live.claim.has_finalizers,
     })
@@ -356,23 +372,19 @@ async fn set_ready(
     if current || ctx.index.already_written(claim, written) {
         return Ok(());
     }
-    let api = ctx.claims_api(&claim.key.namespace);
     let (conditions, v1beta2_conditions, resource_version) = match claim.resource_version.text() {
         Some(version) if !claim.foreign_conditions => {
             let ours = stored_conditions(stored);
             (ours.clone(), ours, version)
         }
         _ => {
-            let raw: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), &claim.key.namespace, &ctx.capi().ipam.ip_address_claim());
-            let live = raw.get(&claim.key.name).await.map_err(Error::kube("reading the claim status"))?;
-            let list =
-                |pointer: &str| live.data.pointer(pointer).and_then(Value::as_array).cloned().unwrap_or_default();
-            (
-                list("/status/conditions"),
-                list("/status/v1beta2/conditions"),
-                live.resource_version().unwrap_or_default(),
-            )
+            let live = ctx
+                .api
+                .get_claim_conditions(&claim.key)
+                .await
+                .map_err(Error::api("reading the claim status"))?
+                .ok_or_else(|| Error::api("reading the claim status")(ApiError::NotFound))?;
+            (live.conditions, live.v1beta2, live.resource_version)
         }
     };
     let body = claim_status(
@@ -384,11 +396,10 @@ async fn set_ready(
         claim.generation.map(i64::from),
         Timestamp::now(),
     );
-    let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": body});
-    ctx.fence
-        .guard(api.patch_status(&claim.key.name, &patch_params(), &Patch::Merge(&patch)))
-        .await?
-        .map_err(Error::kube("writing the claim status"))?;
+    ctx.api
+        .patch_claim_status(&claim.key, &resource_version, body)
+        .await
+        .map_err(Error::api("writing the claim status"))?;
     ctx.index.remember_written(claim, written);
     if deserves_event(stored, &ready) {
         let type_ = match reason {
@@ -396,7 +407,14 @@ async fn set_ready(
             _ => EventType::Warning,
         };
         ctx.events
-            .publish(&claim_reference(claim, ctx.capi().ipam), type_, reason.as_str(), "Allocate", &ready.message)
+            .publish(
+                &*ctx.api,
+                &claim_reference(claim, ctx.capi().ipam),
+                type_,
+                reason.as_str(),
+                "Allocate",
+                &ready.message,
+            )
             .await;
     }
     Ok(())
@@ -423,30 +441,25 @@ async fn release(claim: &Claim, ctx: &Context, pool_key: &PoolKey) -> Result<Nex
         debug!(claim = %key, seconds = wait.as_secs_f64(), "holding the address for the reuse grace period");
         return Ok(Next::After(wait + Duration::from_millis(50)));
     }
-    match ipaddress::api(ctx, &key.namespace).get(&key.name).await {
+    match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
         // Only an IPAddress of the claim's pool, made for this claim, is ours to delete.
-        Ok(address) if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) => {
+        Some(address) if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) => {
             debug!(claim = %key, "the IPAddress of this name belongs to another provider; leaving it alone");
         }
-        Ok(address) => {
+        Some(address) => {
             // Gone now: the address is free at once (the watch event confirms it later).
             if ipaddress::delete(ctx, &address, "deleting the IPAddress").await? {
                 ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
             }
             info!(claim = %key, "released");
         }
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(Error::kube("reading the IPAddress")(e)),
+        None => {}
     }
-    let claims = ctx.claims_api(&key.namespace);
-    finalizers::remove(
-        ctx,
-        &claims,
-        &key.name,
-        RELEASE_ADDRESS_FINALIZER,
-        claim.release_finalizer_index.map(usize::from),
-    )
-    .await?;
+    if let Some(index) = claim.release_finalizer_index {
+        let target = Target::Claim(key.clone());
+        finalizers::remove_at(ctx, &target, RELEASE_ADDRESS_FINALIZER, usize::from(index), &claim.uid.to_string())
+            .await?;
+    }
     Ok(Next::AwaitChange)
 }
 

@@ -9,15 +9,15 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{ObjectMeta, PostParams};
-use kube::{Api, Client};
+use kube::api::ObjectMeta;
 use tracing::debug;
+
+use crate::apiserver::ApiServer;
 
 pub const REPORTING_CONTROLLER: &str = "ipam.cluster.x-k8s.io/capi-ipam-in-cluster";
 
 #[derive(Clone)]
 pub struct Events {
-    client: Client,
     instance: String,
 }
 
@@ -28,12 +28,20 @@ pub enum EventType {
 }
 
 impl Events {
-    pub fn new(client: Client, instance: String) -> Self {
-        Self { client, instance }
+    pub fn new(instance: String) -> Self {
+        Self { instance }
     }
 
     /// Publishes an Event about `regarding` (which must have a namespace).
-    pub async fn publish(&self, regarding: &ObjectReference, type_: EventType, reason: &str, action: &str, note: &str) {
+    pub async fn publish(
+        &self,
+        api: &dyn ApiServer,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
         let Some(namespace) = regarding.namespace.clone() else { return };
         let now = Timestamp::now();
         let event = Event {
@@ -56,9 +64,7 @@ impl Events {
             }),
             ..Default::default()
         };
-        if let Err(e) =
-            Api::<Event>::namespaced(self.client.clone(), &namespace).create(&PostParams::default(), &event).await
-        {
+        if let Err(e) = api.publish_event(event).await {
             debug!(error = %e, reason, "publishing an event failed");
         }
     }

@@ -3,24 +3,15 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, Preconditions};
-use serde_json::json;
+use kube::api::ObjectMeta;
 use tracing::{info, warn};
 
 use super::{Context, Error, finalizers};
 use crate::api::{CLUSTER_NAME_LABEL, GROUP, PROTECT_ADDRESS_FINALIZER, Pool};
+use crate::apiserver::{Deleted, Repair, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress, IpAddressSpec, NameRef, PoolRef};
 use crate::compact::Uid;
 use crate::index::{AddressRecord, Assigned, ObjectKey, PoolKey};
-
-pub fn api(ctx: &Context, namespace: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(ctx.client.clone(), namespace, &ctx.capi().ipam.ip_address())
-}
-
-/// The typed view of an IPAddress we read or wrote.
-pub fn typed(object: &DynamicObject) -> IpAddress {
-    IpAddress { metadata: object.metadata.clone(), spec: crate::capi::spec_of(object).unwrap_or_default() }
-}
 
 fn claim_owner(claim: &Claim, version: CapiVersion) -> OwnerReference {
     OwnerReference {
@@ -46,14 +37,16 @@ fn pool_owner(pool: &Pool) -> OwnerReference {
 
 /// The IPAddress of a freshly assigned address: owned by the claim and the pool, protected by our finalizer, and
 /// labelled with the claim's Cluster (named by `spec.clusterName` or by the label; the orphan path reads it).
-pub fn new(ctx: &Context, claim: &Claim, pool_key: &PoolKey, pool: &Pool, assigned: &Assigned) -> DynamicObject {
+pub fn new(ctx: &Context, claim: &Claim, pool_key: &PoolKey, pool: &Pool, assigned: &Assigned) -> IpAddress {
     let key = &claim.key;
-    let mut object = DynamicObject::new(&key.name, &ctx.capi().ipam.ip_address()).within(&key.namespace);
-    object.metadata.finalizers = Some(vec![PROTECT_ADDRESS_FINALIZER.to_owned()]);
-    object.metadata.owner_references = Some(vec![claim_owner(claim, ctx.capi().ipam), pool_owner(pool)]);
-    if let Some(cluster) = claim.cluster() {
-        object.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), cluster.to_owned())].into());
-    }
+    let metadata = ObjectMeta {
+        name: Some(key.name.to_string()),
+        namespace: Some(key.namespace.to_string()),
+        finalizers: Some(vec![PROTECT_ADDRESS_FINALIZER.to_owned()]),
+        owner_references: Some(vec![claim_owner(claim, ctx.capi().ipam), pool_owner(pool)]),
+        labels: claim.cluster().map(|cluster| [(CLUSTER_NAME_LABEL.to_owned(), cluster.to_owned())].into()),
+        ..ObjectMeta::default()
+    };
     let spec = IpAddressSpec {
         claim_ref: NameRef { name: key.name.to_string() },
         pool_ref: PoolRef {
@@ -65,8 +58,7 @@ pub fn new(ctx: &Context, claim: &Claim, pool_key: &PoolKey, pool: &Pool, assign
         prefix: Some(assigned.prefix),
         gateway: assigned.gateway.clone(),
     };
-    object.data = json!({ "spec": spec });
-    object
+    IpAddress { metadata, spec }
 }
 
 /// Puts back what a restore or move lost on an IPAddress: our finalizer, the owner references (stale references to
@@ -74,65 +66,54 @@ pub fn new(ctx: &Context, claim: &Claim, pool_key: &PoolKey, pool: &Pool, assign
 /// object, and writes guarded by its resourceVersion.
 pub async fn repair(ctx: &Context, claim: &Claim, pool_key: &PoolKey, pool: Option<&Pool>) -> Result<(), Error> {
     let key = &claim.key;
-    let api = api(ctx, &key.namespace);
-    let live = api.get(&key.name).await.map_err(Error::kube("reading the IPAddress to adopt"))?;
-    let mut references: Vec<OwnerReference> = live
+    let Some(live) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress to adopt"))? else {
+        return Ok(());
+    };
+    let mut owner_references: Vec<OwnerReference> = live
         .owner_references()
         .iter()
         .filter(|o| !(o.kind == "IPAddressClaim" && *o.name == *key.name))
         .filter(|o| !(o.kind == pool_key.kind.kind() && *o.name == *pool_key.name))
         .cloned()
         .collect();
-    references.push(claim_owner(claim, ctx.capi().ipam));
+    owner_references.push(claim_owner(claim, ctx.capi().ipam));
     if let Some(p) = pool {
-        references.push(pool_owner(p));
+        owner_references.push(pool_owner(p));
     }
     let mut finalizers: Vec<String> = live.finalizers().to_vec();
     if !finalizers.iter().any(|f| f == PROTECT_ADDRESS_FINALIZER) {
         finalizers.push(PROTECT_ADDRESS_FINALIZER.to_owned());
     }
-    let mut metadata = json!({
-        "resourceVersion": live.resource_version(),
-        "ownerReferences": references,
-        "finalizers": finalizers,
-    });
-    if let Some(cluster) = claim.cluster() {
-        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: cluster });
-    }
-    let patch = json!({ "metadata": metadata });
-    let patched = ctx
-        .fence
-        .guard(api.patch(&key.name, &super::patch_params(), &Patch::Merge(patch)))
-        .await?
-        .map_err(Error::kube("adopting the IPAddress"))?;
-    ctx.index.remember_address(key, &typed(&patched));
+    let repair = Repair {
+        resource_version: live.resource_version().unwrap_or_default(),
+        owner_references,
+        finalizers,
+        cluster_label: claim.cluster().map(str::to_owned),
+    };
+    let patched = ctx.api.repair_address(key, &repair).await.map_err(Error::api("adopting the IPAddress"))?;
+    ctx.index.remember_address(key, &patched);
     info!(claim = %key, "adopted the existing IPAddress");
     Ok(())
 }
 
 /// Takes our finalizer off an IPAddress and deletes it; `true` when it is gone at once (no other finalizer).
-pub async fn delete(ctx: &Context, address: &DynamicObject, what: &'static str) -> Result<bool, Error> {
-    let api = api(ctx, address.metadata.namespace.as_deref().unwrap_or_default());
-    let name = address.name_any();
-    let index = finalizers::index_of(&address.metadata, PROTECT_ADDRESS_FINALIZER);
-    finalizers::remove(ctx, &api, &name, PROTECT_ADDRESS_FINALIZER, index).await?;
+pub async fn delete(ctx: &Context, address: &IpAddress, what: &'static str) -> Result<bool, Error> {
+    let key = ObjectKey::new(address.metadata.namespace.as_deref().unwrap_or_default(), &address.name_any());
+    let uid = address.metadata.uid.clone().unwrap_or_default();
+    finalizers::remove(ctx, &Target::Address(key.clone()), &address.metadata, PROTECT_ADDRESS_FINALIZER).await?;
     // Deleted only while it is still the object we checked (a new one of the same name is not ours to judge).
-    let params = DeleteParams {
-        preconditions: address.metadata.uid.clone().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
-        ..DeleteParams::default()
-    };
-    match ctx.fence.guard(api.delete(&name, &params)).await? {
-        Ok(either::Either::Right(_)) => Ok(true),
-        Ok(either::Either::Left(_)) => Ok(false),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
-        Err(e) => Err(Error::kube(what)(e)),
+    match ctx.api.delete_address(&key, &uid, None).await {
+        Ok(Deleted::Gone) => Ok(true),
+        Ok(Deleted::Deleting(_)) => Ok(false),
+        Err(crate::apiserver::ApiError::NotFound | crate::apiserver::ApiError::Conflict(_)) => Ok(false),
+        Err(e) => Err(Error::api(what)(e)),
     }
 }
 
 /// Whether an IPAddress references one of our pools (`pool`, when given) and names `claim` in its `claimRef`: the
 /// only IPAddresses we ever delete.
-pub fn is_ours_for(address: &DynamicObject, claim: &str, pool: Option<&PoolKey>) -> bool {
-    let Some(spec) = crate::capi::spec_of::<IpAddressSpec>(address) else { return false };
+pub fn is_ours_for(address: &IpAddress, claim: &str, pool: Option<&PoolKey>) -> bool {
+    let spec = &address.spec;
     let Some(kind) = spec.pool_ref.our_kind() else { return false };
     let namespace = address.metadata.namespace.as_deref().unwrap_or_default();
     spec.claim_ref.name == claim && pool.is_none_or(|p| *p == PoolKey::new(kind, namespace, &spec.pool_ref.name))
@@ -140,12 +121,12 @@ pub fn is_ours_for(address: &DynamicObject, claim: &str, pool: Option<&PoolKey>)
 
 /// Releases an IPAddress whose claim no longer exists (decision D11).
 pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> Result<(), Error> {
-    let Ok(address) = api(ctx, &key.namespace).get(&key.name).await else { return Ok(()) };
+    let Ok(Some(address)) = ctx.api.get_address(key).await else { return Ok(()) };
     if address.metadata.uid.as_deref().map(Uid::of) != record.uid || !is_ours_for(&address, &key.name, None) {
         return Ok(());
     }
     delete(ctx, &address, "deleting an orphaned IPAddress").await?;
-    let value = crate::capi::spec_of::<IpAddressSpec>(&address).unwrap_or_default().address;
+    let value = &address.spec.address;
     if record.moving_away {
         info!(address = %key, value, "deleted the IPAddress of a claim moved away; its address stays reserved");
     } else {
@@ -155,8 +136,8 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
 }
 
 /// Who an IPAddress of another provider belongs to, for the claim's status.
-pub fn owner_of(existing: &DynamicObject) -> String {
-    let theirs = crate::capi::spec_of::<IpAddressSpec>(existing).unwrap_or_default().pool_ref;
+pub fn owner_of(existing: &IpAddress) -> String {
+    let theirs = &existing.spec.pool_ref;
     match theirs.api_group.as_deref().filter(|g| !g.is_empty()) {
         Some(group) => format!("{} \"{}\" of group {group}", theirs.kind, theirs.name),
         None => format!("{} \"{}\" of the core group", theirs.kind, theirs.name),

@@ -30,10 +30,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::api::{PoolResource, WATCH_FILTER_LABEL, v1alpha2};
+use crate::apiserver::ApiServer;
+use crate::apiserver::client::KubeApi;
 use crate::capi::{CapiApis, ClaimResource, Cluster, IpAddress};
 pub use crate::error::Error;
 use crate::index::relist::Pools;
-use crate::index::{Index, PoolKey};
+use crate::index::{Index, ObjectKey, PoolKey, Sink};
 use crate::leader::Fence;
 use crate::metrics::Metrics;
 use crate::runtime::queue::Next;
@@ -41,19 +43,6 @@ use crate::runtime::reachability::Reachability;
 use crate::runtime::watch::{self as watching, Health};
 use crate::runtime::{Work, WorkStreams};
 use crate::server::diagnostics::Readiness;
-
-/// The field manager every write of ours names (managedFields show who wrote what).
-pub const FIELD_MANAGER: &str = "capi-ipam-in-cluster";
-
-/// Our patches: JSON or merge patches with their precondition in the body, never a server-side apply (it makes the
-/// API server compute managed fields for the whole object on every write).
-pub fn patch_params() -> kube::api::PatchParams {
-    kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() }
-}
-
-pub fn post_params() -> kube::api::PostParams {
-    kube::api::PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() }
-}
 
 /// What the controllers watch and how.
 #[derive(Clone, Debug)]
@@ -71,45 +60,42 @@ pub struct ControllerOptions {
 
 /// Everything the reconcilers share.
 pub struct Context {
-    pub client: Client,
-    /// Every write goes through it: a replica whose leader term ended writes nothing (`crate::leader`).
-    pub fence: Fence,
+    /// Every request of the controllers; every write passes this replica's leader fence (`crate::leader`).
+    pub api: Arc<dyn ApiServer>,
     pub options: ControllerOptions,
     pub index: Arc<Index>,
-    pub work: Arc<Work>,
     pub metrics: Arc<Metrics>,
+    /// Where the index sends its wakes (the work queues of `run`).
+    sink: Arc<dyn Sink>,
     events: events::Events,
     reachability: Reachability,
     synced: watch::Receiver<bool>,
 }
 
 impl Context {
-    /// `synced` turns true once every watch has listed (the start-up gate of `run`).
-    fn new(
-        client: Client,
-        fence: Fence,
+    /// `synced` turns true once every watch has listed (the start-up gate of `run`); what the index notices goes to
+    /// `sink`.
+    pub fn new(
+        api: Arc<dyn ApiServer>,
         options: ControllerOptions,
         metrics: Arc<Metrics>,
+        sink: Arc<dyn Sink>,
         synced: watch::Receiver<bool>,
-    ) -> (Self, WorkStreams) {
-        let (work, streams) = Work::new(&metrics);
-        let work = Arc::new(work);
-        let index = Arc::new(Index::new(work.clone(), metrics.clone()));
+    ) -> Self {
+        let index = Arc::new(Index::new(sink.clone(), metrics.clone()));
         let waiting: Arc<dyn crate::metrics::WaitingClaims> = index.clone();
         metrics.watch_waiting(Arc::downgrade(&waiting));
         let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());
-        let ctx = Context {
-            events: events::Events::new(client.clone(), identity),
-            client,
-            fence,
+        Context {
+            api,
             options,
             index,
-            work,
             metrics,
+            sink,
+            events: events::Events::new(identity),
             reachability: Reachability::default(),
             synced,
-        };
-        (ctx, streams)
+        }
     }
 
     pub fn capi(&self) -> CapiApis {
@@ -119,10 +105,6 @@ impl Context {
     pub async fn wait_synced(&self) {
         let mut synced = self.synced.clone();
         let _ = synced.wait_for(|s| *s).await;
-    }
-
-    pub fn claims_api(&self, namespace: &str) -> Api<ClaimResource> {
-        Api::namespaced_with(self.client.clone(), namespace, &self.capi().ipam)
     }
 
     /// An operation on `object` failed: an unreachable API server is said once; conflicts, vanished objects and
@@ -144,7 +126,7 @@ impl Health for Context {
     /// are reconciled now.
     fn answered(&self) {
         for claim in self.reachability.answered() {
-            self.work.claims.add(claim);
+            self.sink.wake(claim);
         }
     }
 
@@ -183,9 +165,9 @@ fn task(name: &'static str, f: impl Future<Output = ()> + Send + 'static) -> Tas
 }
 
 /// A pool kind's watch (its own typed kind, into the index's typed pools).
-fn watch_pools<K: PoolResource>(ctx: &Arc<Context>, listed: watch::Sender<bool>) -> Task {
+fn watch_pools<K: PoolResource>(client: &Client, ctx: &Arc<Context>, listed: watch::Sender<bool>) -> Task {
     let namespace = if K::KIND.is_global() { None } else { ctx.options.namespace.as_deref() };
-    let stream = watcher(K::api(ctx.client.clone(), namespace), watching::config())
+    let stream = watcher(K::api(client.clone(), namespace), watching::config())
         .backoff(watching::Backoff::default())
         .modify(|p: &mut K| p.meta_mut().managed_fields = None);
     let ctx = ctx.clone();
@@ -205,8 +187,10 @@ pub async fn run(
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let (synced_tx, synced) = watch::channel(false);
-    let (ctx, streams) = Context::new(client.clone(), fence, options.clone(), metrics, synced);
-    let ctx = Arc::new(ctx);
+    let (work, streams) = Work::new(&metrics);
+    let work = Arc::new(work);
+    let api = Arc::new(KubeApi::new(client.clone(), options.capi, fence));
+    let ctx = Arc::new(Context::new(api, options.clone(), metrics, work.clone(), synced));
     let namespace = options.namespace.as_deref();
     let capi = options.capi;
     let mut tasks: Vec<Task> = Vec::new();
@@ -238,10 +222,10 @@ pub async fn run(
         let ctx = ctx.clone();
         task("IPAddress watch", async move { watching::drive("IPAddresses", stream, &*ctx.index, &*ctx, tx).await })
     });
-    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::InClusterIPPool>(&ctx, tx));
-    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::GlobalInClusterIPPool>(&ctx, tx));
-    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::InClusterPrefixPool>(&ctx, tx));
-    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::GlobalInClusterPrefixPool>(&ctx, tx));
+    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::InClusterIPPool>(&client, &ctx, tx));
+    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::GlobalInClusterIPPool>(&client, &ctx, tx));
+    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::InClusterPrefixPool>(&client, &ctx, tx));
+    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::GlobalInClusterPrefixPool>(&client, &ctx, tx));
     // Clusters, when the API server serves them.
     if let Some(version) = capi.cluster {
         listed_by(&mut tasks, &|tx| {
@@ -271,13 +255,13 @@ pub async fn run(
     // the changed pools in turn. A busy pool is written 4 times a second; 20 busy pools each every 5 s, so that the
     // status writes per allocation do not grow with the number of pools in a burst.
     {
-        let ctx = ctx.clone();
+        let (ctx, work) = (ctx.clone(), work.clone());
         tasks.push(task("pool status coalescer", async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             loop {
                 tick.tick().await;
                 for key in ctx.index.registry().take_dirty(1) {
-                    ctx.work.pools.add(key);
+                    work.pools.add(key);
                 }
             }
         }));
@@ -289,19 +273,19 @@ pub async fn run(
 
     // The workers, and the timers of their delayed requeues.
     {
-        let ctx = ctx.clone();
-        tasks.push(task("claim requeue timer", async move { ctx.work.claims.run_timers().await }));
+        let work = work.clone();
+        tasks.push(task("claim requeue timer", async move { work.claims.run_timers().await }));
     }
     {
-        let ctx = ctx.clone();
-        tasks.push(task("pool requeue timer", async move { ctx.work.pools.run_timers().await }));
+        let work = work.clone();
+        tasks.push(task("pool requeue timer", async move { work.pools.run_timers().await }));
     }
     let claim_workers: Vec<_> =
-        (0..options.concurrency.max(1)).map(|_| claim_worker(ctx.clone(), stop.clone())).collect();
+        (0..options.concurrency.max(1)).map(|_| claim_worker(ctx.clone(), work.clone(), stop.clone())).collect();
     tasks.push(task("claim workers", async move {
         futures::future::join_all(claim_workers).await;
     }));
-    let pool_workers: Vec<_> = (0..4).map(|_| pool_worker(ctx.clone(), stop.clone())).collect();
+    let pool_workers: Vec<_> = (0..4).map(|_| pool_worker(ctx.clone(), work.clone(), stop.clone())).collect();
     tasks.push(task("pool workers", async move {
         futures::future::join_all(pool_workers).await;
     }));
@@ -320,77 +304,81 @@ pub async fn run(
 }
 
 /// Reconciles queued claims one at a time until `stop`; a run that has begun is finished first.
-async fn claim_worker(ctx: Arc<Context>, stop: CancellationToken) {
+async fn claim_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToken) {
     loop {
         let key = tokio::select! {
             _ = stop.cancelled() => return,
-            key = ctx.work.claims.next() => key,
+            key = work.claims.next() => key,
         };
         // Read the claim once every watch has listed (at start-up), so that it is the freshest we have.
         ctx.wait_synced().await;
-        let next = match ctx.index.claim(&key) {
-            Some(claim) => {
-                if claim.address_ref().is_none() {
-                    ctx.index.first_seen(&claim);
-                } else {
-                    ctx.index.bound(&claim);
-                }
-                match claim::reconcile(&claim, &ctx).await {
-                    Ok(next) => {
-                        ctx.index.reset_backoff(&claim);
-                        ctx.answered();
-                        next
-                    }
-                    Err(error) => {
-                        ctx.report_failure("reconciling the claim", &key, &error);
-                        if error.is_unreachable() {
-                            // Reconciled again when the API server answers.
-                            ctx.reachability.park(key.clone());
-                        }
-                        if error.is_unreachable() && !ctx.reachability.is_down() {
-                            // It answered while this claim was failing: do not wait for the next outage.
-                            Next::After(Duration::from_millis(200))
-                        } else if !error.is_transient() {
-                            // Refused for a reason that will not change by itself (the status says which): looked
-                            // at again when the claim or its pool changes, and as a safety net.
-                            Next::After(claim::RECHECK)
-                        } else {
-                            Next::After(ctx.index.backoff(&claim))
-                        }
-                    }
-                }
-            }
-            // Deleted meanwhile: its Delete event did what was left to do.
-            None => Next::AwaitChange,
-        };
-        ctx.work.claims.done(&key);
+        let next = work_claim(&ctx, &key).await;
+        work.claims.done(&key);
         if let Next::After(delay) = next {
-            ctx.work.claims.add_after(key, delay);
+            work.claims.add_after(key, delay);
+        }
+    }
+}
+
+/// One run of a claim worker: the claim as the index holds it now, reconciled, and what its failure asks for.
+pub async fn work_claim(ctx: &Context, key: &ObjectKey) -> Next {
+    // Deleted meanwhile: its Delete event did what was left to do.
+    let Some(claim) = ctx.index.claim(key) else { return Next::AwaitChange };
+    if claim.address_ref().is_none() {
+        ctx.index.first_seen(&claim);
+    } else {
+        ctx.index.bound(&claim);
+    }
+    match claim::reconcile(&claim, ctx).await {
+        Ok(next) => {
+            ctx.index.reset_backoff(&claim);
+            ctx.answered();
+            next
+        }
+        Err(error) => {
+            ctx.report_failure("reconciling the claim", key, &error);
+            if error.is_unreachable() {
+                // Reconciled again when the API server answers.
+                ctx.reachability.park(key.clone());
+            }
+            if error.is_unreachable() && !ctx.reachability.is_down() {
+                // It answered while this claim was failing: do not wait for the next outage.
+                Next::After(Duration::from_millis(200))
+            } else if !error.is_transient() {
+                // Refused for a reason that will not change by itself (the status says which): looked at again when
+                // the claim or its pool changes, and as a safety net.
+                Next::After(claim::RECHECK)
+            } else {
+                Next::After(ctx.index.backoff(&claim))
+            }
         }
     }
 }
 
 /// Reconciles queued pools (finalizer and status) until `stop`.
-async fn pool_worker(ctx: Arc<Context>, stop: CancellationToken) {
+async fn pool_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToken) {
     loop {
         let key: PoolKey = tokio::select! {
             _ = stop.cancelled() => return,
-            key = ctx.work.pools.next() => key,
+            key = work.pools.next() => key,
         };
         ctx.wait_synced().await;
-        let next = match ctx.index.pool(&key) {
-            Some(pool) => match pool::reconcile(&key, &pool, &ctx).await {
-                Ok(next) => next,
-                Err(error) => {
-                    ctx.report_failure("reconciling the pool", &key, &error);
-                    Next::After(Duration::from_secs(2))
-                }
-            },
-            None => Next::AwaitChange,
-        };
-        ctx.work.pools.done(&key);
+        let next = work_pool(&ctx, &key).await;
+        work.pools.done(&key);
         if let Next::After(delay) = next {
-            ctx.work.pools.add_after(key, delay);
+            work.pools.add_after(key, delay);
+        }
+    }
+}
+
+/// One run of a pool worker.
+pub async fn work_pool(ctx: &Context, key: &PoolKey) -> Next {
+    let Some(pool) = ctx.index.pool(key) else { return Next::AwaitChange };
+    match pool::reconcile(key, &pool, ctx).await {
+        Ok(next) => next,
+        Err(error) => {
+            ctx.report_failure("reconciling the pool", key, &error);
+            Next::After(Duration::from_secs(2))
         }
     }
 }

@@ -6,9 +6,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::channel::mpsc;
-use kube::api::{Api, DynamicObject, Patch};
-use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
 use tokio_util::time::DelayQueue;
 
 use super::{Context, Error};
@@ -35,18 +32,18 @@ pub async fn write_pending(ctx: Arc<Context>, mut changed: mpsc::UnboundedReceiv
     }
 }
 
-async fn write(ctx: &Context, key: &PoolKey) -> Result<(), Error> {
+/// Writes the changes pending for one pool (the simulation calls it as the writer does).
+pub async fn write(ctx: &Context, key: &PoolKey) -> Result<(), Error> {
     let changes = ctx.index.moved_away_pending(key);
     if changes.is_empty() {
         return Ok(());
     }
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &key.kind.api_resource());
-    let Some(live) = api.get_opt(&key.name).await.map_err(Error::kube("reading the pool"))? else {
+    let Some(live) = ctx.api.get_pool(key).await.map_err(Error::api("reading the pool"))? else {
         // The pool is gone, and its reservations with it.
         ctx.index.moved_away_written(key, None);
         return Ok(());
     };
-    let mut stored = entries(live.annotations().get(MOVED_AWAY_ANNOTATION).map(String::as_str));
+    let mut stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
     for (entry, add) in &changes {
         if *add {
             stored.insert(entry.clone());
@@ -54,15 +51,12 @@ async fn write(ctx: &Context, key: &PoolKey) -> Result<(), Error> {
             stored.remove(entry);
         }
     }
-    let value = if stored.is_empty() { Value::Null } else { json!(stored.into_iter().collect::<Vec<_>>().join(",")) };
-    let patch = json!({"metadata": {
-        "resourceVersion": live.meta().resource_version,
-        "annotations": { MOVED_AWAY_ANNOTATION: value },
-    }});
-    ctx.fence
-        .guard(api.patch(&key.name, &super::patch_params(), &Patch::Merge(&patch)))
-        .await?
-        .map_err(Error::kube("recording the addresses moved away"))?;
+    let value = (!stored.is_empty()).then(|| stored.into_iter().collect::<Vec<_>>().join(","));
+    let resource_version = live.metadata.resource_version.clone().unwrap_or_default();
+    ctx.api
+        .patch_pool_annotation(key, &resource_version, MOVED_AWAY_ANNOTATION, value.as_deref())
+        .await
+        .map_err(Error::api("recording the addresses moved away"))?;
     ctx.index.moved_away_written(key, Some(&changes));
     Ok(())
 }

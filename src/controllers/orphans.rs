@@ -42,14 +42,14 @@ async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
 
 /// Releases the IPAddress `key` once the API server confirms that its claim is gone.
 async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
-    match ctx.claims_api(&key.namespace).get_opt(&key.name).await {
+    match ctx.api.get_claim(key).await {
         Ok(None) => {
             if let Err(e) = ipaddress::release_orphan(ctx, key, record).await {
                 ctx.report_failure("releasing the IPAddress of a vanished claim", key, &e);
             }
         }
         Ok(Some(_)) => {}
-        Err(e) => ctx.report_failure("checking the claim of an IPAddress", key, &Error::kube("reading the claim")(e)),
+        Err(e) => ctx.report_failure("checking the claim of an IPAddress", key, &Error::api("reading the claim")(e)),
     }
 }
 

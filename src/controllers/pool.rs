@@ -6,15 +6,14 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::Api;
-use kube::api::{DynamicObject, Patch};
 use serde_json::json;
 use tracing::info;
 
 use super::status::READY;
-use super::{Context, Error, finalizers, patch_params};
+use super::{Context, Error, finalizers};
 use crate::api::v1alpha2::PoolAddressesStatus;
 use crate::api::{MOVED_AWAY_ANNOTATION, PROTECT_POOL_FINALIZER, Pool};
+use crate::apiserver::{Read, Target};
 use crate::index::{Index, PoolKey};
 use crate::runtime::queue::Next;
 
@@ -87,28 +86,26 @@ pub async fn reconcile(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Next
 }
 
 async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Next, Error> {
-    let api: Api<DynamicObject> = if key.kind.is_global() {
-        Api::all_with(ctx.client.clone(), &key.kind.api_resource())
-    } else {
-        Api::namespaced_with(ctx.client.clone(), &key.namespace, &key.kind.api_resource())
-    };
     let finalizer = finalizers::index_of(&pool.metadata, PROTECT_POOL_FINALIZER);
 
     if pool.is_deleting() {
         // The pool goes once no IPAddress references it.
         if ctx.index.registry().used(key) == 0 && finalizer.is_some() {
-            finalizers::remove(ctx, &api, &key.name, PROTECT_POOL_FINALIZER, finalizer).await?;
+            finalizers::remove(ctx, &Target::Pool(key.clone()), &pool.metadata, PROTECT_POOL_FINALIZER).await?;
             ctx.metrics.forget_pool(key.kind, &key.namespace, &key.name);
             info!(pool = %key, "no IPAddress left; the pool may go");
         }
         return Ok(Next::AwaitChange);
     }
     if finalizer.is_none() {
-        let read = finalizers::Read {
+        let read = Read {
             resource_version: pool.metadata.resource_version.clone().unwrap_or_default(),
             has_finalizers: pool.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty()),
         };
-        finalizers::add(ctx, &api, &key.name, PROTECT_POOL_FINALIZER, &read).await?;
+        ctx.api
+            .add_pool_finalizer(key, PROTECT_POOL_FINALIZER, &read)
+            .await
+            .map_err(Error::api("adding a finalizer"))?;
     }
     let desired = desired_status(&ctx.index, key);
     ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, ctx.index.registry().counts(key).0);
@@ -134,10 +131,7 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
         Some(slot) => *slot = ready,
         None => conditions.push(ready),
     }
-    let patch = json!({"status": {"ipAddresses": desired.addresses, "conditions": conditions}});
-    ctx.fence
-        .guard(api.patch_status(&key.name, &patch_params(), &Patch::Merge(&patch)))
-        .await?
-        .map_err(Error::kube("writing the pool status"))?;
+    let status = json!({"ipAddresses": desired.addresses, "conditions": conditions});
+    ctx.api.patch_pool_status(key, status).await.map_err(Error::api("writing the pool status"))?;
     Ok(Next::After(RESYNC))
 }

@@ -29,8 +29,10 @@ fn test_context() -> Context {
         orphan_release_delay: Duration::from_secs(1),
     };
     let (_, synced) = watch::channel(true);
-    let (ctx, _streams) = Context::new(client, Fence::none(), options, Arc::new(Metrics::new()), synced);
-    ctx
+    let metrics = Arc::new(Metrics::new());
+    let (work, _streams) = Work::new(&metrics);
+    let api = Arc::new(KubeApi::new(client, options.capi, Fence::none()));
+    Context::new(api, options, metrics, Arc::new(work), synced)
 }
 
 #[test]

@@ -1,0 +1,65 @@
+//! The bodies of our requests, built once for the manager's client and the simulated API server: JSON patches whose
+//! `test` operations are their preconditions, and merge patches guarded by a resourceVersion. None is a server-side
+//! apply (it makes the API server compute managed fields for the whole object on every write).
+
+use serde_json::{Value, json};
+
+use super::{FinalizerAt, Read, Repair};
+use crate::api::CLUSTER_NAME_LABEL;
+
+fn json_patch(ops: Value) -> json_patch::Patch {
+    serde_json::from_value(ops).unwrap_or_else(|e| unreachable!("a JSON patch we build is valid: {e}"))
+}
+
+/// Adds `finalizer` if the object's resourceVersion is still the one read (a new object of the same name has
+/// another).
+pub fn add_finalizer(finalizer: &str, read: &Read) -> json_patch::Patch {
+    let append = if read.has_finalizers {
+        json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
+    } else {
+        json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]})
+    };
+    json_patch(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": read.resource_version},
+        append,
+    ]))
+}
+
+/// Removes `finalizer` if the object is still the one read and the finalizer is still where it was.
+pub fn remove_finalizer(finalizer: &str, at: &FinalizerAt) -> json_patch::Patch {
+    let path = format!("/metadata/finalizers/{}", at.index);
+    json_patch(json!([
+        {"op": "test", "path": "/metadata/uid", "value": at.uid},
+        {"op": "test", "path": path, "value": finalizer},
+        {"op": "remove", "path": path},
+    ]))
+}
+
+/// A merge patch of a claim's status, refused (409) when the claim changed since `resource_version`.
+pub fn claim_status(resource_version: &str, status: Value) -> Value {
+    json!({"metadata": {"resourceVersion": resource_version}, "status": status})
+}
+
+/// A merge patch of a pool's status (the counts and the conditions list, whole).
+pub fn pool_status(status: Value) -> Value {
+    json!({ "status": status })
+}
+
+/// A merge patch of one annotation (`None` removes it), refused when the object changed since `resource_version`.
+pub fn annotation(resource_version: &str, annotation: &str, value: Option<&str>) -> Value {
+    json!({"metadata": {"resourceVersion": resource_version, "annotations": { annotation: value }}})
+}
+
+/// A merge patch of an IPAddress's owner references, finalizers and cluster-name label, refused when it changed since
+/// it was read.
+pub fn repair(repair: &Repair) -> Value {
+    let mut metadata = json!({
+        "resourceVersion": repair.resource_version,
+        "ownerReferences": repair.owner_references,
+        "finalizers": repair.finalizers,
+    });
+    if let Some(cluster) = &repair.cluster_label {
+        metadata["labels"] = json!({ CLUSTER_NAME_LABEL: cluster });
+    }
+    json!({ "metadata": metadata })
+}
