@@ -16,5 +16,7 @@ pub mod manager;
 pub mod metrics;
 pub mod runtime;
 pub mod server;
+#[cfg(test)]
+mod sim;
 pub mod telemetry;
 pub mod webhooks;

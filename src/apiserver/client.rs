@@ -6,7 +6,8 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::{
-    ApiError, ApiServer, Call, Deleted, FinalizerAt, Read, Removed, Repair, StoredConditions, Target, requests,
+    ApiError, ApiServer, Call, Deleted, FinalizerAt, Read, Removed, Repair, StoredConditions, Target,
+    failed_test_is_conflict, requests,
 };
 use crate::api::Pool;
 use crate::capi::{CapiApis, ClaimResource, IpAddress};
@@ -78,15 +79,6 @@ pub fn api_error(error: kube::Error) -> ApiError {
         kube::Error::Api(s) => ApiError::from_status(s.code, &s.reason, &s.message),
         e if is_transport(&e) => ApiError::Unreachable(e.to_string()),
         e => ApiError::Failed { code: 0, message: e.to_string() },
-    }
-}
-
-/// The API server answers a failed `test` operation of a JSON patch with 422: the object is not as we read it, a
-/// conflict (retried on a fresh read), not a refusal.
-fn failed_test_is_conflict(error: ApiError) -> ApiError {
-    match error {
-        ApiError::Refused { code: 422, message } => ApiError::Conflict(message),
-        other => other,
     }
 }
 

@@ -59,6 +59,15 @@ impl ApiError {
     }
 }
 
+/// The API server answers a JSON patch whose `test` operation fails with 422: the object is not as we read it, a
+/// conflict (retried on a fresh read), not a refusal.
+pub fn failed_test_is_conflict(error: ApiError) -> ApiError {
+    match error {
+        ApiError::Refused { code: 422, message } => ApiError::Conflict(message),
+        other => other,
+    }
+}
+
 /// The object as the decision to add a finalizer read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Read {

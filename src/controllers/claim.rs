@@ -394,7 +394,7 @@ async fn set_ready(
         &ready,
         address_ref,
         claim.generation.map(i64::from),
-        Timestamp::now(),
+        ctx.now(),
     );
     ctx.api
         .patch_claim_status(&claim.key, &resource_version, body)
@@ -409,6 +409,7 @@ async fn set_ready(
         ctx.events
             .publish(
                 &*ctx.api,
+                ctx.now(),
                 &claim_reference(claim, ctx.capi().ipam),
                 type_,
                 reason.as_str(),
@@ -436,8 +437,7 @@ async fn release(claim: &Claim, ctx: &Context, pool_key: &PoolKey) -> Result<Nex
         return Ok(Next::AwaitChange);
     }
     // addressReuseGracePeriodSeconds (IP pools): hold the address, unless the pool is gone or going.
-    if let Some(wait) = ctx.index.pool(pool_key).and_then(|pool| reuse_grace_remaining(claim, &pool, Timestamp::now()))
-    {
+    if let Some(wait) = ctx.index.pool(pool_key).and_then(|pool| reuse_grace_remaining(claim, &pool, ctx.now())) {
         debug!(claim = %key, seconds = wait.as_secs_f64(), "holding the address for the reuse grace period");
         return Ok(Next::After(wait + Duration::from_millis(50)));
     }

@@ -36,6 +36,7 @@ impl Events {
     pub async fn publish(
         &self,
         api: &dyn ApiServer,
+        now: Timestamp,
         regarding: &ObjectReference,
         type_: EventType,
         reason: &str,
@@ -43,7 +44,6 @@ impl Events {
         note: &str,
     ) {
         let Some(namespace) = regarding.namespace.clone() else { return };
-        let now = Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
                 // Unique per publish, like client-go's recorder: <object>.<nanoseconds in hex>.

@@ -10,8 +10,8 @@ mod claim;
 mod events;
 mod finalizers;
 mod ipaddress;
-mod moved_away;
-mod orphans;
+pub(crate) mod moved_away;
+pub(crate) mod orphans;
 mod pool;
 pub mod status;
 #[cfg(test)]
@@ -58,6 +58,23 @@ pub struct ControllerOptions {
     pub orphan_release_delay: Duration,
 }
 
+/// Where the controllers read the time of day (condition timestamps, Events, the reuse grace period): the wall clock,
+/// or a fixed instant in the simulation, whose schedule must not depend on when it runs.
+#[derive(Clone, Copy, Debug)]
+pub enum Clock {
+    Wall,
+    Fixed(jiff::Timestamp),
+}
+
+impl Clock {
+    pub fn now(self) -> jiff::Timestamp {
+        match self {
+            Clock::Wall => jiff::Timestamp::now(),
+            Clock::Fixed(t) => t,
+        }
+    }
+}
+
 /// Everything the reconcilers share.
 pub struct Context {
     /// Every request of the controllers; every write passes this replica's leader fence (`crate::leader`).
@@ -70,6 +87,7 @@ pub struct Context {
     events: events::Events,
     reachability: Reachability,
     synced: watch::Receiver<bool>,
+    clock: Clock,
 }
 
 impl Context {
@@ -95,7 +113,17 @@ impl Context {
             events: events::Events::new(identity),
             reachability: Reachability::default(),
             synced,
+            clock: Clock::Wall,
         }
+    }
+
+    /// The same context, reading the time from `clock`.
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Self { clock, ..self }
+    }
+
+    pub fn now(&self) -> jiff::Timestamp {
+        self.clock.now()
     }
 
     pub fn capi(&self) -> CapiApis {

@@ -30,7 +30,7 @@ pub async fn run(ctx: Arc<Context>, mut gone: mpsc::UnboundedReceiver<ObjectKey>
 }
 
 /// A claim's Delete event is authoritative: an IPAddress we made for it goes now, unless its Cluster is paused.
-async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
+pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     let Some(record) = ctx.index.address(key).filter(|r| r.owned_by_a_claim() && !r.deleting) else {
         return;
     };
@@ -50,6 +50,16 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
         }
         Ok(Some(_)) => {}
         Err(e) => ctx.report_failure("checking the claim of an IPAddress", key, &Error::api("reading the claim")(e)),
+    }
+}
+
+/// Releases every orphan now, one after another (the simulation's sweep: it has no clock to wait on).
+#[cfg(test)]
+pub(crate) async fn sweep_now(ctx: &Context) {
+    let mut candidates = ctx.index.orphans();
+    candidates.sort_by(|a, b| a.0.cmp(&b.0));
+    for (key, record) in candidates {
+        release_if_claim_gone(ctx, &key, &record).await;
     }
 }
 

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::json;
 use tracing::info;
@@ -116,7 +115,7 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
     let transition = stored_ready(pool)
         .filter(|c| c.status == desired.status())
         .map(|c| c.last_transition_time.clone())
-        .unwrap_or_else(|| Time(Timestamp::now()));
+        .unwrap_or_else(|| Time(ctx.now()));
     let ready = Condition {
         type_: READY.to_owned(),
         status: desired.status().to_owned(),

@@ -429,3 +429,80 @@ fn the_metrics_count_claims_waiting_until_bound_deleted_or_the_term_ends() {
     assert!(after_the_term.contains("\ncapi_ipam_claims_waiting 0\n"), "{after_the_term}");
     assert!(after_the_term.contains("\ncapi_ipam_claims_waiting_longest_seconds 0.0\n"), "{after_the_term}");
 }
+
+/// The same claim name again, with another UID: the second incarnation of `name`.
+fn incarnation(name: &str, n: u8) -> Claim {
+    let mut c = claim(name);
+    c.uid = crate::compact::UidText::of(&format!("00000000-0000-0000-00{n:02x}-000000000000"));
+    c
+}
+
+/// The IPAddress `name` holding `address`, with UID number `n` (a new object of the same name has another).
+fn ip_address_uid(name: &str, address: &str, owner: &Claim, n: u8) -> IpAddress {
+    let mut a = ip_address(name, address, owner);
+    a.metadata.uid = Some(format!("40000000-0000-0000-00{n:02x}-000000000000"));
+    a
+}
+
+/// Issue 25, hole 1: claim `x` is deleted and its IPAddress (u1) with it; a new claim `x` gets a new IPAddress `x`
+/// (u2), recorded from our own write; the watch, behind, then delivers u1's DELETED. It must not free u2's address.
+#[test]
+fn a_late_delete_event_of_an_old_ipaddress_leaves_its_same_named_replacement_alone() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.3", 1));
+    let mut relist = Relist::default();
+    let old = ip_address_uid("x", "10.0.0.1", &incarnation("x", 1), 1);
+    relist.on_event(&index, Event::Apply(old.clone()));
+    index.deleted_address(&key("x"), &pool_key(), old.metadata.uid.as_deref());
+    // The new claim x: its address is held, created and recorded as `controllers::claim` does.
+    let assigned = index.registry().allocate(&pool_key(), &key("x"), None).expect("free");
+    let new = ip_address_uid("x", &assigned.address.to_string(), &incarnation("x", 2), 2);
+    index.registry().confirm(&pool_key(), &key("x"));
+    index.remember_address(&key("x"), &new);
+    relist.on_event(&index, Event::Delete(old));
+    let next = index.registry().allocate(&pool_key(), &key("y"), None).expect("free");
+    assert_ne!(next.address, assigned.address, "the address of the live IPAddress x was handed out again");
+    assert!(index.address(&key("x")).is_some(), "the record of the live IPAddress x is gone");
+    // Its own ADDED event, when it comes, changes nothing.
+    relist.on_event(&index, Event::Apply(new));
+    assert!(index.registry().duplicates(&pool_key()).is_empty());
+}
+
+/// Issue 25, hole 1 (its other half): a relist that still lists an IPAddress we deleted (the list was served before
+/// the delete) must keep its tombstone, or the watch's late MODIFIED event brings the record back.
+#[test]
+fn a_relist_that_still_lists_an_ipaddress_we_deleted_keeps_it_deleted() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.3", 1));
+    let mut relist = Relist::default();
+    let a = ip_address_uid("a", "10.0.0.1", &incarnation("a", 1), 1);
+    relist.on_event(&index, Event::Apply(a.clone()));
+    relist.on_event(&index, Event::<IpAddress>::Init);
+    index.deleted_address(&key("a"), &pool_key(), a.metadata.uid.as_deref());
+    relist.on_event(&index, Event::InitApply(a.clone()));
+    relist.on_event(&index, Event::<IpAddress>::InitDone);
+    let mut finalizer_removed = a.clone();
+    finalizer_removed.metadata.finalizers = None;
+    relist.on_event(&index, Event::Apply(finalizer_removed));
+    assert!(index.address(&key("a")).is_none(), "a late event of the deleted IPAddress brought its record back");
+    assert_eq!(index.registry().counts(&pool_key()).0.used, 0);
+    // Its DELETED event ends the tombstone; a new object of the name counts again.
+    relist.on_event(&index, Event::Delete(a));
+    index.apply_address(&ip_address_uid("a", "10.0.0.1", &incarnation("a", 2), 2));
+    assert_eq!(index.registry().counts(&pool_key()).0.used, 1);
+}
+
+/// Issue 25, hole 5: an IP pool changed to the other family and back keeps every address in use.
+#[test]
+fn a_family_change_and_back_keeps_every_address_in_use() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    index.apply_address(&ip_address_uid("a", "10.0.0.1", &incarnation("a", 1), 1));
+    feed_pool(&index, pool("fd00::1-fd00::2", 2));
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 3));
+    let next = index.registry().allocate(&pool_key(), &key("b"), None).expect("free");
+    assert_eq!(next.address.to_string(), "10.0.0.2", "10.0.0.1 is held by IPAddress a");
+    assert!(index.registry().duplicates(&pool_key()).is_empty());
+    let counts = index.registry().counts(&pool_key()).0;
+    assert_eq!((counts.used, counts.out_of_range, counts.free), (2, 0, 0));
+}

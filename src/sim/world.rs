@@ -1,0 +1,1678 @@
+//! One simulated run: the API server, two or three replicas taking turns at the lease, their watches, work queues and
+//! workers (the real index and controllers, on [`SimApi`]), and the users and clusterctl acting on the API server.
+//! Every step is chosen by one seeded generator; after every step the invariants are checked.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Waker};
+use std::time::Duration;
+
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::client::{Hub, Op, SimApi, lock};
+use super::model::{CLAIM_NAMES, CLUSTER, Held, NAMESPACES, POOLS, PoolId, Shape};
+use super::rng::Rng;
+use super::server::{Change, Kind, key_of};
+use crate::api::{
+    CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, GROUP, MOVED_AWAY_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind,
+    REQUESTED_ADDRESS_ANNOTATION, v1alpha2,
+};
+use crate::apiserver::ApiError;
+use crate::capi::{CapiApis, CapiVersion, ClaimResource, Cluster, IpAddress};
+use crate::controllers::{self, Context, ControllerOptions};
+use crate::index::relist::{Feed, Pools, Relist};
+use crate::index::{Index, ObjectKey, PoolKey, Sink};
+use crate::metrics::Metrics;
+use crate::runtime::queue::Next;
+
+/// When the writes of a term that ended may still land.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Late {
+    /// Before the next term begins: the lease's margin holds (docs/operations.md, high availability).
+    BeforeNextTerm,
+    /// At any time, also after the next leader started (a write slower than the margin): a duplicate may appear for
+    /// a moment, but no two bound claims ever share an address, and none is left after quiescence.
+    Anytime,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub replicas: usize,
+    pub steps: usize,
+    pub late: Late,
+    /// Keep a readable line per step (replays; a run that found nothing does not need one).
+    pub trace: bool,
+}
+
+impl Options {
+    /// The options of a seed: its own number of replicas, length and kind of lateness.
+    pub fn for_seed(seed: u64) -> Options {
+        let mut rng = Rng::new(seed.rotate_left(17));
+        Options {
+            replicas: 2 + rng.below(2),
+            steps: 150 + rng.below(350),
+            late: if rng.chance(25) { Late::Anytime } else { Late::BeforeNextTerm },
+            trace: false,
+        }
+    }
+}
+
+/// An invariant broken, with the events that led there.
+#[derive(Debug)]
+pub struct Violation {
+    pub seed: u64,
+    pub step: usize,
+    pub what: String,
+    pub trace: Vec<String>,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "seed {} broke an invariant at step {}: {}", self.seed, self.step, self.what)?;
+        if self.trace.is_empty() {
+            writeln!(f, "(replay it with SIM_SEED={} for the trace)", self.seed)?;
+        }
+        for line in &self.trace {
+            writeln!(f, "  {line}")?;
+        }
+        write!(f, "replay: SIM_SEED={} cargo test --lib sim::tests::replay -- --nocapture", self.seed)
+    }
+}
+
+/// What a run did (for the soak's report).
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub steps: usize,
+    pub terms: u64,
+    pub claims_created: u64,
+    pub bindings: u64,
+    pub late_writes: u64,
+    pub relists: u64,
+    pub moves: u64,
+}
+
+impl std::ops::AddAssign<&Stats> for Stats {
+    fn add_assign(&mut self, o: &Stats) {
+        self.steps += o.steps;
+        self.terms += o.terms;
+        self.claims_created += o.claims_created;
+        self.bindings += o.bindings;
+        self.late_writes += o.late_writes;
+        self.relists += o.relists;
+        self.moves += o.moves;
+    }
+}
+
+/// The index's sink in a simulated term: what it woke, as sets (the schedule picks from them in any order).
+#[derive(Default)]
+struct SimSink(Mutex<Wakes>);
+
+#[derive(Default)]
+struct Wakes {
+    claims: BTreeSet<ObjectKey>,
+    pools: BTreeSet<PoolKey>,
+    gone: BTreeSet<ObjectKey>,
+    moved_away: BTreeSet<PoolKey>,
+}
+
+impl SimSink {
+    fn wakes(&self) -> std::sync::MutexGuard<'_, Wakes> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Sink for SimSink {
+    fn wake(&self, claim: ObjectKey) {
+        self.wakes().claims.insert(claim);
+    }
+    fn wake_first(&self, claim: ObjectKey) {
+        self.wakes().claims.insert(claim);
+    }
+    fn pool_changed(&self, pool: PoolKey) {
+        self.wakes().pools.insert(pool);
+    }
+    fn claim_gone(&self, claim: ObjectKey) {
+        self.wakes().gone.insert(claim);
+    }
+    fn moved_away_changed(&self, pool: PoolKey) {
+        self.wakes().moved_away.insert(pool);
+    }
+}
+
+/// Where one watch is in kube's list-then-watch cycle.
+enum WatchState {
+    /// It (re)starts: `Init` comes first, before the list request is sent.
+    Start,
+    /// `Init` delivered; the list is served at a later step.
+    Requested,
+    /// The list was served (a quorum read at that moment): its objects, then `InitDone`.
+    Listing(std::collections::VecDeque<Value>),
+    /// Events from `cursor` on.
+    Watching,
+}
+
+/// How a watch's events enter the index: the real feed of its kind.
+enum Feeder {
+    Claims(Relist<<Index as Feed<ClaimResource>>::Key>),
+    Addresses(Relist<<Index as Feed<IpAddress>>::Key>),
+    Pools(PoolKind, Relist<PoolKey>),
+    Clusters(Relist<<Index as Feed<Cluster>>::Key>),
+}
+
+fn typed<K: serde::de::DeserializeOwned>(event: Event<Value>) -> Event<K> {
+    let parse =
+        |v: Value| serde_json::from_value::<K>(v).unwrap_or_else(|e| panic!("the simulation wrote a bad object: {e}"));
+    match event {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::InitApply(v) => Event::InitApply(parse(v)),
+        Event::Apply(v) => Event::Apply(parse(v)),
+        Event::Delete(v) => Event::Delete(parse(v)),
+    }
+}
+
+impl Feeder {
+    fn new(kind: Kind) -> Self {
+        match kind {
+            Kind::Claim => Feeder::Claims(Relist::default()),
+            Kind::Address => Feeder::Addresses(Relist::default()),
+            Kind::Pool(k) => Feeder::Pools(k, Relist::default()),
+            Kind::Cluster => Feeder::Clusters(Relist::default()),
+        }
+    }
+
+    /// Feeds one event; true when it ended a list.
+    fn feed(&mut self, index: &Index, event: Event<Value>) -> bool {
+        match self {
+            Feeder::Claims(r) => r.on_event(index, typed::<ClaimResource>(event)),
+            Feeder::Addresses(r) => r.on_event(index, typed::<IpAddress>(event)),
+            Feeder::Clusters(r) => r.on_event(index, typed::<Cluster>(event)),
+            Feeder::Pools(kind, r) => match kind {
+                PoolKind::InClusterIPPool => r.on_event(&Pools::<v1alpha2::InClusterIPPool>::of(index), typed(event)),
+                PoolKind::GlobalInClusterIPPool => {
+                    r.on_event(&Pools::<v1alpha2::GlobalInClusterIPPool>::of(index), typed(event))
+                }
+                PoolKind::InClusterPrefixPool => {
+                    r.on_event(&Pools::<v1alpha2::InClusterPrefixPool>::of(index), typed(event))
+                }
+                PoolKind::GlobalInClusterPrefixPool => {
+                    r.on_event(&Pools::<v1alpha2::GlobalInClusterPrefixPool>::of(index), typed(event))
+                }
+            },
+        }
+    }
+}
+
+struct Watch {
+    kind: Kind,
+    state: WatchState,
+    cursor: usize,
+    feeder: Feeder,
+    listed: bool,
+}
+
+const WATCHED: [Kind; 6] = [
+    Kind::Claim,
+    Kind::Address,
+    Kind::Pool(PoolKind::InClusterIPPool),
+    Kind::Pool(PoolKind::GlobalInClusterIPPool),
+    Kind::Pool(PoolKind::InClusterPrefixPool),
+    Kind::Cluster,
+];
+
+/// What a worker is doing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Job {
+    Claim(ObjectKey),
+    Pool(PoolKey),
+    /// The orphan task's check of a claim that is gone.
+    Gone(ObjectKey),
+    /// The orphan task's sweep.
+    Sweep,
+    MovedAway(PoolKey),
+}
+
+impl std::fmt::Display for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Job::Claim(k) => write!(f, "claim {k}"),
+            Job::Pool(k) => write!(f, "pool {k}"),
+            Job::Gone(k) => write!(f, "orphan check {k}"),
+            Job::Sweep => f.write_str("orphan sweep"),
+            Job::MovedAway(k) => write!(f, "moved-away writer {k}"),
+        }
+    }
+}
+
+struct Task {
+    job: Job,
+    run: Pin<Box<dyn Future<Output = Next>>>,
+}
+
+/// A replica's leader term: a fresh index and controllers, as `crate::manager::lead` starts them.
+struct Term {
+    id: u64,
+    replica: usize,
+    ctx: Arc<Context>,
+    sink: Arc<SimSink>,
+    alive: Arc<AtomicBool>,
+    watches: Vec<Watch>,
+    synced: bool,
+    synced_tx: watch::Sender<bool>,
+    tasks: Vec<Task>,
+    delayed_claims: BTreeSet<ObjectKey>,
+    delayed_pools: BTreeSet<PoolKey>,
+    /// Claims reconciled at once (`--concurrency`).
+    concurrency: usize,
+}
+
+impl Term {
+    fn running(&self, job: &Job) -> bool {
+        self.tasks.iter().any(|t| t.job == *job)
+    }
+
+    fn running_claims(&self) -> usize {
+        self.tasks.iter().filter(|t| matches!(t.job, Job::Claim(_))).count()
+    }
+
+    fn orphan_task_busy(&self) -> bool {
+        self.tasks.iter().any(|t| matches!(t.job, Job::Gone(_) | Job::Sweep))
+    }
+
+    fn moved_away_busy(&self) -> bool {
+        self.tasks.iter().any(|t| matches!(t.job, Job::MovedAway(_)))
+    }
+}
+
+/// clusterctl moving the Cluster of a namespace away, or back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Move {
+    /// The Cluster lives here.
+    Home,
+    /// Moving away: the claims still to delete for the move.
+    Leaving(Vec<ObjectKey>),
+    /// On the other management cluster, with the addresses in `World::elsewhere`.
+    Away,
+}
+
+/// An address of the global pool in use on the other management cluster.
+#[derive(Clone, Debug)]
+struct Elsewhere {
+    namespace: usize,
+    claim: String,
+    /// The UID of the IPAddress clusterctl left behind here (released later as an orphan): it holds the address
+    /// legitimately until then.
+    left_behind: String,
+    /// Our manager recorded it in the pool's annotation: from then on it must never be handed out here.
+    protected: bool,
+}
+
+/// Swarm testing (Groce et al.): each seed weighs the kinds of steps its own way (a watch that crawls, users who
+/// churn, an API server that fails often), so that the seeds between them reach orders an even mix rarely does.
+#[derive(Clone, Debug)]
+struct Swarm {
+    /// How often each watch of [`WATCHED`] delivers, relative to the others.
+    watch_speed: [u32; WATCHED.len()],
+    /// The weights of `World::act`'s steps.
+    steps: [u32; 15],
+    /// The weights of `World::user`'s actions.
+    users: [u32; 9],
+    /// Percent of answered requests that fail instead.
+    failures: u64,
+}
+
+impl Swarm {
+    fn new(rng: &mut Rng) -> Swarm {
+        let mut watch_speed = [0; WATCHED.len()];
+        for speed in &mut watch_speed {
+            *speed = [1, 3, 10, 30][rng.below(4)];
+        }
+        // deliver, answer, claim worker, pool worker, orphan check, sweep, moved-away writer, delayed requeue,
+        // status coalescer, user, watch expiry, term end, term start, API server restart, late write.
+        let base: [u32; 15] = [30, 30, 14, 4, 5, 1, 4, 4, 2, 10, 1, 1, 12, 1, 3];
+        let mut steps = base;
+        for (i, w) in steps.iter_mut().enumerate() {
+            // Each weight from a third to three times its base; a fault now and then left out entirely.
+            let factor: u32 = [1, 3, 9][rng.below(3)];
+            *w = (*w * factor).div_ceil(3);
+            if matches!(i, 10 | 11 | 13) && rng.chance(25) {
+                *w = 0;
+            }
+        }
+        let mut users: [u32; 9] = [40, 22, 6, 8, 4, 3, 3, 2, 2];
+        for w in &mut users {
+            *w = (*w * [1, 3, 9][rng.below(3)]).div_ceil(3);
+        }
+        Swarm { watch_speed, steps, users, failures: [0, 5, 15, 30][rng.below(4)] }
+    }
+}
+
+pub struct World {
+    seed: u64,
+    rng: Rng,
+    swarm: Swarm,
+    options: Options,
+    hub: Arc<Mutex<Hub>>,
+    term: Option<Term>,
+    next_term: u64,
+    shapes: BTreeMap<PoolId, Shape>,
+    moves: [Move; 2],
+    elsewhere: BTreeMap<Held, Elsewhere>,
+    trace: Vec<String>,
+    step: usize,
+    pub stats: Stats,
+}
+
+fn poll_once(task: &mut Task) -> Poll<Next> {
+    let mut cx = TaskContext::from_waker(Waker::noop());
+    task.run.as_mut().poll(&mut cx)
+}
+
+pub(crate) fn short_uid(uid: &str) -> &str {
+    uid.rsplit('-').next().map(|s| s.trim_start_matches('0')).filter(|s| !s.is_empty()).unwrap_or(uid)
+}
+
+/// One line about an object, for the trace.
+fn describe(kind: Kind, object: &Value) -> String {
+    let meta = &object["metadata"];
+    let mut line = format!(
+        "{} {} uid {} rv {}",
+        kind.name(),
+        key_of(object),
+        short_uid(meta["uid"].as_str().unwrap_or("-")),
+        meta["resourceVersion"].as_str().unwrap_or("-")
+    );
+    if let Some(address) = object.pointer("/spec/address").and_then(Value::as_str) {
+        line.push_str(&format!(" {address}"));
+    }
+    if let Some(bound) = object.pointer("/status/addressRef/name").and_then(Value::as_str) {
+        line.push_str(&format!(" bound to {bound}"));
+    }
+    if let Some(annotation) = object.pointer("/metadata/annotations").and_then(|a| a.get(MOVED_AWAY_ANNOTATION)) {
+        line.push_str(&format!(" moved-away={annotation}"));
+    }
+    if !meta["deletionTimestamp"].is_null() {
+        line.push_str(" deleting");
+    }
+    line
+}
+
+impl World {
+    pub fn new(seed: u64, options: Options) -> World {
+        let mut rng = Rng::new(seed);
+        let swarm = Swarm::new(&mut rng);
+        World {
+            seed,
+            rng,
+            swarm,
+            options,
+            hub: Arc::default(),
+            term: None,
+            next_term: 0,
+            shapes: BTreeMap::new(),
+            moves: [Move::Home, Move::Home],
+            elsewhere: BTreeMap::new(),
+            trace: Vec::new(),
+            step: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if self.options.trace {
+            let text = line();
+            self.trace.push(format!("{:>4}: {text}", self.step));
+        }
+    }
+
+    fn violation(&mut self, what: String) -> Violation {
+        Violation { seed: self.seed, step: self.step, what, trace: std::mem::take(&mut self.trace) }
+    }
+
+    /// Runs the schedule, then lets everything settle and checks the quiescent invariants.
+    pub fn run(mut self) -> Result<Stats, Violation> {
+        match self.play() {
+            Ok(()) => {
+                self.stats.steps = self.step;
+                Ok(self.stats)
+            }
+            Err(what) => Err(self.violation(what)),
+        }
+    }
+
+    /// Runs like [`World::run`] and returns the trace, ending with the violation if there was one.
+    pub fn run_traced(mut self) -> Vec<String> {
+        let result = self.play();
+        let mut trace = std::mem::take(&mut self.trace);
+        match result {
+            Ok(()) => trace.push(format!("settled after {} steps: every invariant holds", self.step)),
+            Err(what) => trace.push(format!("VIOLATION at step {}: {what}", self.step)),
+        }
+        trace
+    }
+
+    fn play(&mut self) -> Result<(), String> {
+        self.set_up();
+        for _ in 0..self.options.steps {
+            self.step += 1;
+            self.act();
+            self.poll_tasks();
+            self.check_always()?;
+        }
+        self.settle()?;
+        self.check_quiescent()
+    }
+
+    // ---- Setting up ----
+
+    fn set_up(&mut self) {
+        for pool in POOLS {
+            if self.rng.chance(85) {
+                self.create_pool(pool);
+            }
+        }
+        for (n, namespace) in NAMESPACES.iter().enumerate() {
+            if self.rng.chance(70) {
+                let _ = self.server_create(Kind::Cluster, cluster_object(namespace, false));
+            }
+            let _ = n;
+        }
+        self.start_term();
+    }
+
+    fn random_shape(&mut self, pool: PoolId) -> Shape {
+        let v6 = match self.shapes.get(&pool) {
+            // Mostly the family it has; sometimes the other (hole 5: a family change and back).
+            Some(s) => s.v6 != self.rng.chance(15),
+            None => self.rng.chance(20),
+        };
+        Shape { v6, offset: self.rng.below(3) as u8, size: 1 + self.rng.below(4) as u8 }
+    }
+
+    fn create_pool(&mut self, pool: PoolId) {
+        let shape = self.random_shape(pool);
+        let mut metadata = json!({"name": pool.name()});
+        if !pool.is_global() {
+            metadata["namespace"] = json!(pool.namespace());
+        }
+        let object = json!({
+            "apiVersion": format!("{GROUP}/v1alpha2"),
+            "kind": pool.kind().kind(),
+            "metadata": metadata,
+            "spec": shape.spec(pool),
+        });
+        if self.server_create(pool.server_kind(), object).is_ok() {
+            self.shapes.insert(pool, shape);
+        }
+    }
+
+    // ---- The server, as users and clusterctl reach it (at once, not through a term) ----
+
+    fn server_create(&mut self, kind: Kind, object: Value) -> Result<Value, ApiError> {
+        let created = lock(&self.hub).server.create(kind, object);
+        if let Ok(o) = &created {
+            let line = describe(kind, o);
+            self.note(|| format!("user creates {line}"));
+        }
+        created
+    }
+
+    fn server_merge(&mut self, kind: Kind, key: &ObjectKey, patch: Value) -> Result<Value, ApiError> {
+        let patched = lock(&self.hub).server.patch_merge(kind, key, &patch, false);
+        let shown = patch.to_string();
+        self.note(|| {
+            format!("user patches {} {key}: {shown} -> {}", kind.name(), if patched.is_ok() { "ok" } else { "refused" })
+        });
+        patched
+    }
+
+    fn server_delete(&mut self, kind: Kind, key: &ObjectKey) -> Result<(), ApiError> {
+        let deleted = lock(&self.hub).server.delete(kind, key, None, None);
+        self.note(|| format!("user deletes {} {key}: {deleted:?}", kind.name()).chars().take(200).collect());
+        deleted.map(|_| ())
+    }
+
+    fn object(&self, kind: Kind, key: &ObjectKey) -> Option<Value> {
+        lock(&self.hub).server.get(kind, key).cloned()
+    }
+
+    fn objects(&self, kind: Kind) -> Vec<Value> {
+        lock(&self.hub).server.list(kind)
+    }
+
+    // ---- Terms ----
+
+    fn start_term(&mut self) {
+        if self.options.late == Late::BeforeNextTerm {
+            self.land_orphaned_writes();
+        }
+        self.next_term += 1;
+        self.stats.terms += 1;
+        let id = self.next_term;
+        let replica = self.rng.below(self.options.replicas);
+        let alive = Arc::new(AtomicBool::new(true));
+        let api =
+            Arc::new(SimApi { hub: self.hub.clone(), term: id, alive: alive.clone(), version: CapiVersion::V1Beta2 });
+        let sink = Arc::new(SimSink::default());
+        let (synced_tx, synced) = watch::channel(false);
+        let options = ControllerOptions {
+            namespace: None,
+            watch_filter: None,
+            capi: CapiApis { ipam: CapiVersion::V1Beta2, cluster: Some(CapiVersion::V1Beta2) },
+            concurrency: 4,
+            orphan_release_delay: Duration::from_secs(1),
+        };
+        let clock = controllers::Clock::Fixed(jiff::Timestamp::from_second(1_700_000_000).unwrap_or_default());
+        let ctx =
+            Arc::new(Context::new(api, options, Arc::new(Metrics::new()), sink.clone(), synced).with_clock(clock));
+        let watches = WATCHED
+            .iter()
+            .map(|&kind| Watch { kind, state: WatchState::Start, cursor: 0, feeder: Feeder::new(kind), listed: false })
+            .collect();
+        let concurrency = 1 + self.rng.below(4);
+        self.note(|| format!("replica {replica} starts term {id} (concurrency {concurrency})"));
+        self.term = Some(Term {
+            id,
+            replica,
+            ctx,
+            sink,
+            alive,
+            watches,
+            synced: false,
+            synced_tx,
+            tasks: Vec::new(),
+            delayed_claims: BTreeSet::new(),
+            delayed_pools: BTreeSet::new(),
+            concurrency,
+        });
+    }
+
+    /// The term ends (the lease was not renewed in time, or another replica took it): its writes in flight are
+    /// dropped by the fence but may still land; everything it knew goes.
+    fn end_term(&mut self) {
+        let Some(term) = self.term.take() else { return };
+        term.alive.store(false, Ordering::Release);
+        let mut hub = lock(&self.hub);
+        hub.pending.retain_mut(|p| {
+            if p.term != term.id {
+                return true;
+            }
+            p.slot = None;
+            p.op.is_write()
+        });
+        drop(hub);
+        let (id, replica) = (term.id, term.replica);
+        drop(term);
+        self.note(|| format!("term {id} of replica {replica} ends; its writes in flight may still land"));
+    }
+
+    /// The writes of ended terms land or are lost.
+    fn land_orphaned_writes(&mut self) {
+        loop {
+            let index = lock(&self.hub).pending.iter().position(|p| p.slot.is_none());
+            let Some(index) = index else { return };
+            let land = self.rng.chance(60);
+            self.resolve(index, land);
+        }
+    }
+
+    // ---- Requests ----
+
+    /// Decides the fate of the pending request at `index`: applied and answered (`ok`), or one of the failures.
+    fn resolve(&mut self, index: usize, ok: bool) {
+        let mut hub = lock(&self.hub);
+        let pending = hub.pending.remove(index);
+        let roll = self.rng.next_u64() % 100;
+        let orphaned = pending.slot.is_none();
+        let (applied, answer, fate) = if orphaned {
+            if ok {
+                self.stats.late_writes += 1;
+                (true, None, "lands late")
+            } else {
+                (false, None, "is lost")
+            }
+        } else if ok || roll >= self.swarm.failures {
+            (true, None, "answered")
+        } else if roll < self.swarm.failures * 35 / 100 {
+            (true, Some(ApiError::Unreachable("timeout after the write was applied".into())), "applied, answer lost")
+        } else if roll < self.swarm.failures * 65 / 100 {
+            (false, Some(ApiError::Unreachable("connection reset".into())), "not applied, connection reset")
+        } else if roll < self.swarm.failures * 90 / 100 || !matches!(pending.op, Op::Create(..)) {
+            (false, Some(ApiError::Failed { code: 500, message: "etcdserver: request timed out".into() }), "500")
+        } else {
+            let message = "admission webhook \"validation.ipaddress.ipam.cluster.x-k8s.io\" denied the request".into();
+            (false, Some(ApiError::Refused { code: 403, message }), "refused by admission")
+        };
+        let result = if applied { Some(hub.apply(&pending.op)) } else { None };
+        drop(hub);
+        if self.options.trace {
+            let outcome = match &result {
+                Some(Ok(super::client::Answer::Object(Some(o)))) => {
+                    let kind = match &pending.op {
+                        Op::Get(k, _) | Op::Create(k, _) => *k,
+                        Op::PatchJson { kind, .. } | Op::PatchMerge { kind, .. } | Op::Delete { kind, .. } => *kind,
+                        Op::Event => Kind::Claim,
+                    };
+                    format!("-> {}", describe(kind, o))
+                }
+                Some(Ok(a)) => format!("-> {}", format!("{a:?}").chars().take(120).collect::<String>()),
+                Some(Err(e)) => format!("-> {e}"),
+                None => String::new(),
+            };
+            let line = format!("term {} {}: {fate} {outcome}", pending.term, pending.op);
+            self.note(|| line);
+        }
+        if let Some(slot) = pending.slot {
+            let reply = match (answer, result) {
+                (Some(error), _) => Err(error),
+                (None, Some(result)) => result,
+                (None, None) => Err(ApiError::Unreachable("no answer".into())),
+            };
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(reply);
+        }
+    }
+
+    // ---- Watches ----
+
+    /// Delivers the next thing watch `w` of the live term has; false when it has nothing.
+    fn deliver(&mut self, w: usize) -> bool {
+        let Some(term) = self.term.as_mut() else { return false };
+        let index = term.ctx.index.clone();
+        let watch = &mut term.watches[w];
+        let kind = watch.kind;
+        let mut line = None;
+        let trace = self.options.trace;
+        match &mut watch.state {
+            WatchState::Start => {
+                watch.feeder.feed(&index, Event::Init);
+                watch.state = WatchState::Requested;
+                if trace {
+                    line = Some(format!("{} watch: Init", kind.name()));
+                }
+            }
+            WatchState::Requested => {
+                let hub = lock(&self.hub);
+                let items = hub.server.list(kind);
+                watch.cursor = hub.server.log.len();
+                drop(hub);
+                if trace {
+                    line = Some(format!("{} watch: list served ({} objects)", kind.name(), items.len()));
+                }
+                watch.state = WatchState::Listing(items.into());
+            }
+            WatchState::Listing(items) => match items.pop_front() {
+                Some(item) => {
+                    if trace {
+                        line = Some(format!("{} watch: InitApply {}", kind.name(), describe(kind, &item)));
+                    }
+                    watch.feeder.feed(&index, Event::InitApply(item));
+                }
+                None => {
+                    watch.feeder.feed(&index, Event::InitDone);
+                    watch.listed = true;
+                    watch.state = WatchState::Watching;
+                    if trace {
+                        line = Some(format!("{} watch: InitDone", kind.name()));
+                    }
+                }
+            },
+            WatchState::Watching => {
+                let hub = lock(&self.hub);
+                let next = hub.server.log[watch.cursor..].iter().position(|l| l.kind == kind);
+                let Some(offset) = next else { return false };
+                let logged = hub.server.log[watch.cursor + offset].clone();
+                drop(hub);
+                watch.cursor += offset + 1;
+                if trace {
+                    line =
+                        Some(format!("{} watch: {:?} {}", kind.name(), logged.change, describe(kind, &logged.object)));
+                }
+                let event = match logged.change {
+                    Change::Added | Change::Modified => Event::Apply(logged.object),
+                    Change::Deleted => Event::Delete(logged.object),
+                };
+                watch.feeder.feed(&index, event);
+            }
+        }
+        let replica = term.replica;
+        if !term.synced && term.watches.iter().all(|w| w.listed) {
+            term.synced = true;
+            term.synced_tx.send_replace(true);
+            if trace {
+                let more = format!("replica {replica}: every watch listed; allocating");
+                line = Some(line.map_or(more.clone(), |l| format!("{l}; {more}")));
+            }
+        }
+        if let Some(line) = line {
+            self.note(|| format!("replica {replica} {line}"));
+        }
+        true
+    }
+
+    fn has_events(&self, w: usize) -> bool {
+        let Some(term) = &self.term else { return false };
+        let watch = &term.watches[w];
+        match watch.state {
+            WatchState::Watching => lock(&self.hub).server.log[watch.cursor..].iter().any(|l| l.kind == watch.kind),
+            _ => true,
+        }
+    }
+
+    // ---- Workers ----
+
+    fn start(&mut self, job: Job) {
+        let Some(term) = self.term.as_mut() else { return };
+        let ctx = term.ctx.clone();
+        let run: Pin<Box<dyn Future<Output = Next>>> = match job.clone() {
+            Job::Claim(key) => Box::pin(async move { controllers::work_claim(&ctx, &key).await }),
+            Job::Pool(key) => Box::pin(async move { controllers::work_pool(&ctx, &key).await }),
+            Job::Gone(key) => Box::pin(async move {
+                controllers::orphans::release_if_orphaned(&ctx, &key).await;
+                Next::AwaitChange
+            }),
+            Job::Sweep => Box::pin(async move {
+                controllers::orphans::sweep_now(&ctx).await;
+                Next::AwaitChange
+            }),
+            Job::MovedAway(key) => {
+                let sink = term.sink.clone();
+                Box::pin(async move {
+                    if controllers::moved_away::write(&ctx, &key).await.is_err() {
+                        // The writer retries a failed write.
+                        sink.moved_away_changed(key);
+                    }
+                    Next::AwaitChange
+                })
+            }
+        };
+        let replica = term.replica;
+        term.tasks.push(Task { job: job.clone(), run });
+        self.note(|| format!("replica {replica} starts {job}"));
+    }
+
+    /// Polls every task of the live term until none makes progress without an answer.
+    fn poll_tasks(&mut self) {
+        let Some(term) = self.term.as_mut() else { return };
+        let mut done = Vec::new();
+        let mut i = 0;
+        while i < term.tasks.len() {
+            if let Poll::Ready(next) = poll_once(&mut term.tasks[i]) {
+                let task = term.tasks.remove(i);
+                done.push((task.job, next));
+            } else {
+                i += 1;
+            }
+        }
+        let replica = term.replica;
+        for (job, next) in done {
+            if let Next::After(_) = next {
+                match &job {
+                    Job::Claim(k) => {
+                        term.delayed_claims.insert(k.clone());
+                    }
+                    Job::Pool(k) => {
+                        term.delayed_pools.insert(k.clone());
+                    }
+                    _ => {}
+                }
+            }
+            if self.options.trace {
+                self.trace.push(format!("{:>4}: replica {replica} finished {job} ({next:?})", self.step));
+            }
+        }
+    }
+
+    // ---- Choosing the next step ----
+
+    fn act(&mut self) {
+        let pending = lock(&self.hub).pending.len();
+        let orphaned = lock(&self.hub).pending.iter().filter(|p| p.slot.is_none()).count();
+        let live = self.term.is_some();
+        let synced = self.term.as_ref().is_some_and(|t| t.synced);
+        let (ready_claims, pools, gone, moved, delayed) = match &self.term {
+            Some(t) => {
+                let w = t.sink.wakes();
+                (
+                    !w.claims.is_empty() && t.running_claims() < t.concurrency,
+                    !w.pools.is_empty(),
+                    !w.gone.is_empty() && !t.orphan_task_busy(),
+                    !w.moved_away.is_empty() && !t.moved_away_busy(),
+                    !t.delayed_claims.is_empty() || !t.delayed_pools.is_empty(),
+                )
+            }
+            None => (false, false, false, false, false),
+        };
+        let deliverable: Vec<usize> =
+            (0..self.term.as_ref().map_or(0, |t| t.watches.len())).filter(|&w| self.has_events(w)).collect();
+        let anytime_late = self.options.late == Late::Anytime && orphaned > 0;
+        let on = [
+            !deliverable.is_empty(),
+            pending > orphaned,
+            synced && ready_claims,
+            synced && pools,
+            gone,
+            synced,
+            moved,
+            synced && delayed,
+            synced,
+            true,
+            live,
+            live,
+            !live,
+            true,
+            anytime_late,
+        ];
+        let weights: Vec<u32> = on.iter().zip(self.swarm.steps).map(|(on, w)| if *on { w } else { 0 }).collect();
+        match self.rng.weighted(&weights) {
+            Some(0) => {
+                let speeds: Vec<u32> = deliverable.iter().map(|&w| self.swarm.watch_speed[w]).collect();
+                let w = deliverable[self.rng.weighted(&speeds).unwrap_or(0)];
+                self.deliver(w);
+            }
+            Some(1) => {
+                let candidates: Vec<usize> = lock(&self.hub)
+                    .pending
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.slot.is_some())
+                    .map(|(i, _)| i)
+                    .collect();
+                let i = candidates[self.rng.below(candidates.len())];
+                self.resolve(i, false);
+            }
+            Some(2) => self.start_ready_claim(),
+            Some(3) => {
+                let key = self.take_from(|w| &mut w.pools);
+                if let Some(key) = key.filter(|k| !self.term.as_ref().is_some_and(|t| t.running(&Job::Pool(k.clone()))))
+                {
+                    self.start(Job::Pool(key));
+                }
+            }
+            Some(4) => {
+                if let Some(key) = self.take_from(|w| &mut w.gone) {
+                    self.start(Job::Gone(key));
+                }
+            }
+            Some(5) => {
+                if !self.term.as_ref().is_some_and(Term::orphan_task_busy) {
+                    self.start(Job::Sweep);
+                }
+            }
+            Some(6) => {
+                if let Some(key) = self.take_from(|w| &mut w.moved_away) {
+                    self.start(Job::MovedAway(key));
+                }
+            }
+            Some(7) => self.fire_delayed(),
+            Some(8) => self.coalesce_status(),
+            Some(9) => self.user(),
+            Some(10) => self.expire_watch(),
+            Some(11) => self.end_term(),
+            Some(12) => self.start_term(),
+            Some(13) => self.restart_api_server(),
+            Some(14) => {
+                let candidates: Vec<usize> = lock(&self.hub)
+                    .pending
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.slot.is_none())
+                    .map(|(i, _)| i)
+                    .collect();
+                let i = candidates[self.rng.below(candidates.len())];
+                let land = self.rng.chance(70);
+                self.resolve(i, land);
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes a random element of one of the sink's sets.
+    fn take_from<T: Ord + Clone>(&mut self, set: impl Fn(&mut Wakes) -> &mut BTreeSet<T>) -> Option<T> {
+        let term = self.term.as_ref()?;
+        let mut wakes = term.sink.wakes();
+        let set = set(&mut wakes);
+        let n = set.len();
+        if n == 0 {
+            return None;
+        }
+        let chosen = set.iter().nth(self.rng.below(n))?.clone();
+        set.remove(&chosen);
+        Some(chosen)
+    }
+
+    fn start_ready_claim(&mut self) {
+        let Some(term) = self.term.as_ref() else { return };
+        // A key is reconciled by one worker at a time; a wake while it runs waits for the run to end.
+        let candidates: Vec<ObjectKey> = {
+            let wakes = term.sink.wakes();
+            wakes.claims.iter().filter(|k| !term.running(&Job::Claim((*k).clone()))).cloned().collect()
+        };
+        let Some(key) = self.rng.pick(&candidates).cloned() else { return };
+        if let Some(term) = self.term.as_ref() {
+            term.sink.wakes().claims.remove(&key);
+        }
+        self.start(Job::Claim(key));
+    }
+
+    fn fire_delayed(&mut self) {
+        let Some(term) = self.term.as_mut() else { return };
+        if !term.delayed_claims.is_empty() && (term.delayed_pools.is_empty() || self.rng.chance(70)) {
+            let n = term.delayed_claims.len();
+            let key = term.delayed_claims.iter().nth(self.rng.below(n)).cloned();
+            if let Some(key) = key {
+                term.delayed_claims.remove(&key);
+                term.sink.wake(key);
+            }
+        } else if let Some(key) = term.delayed_pools.pop_first() {
+            term.sink.pool_changed(key);
+        }
+    }
+
+    fn coalesce_status(&mut self) {
+        let Some(term) = self.term.as_ref() else { return };
+        for key in term.ctx.index.registry().take_dirty(1) {
+            term.sink.pool_changed(key);
+        }
+    }
+
+    fn expire_watch(&mut self) {
+        let Some(term) = self.term.as_mut() else { return };
+        let w = self.rng.below(term.watches.len());
+        let watch = &mut term.watches[w];
+        if matches!(watch.state, WatchState::Watching) {
+            watch.state = WatchState::Start;
+            self.stats.relists += 1;
+            let kind = watch.kind.name();
+            self.note(|| format!("the {kind} watch expires (410 Gone): it lists again"));
+        }
+    }
+
+    /// Every watch breaks and lists again; requests in flight are applied or not, and get no answer.
+    fn restart_api_server(&mut self) {
+        self.note(|| "the API server restarts".to_owned());
+        let indices: Vec<usize> = {
+            let hub = lock(&self.hub);
+            (0..hub.pending.len()).filter(|&i| hub.pending[i].slot.is_some()).collect()
+        };
+        for i in indices.into_iter().rev() {
+            let applied = self.rng.chance(50);
+            let mut hub = lock(&self.hub);
+            let pending = hub.pending.remove(i);
+            if applied {
+                let _ = hub.apply(&pending.op);
+            }
+            drop(hub);
+            let op = pending.op.to_string();
+            self.note(|| {
+                format!(
+                    "term {} {op}: {} before the restart; no answer",
+                    pending.term,
+                    if applied { "applied" } else { "not applied" }
+                )
+            });
+            if let Some(slot) = pending.slot {
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(Err(ApiError::Unreachable("the API server went away".into())));
+            }
+        }
+        if let Some(term) = self.term.as_mut() {
+            for watch in &mut term.watches {
+                if matches!(watch.state, WatchState::Watching) {
+                    watch.state = WatchState::Start;
+                }
+            }
+        }
+        self.stats.relists += 1;
+    }
+
+    // ---- Users and clusterctl ----
+
+    fn user(&mut self) {
+        let n = self.rng.below(2);
+        if let Move::Leaving(claims) = &self.moves[n]
+            && self.rng.chance(50)
+        {
+            let claims = claims.clone();
+            return self.continue_move_away(n, claims);
+        }
+        match self.rng.weighted(&self.swarm.users) {
+            Some(0) => self.create_claim(),
+            Some(1) => self.delete_claim(),
+            Some(2) => self.toggle_cluster_pause(n),
+            Some(3) => {
+                let pool = *self.rng.pick(&POOLS).unwrap_or(&PoolId::Global);
+                self.edit_pool(pool);
+            }
+            Some(4) => {
+                let pool = *self.rng.pick(&POOLS).unwrap_or(&PoolId::Global);
+                if self.object(pool.server_kind(), &pool.key()).is_some() {
+                    let _ = self.server_delete(pool.server_kind(), &pool.key());
+                } else {
+                    self.create_pool(pool);
+                }
+            }
+            Some(5) => self.start_move_away(n),
+            Some(6) => self.move_back(n),
+            Some(7) => self.release_moved_away(n),
+            Some(8) => self.create_or_delete_cluster(n),
+            _ => {}
+        }
+    }
+
+    fn create_claim(&mut self) {
+        let n = self.rng.below(2);
+        let namespace = NAMESPACES[n];
+        let name = *self.rng.pick(&CLAIM_NAMES).unwrap_or(&"m0");
+        let key = ObjectKey::new(namespace, name);
+        // Names held by a Cluster on the other side stay free for its way back.
+        if self.elsewhere.values().any(|e| e.namespace == n && e.claim == name) {
+            return;
+        }
+        if self.object(Kind::Claim, &key).is_some() {
+            return;
+        }
+        let clustered = self.moves[n] == Move::Home && self.rng.chance(30);
+        let pool =
+            if clustered { PoolId::Global } else { *self.rng.pick(&PoolId::usable_from(n)).unwrap_or(&PoolId::Global) };
+        let mut object = json!({
+            "apiVersion": format!("{GROUP}/v1beta2"),
+            "kind": "IPAddressClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"poolRef": {"apiGroup": GROUP, "kind": pool.kind().kind(), "name": pool.name()}},
+        });
+        if clustered {
+            if self.rng.chance(50) {
+                object["spec"]["clusterName"] = json!(CLUSTER);
+            } else {
+                object["metadata"]["labels"] = json!({ CLUSTER_NAME_LABEL: CLUSTER });
+            }
+        }
+        if pool != PoolId::Prefix && self.rng.chance(8) {
+            let shape = self.shapes.get(&pool).copied().unwrap_or(Shape { v6: false, offset: 0, size: 2 });
+            if let Some(held) = self.rng.pick(&shape.allocatable(pool)).copied() {
+                object["metadata"]["annotations"] = json!({ REQUESTED_ADDRESS_ANNOTATION: held.address().to_string() });
+            }
+        }
+        if self.server_create(Kind::Claim, object).is_ok() {
+            self.stats.claims_created += 1;
+        }
+    }
+
+    fn delete_claim(&mut self) {
+        let keys = lock(&self.hub).server.keys(Kind::Claim);
+        let Some(key) = self.rng.pick(&keys).cloned() else { return };
+        if self.in_a_move(&key) {
+            return;
+        }
+        let _ = self.server_delete(Kind::Claim, &key);
+    }
+
+    fn in_a_move(&self, key: &ObjectKey) -> bool {
+        let n = NAMESPACES.iter().position(|ns| **ns == *key.namespace).unwrap_or(0);
+        matches!(&self.moves[n], Move::Leaving(claims) if claims.contains(key))
+    }
+
+    fn toggle_cluster_pause(&mut self, n: usize) {
+        if self.moves[n] != Move::Home {
+            return;
+        }
+        let key = ObjectKey::new(NAMESPACES[n], CLUSTER);
+        let Some(cluster) = self.object(Kind::Cluster, &key) else { return };
+        let paused = cluster.pointer("/spec/paused").and_then(Value::as_bool).unwrap_or(false);
+        let _ = self.server_merge(Kind::Cluster, &key, json!({"spec": {"paused": !paused}}));
+    }
+
+    fn create_or_delete_cluster(&mut self, n: usize) {
+        if self.moves[n] != Move::Home {
+            return;
+        }
+        let key = ObjectKey::new(NAMESPACES[n], CLUSTER);
+        if self.object(Kind::Cluster, &key).is_some() {
+            let _ = self.server_delete(Kind::Cluster, &key);
+        } else {
+            let _ = self.server_create(Kind::Cluster, cluster_object(NAMESPACES[n], false));
+        }
+    }
+
+    fn edit_pool(&mut self, pool: PoolId) {
+        if self.object(pool.server_kind(), &pool.key()).is_none() {
+            return;
+        }
+        let shape = self.random_shape(pool);
+        if self.server_merge(pool.server_kind(), &pool.key(), json!({"spec": shape.spec(pool)})).is_ok() {
+            self.shapes.insert(pool, shape);
+        }
+    }
+
+    /// clusterctl move, on the source: pause the Cluster, copy (the addresses of the global pool are in use over
+    /// there from now on), then delete each claim for the move and the Cluster.
+    fn start_move_away(&mut self, n: usize) {
+        if self.moves[n] != Move::Home {
+            return;
+        }
+        let cluster = ObjectKey::new(NAMESPACES[n], CLUSTER);
+        if self.object(Kind::Cluster, &cluster).is_none() {
+            return;
+        }
+        self.stats.moves += 1;
+        let _ = self.server_merge(Kind::Cluster, &cluster, json!({"spec": {"paused": true}}));
+        let mut leaving = Vec::new();
+        for claim in self.objects(Kind::Claim) {
+            let key = key_of(&claim);
+            if *key.namespace != *NAMESPACES[n] || !belongs_to_cluster(&claim) {
+                continue;
+            }
+            leaving.push(key.clone());
+            if let Some(address) = self.object(Kind::Address, &key)
+                && let Some(held) = Held::of_address(PoolId::Global, &address)
+                && address.pointer("/spec/poolRef/name").and_then(Value::as_str) == Some(PoolId::Global.name())
+            {
+                let left_behind = address["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+                let e = Elsewhere { namespace: n, claim: key.name.to_string(), left_behind, protected: false };
+                self.elsewhere.insert(held, e);
+            }
+        }
+        self.note(|| {
+            format!("clusterctl moves Cluster {}/{CLUSTER} away with {} claims", NAMESPACES[n], leaving.len())
+        });
+        self.moves[n] = Move::Leaving(leaving);
+    }
+
+    fn continue_move_away(&mut self, n: usize, mut claims: Vec<ObjectKey>) {
+        match claims.pop() {
+            Some(key) => {
+                if self.object(Kind::Claim, &key).is_some() {
+                    let _ = self.server_merge(
+                        Kind::Claim,
+                        &key,
+                        json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}),
+                    );
+                    let _ = self.server_merge(Kind::Claim, &key, json!({"metadata": {"finalizers": null}}));
+                    let _ = self.server_delete(Kind::Claim, &key);
+                }
+                self.moves[n] = Move::Leaving(claims);
+            }
+            None => {
+                let cluster = ObjectKey::new(NAMESPACES[n], CLUSTER);
+                let _ = self.server_delete(Kind::Cluster, &cluster);
+                self.moves[n] = Move::Away;
+            }
+        }
+    }
+
+    /// clusterctl moves the Cluster back: Cluster (paused), claims and their IPAddresses with the addresses they had,
+    /// owner references rewritten to the new claims, then unpaused.
+    fn move_back(&mut self, n: usize) {
+        if self.moves[n] != Move::Away {
+            return;
+        }
+        let entries: Vec<(Held, String)> =
+            self.elsewhere.iter().filter(|(_, e)| e.namespace == n).map(|(h, e)| (*h, e.claim.clone())).collect();
+        let free = entries.iter().all(|(_, name)| {
+            let key = ObjectKey::new(NAMESPACES[n], name);
+            self.object(Kind::Claim, &key).is_none() && self.object(Kind::Address, &key).is_none()
+        });
+        let cluster = ObjectKey::new(NAMESPACES[n], CLUSTER);
+        if !free || self.object(Kind::Cluster, &cluster).is_some() {
+            return;
+        }
+        self.note(|| {
+            format!("clusterctl moves Cluster {}/{CLUSTER} back with {} claims", NAMESPACES[n], entries.len())
+        });
+        let _ = self.server_create(Kind::Cluster, cluster_object(NAMESPACES[n], true));
+        for (held, name) in entries {
+            let claim = json!({
+                "apiVersion": format!("{GROUP}/v1beta2"),
+                "kind": "IPAddressClaim",
+                "metadata": {"name": name, "namespace": NAMESPACES[n], "labels": { CLUSTER_NAME_LABEL: CLUSTER }},
+                "spec": {"poolRef": {"apiGroup": GROUP, "kind": PoolId::Global.kind().kind(), "name": PoolId::Global.name()}},
+            });
+            let Ok(claim) = self.server_create(Kind::Claim, claim) else { continue };
+            let uid = claim["metadata"]["uid"].clone();
+            let address = json!({
+                "apiVersion": format!("{GROUP}/v1beta2"),
+                "kind": "IPAddress",
+                "metadata": {
+                    "name": name, "namespace": NAMESPACES[n],
+                    "labels": { CLUSTER_NAME_LABEL: CLUSTER },
+                    "finalizers": [PROTECT_ADDRESS_FINALIZER],
+                    "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                                         "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}],
+                },
+                "spec": {
+                    "claimRef": {"name": name},
+                    "poolRef": {"apiGroup": GROUP, "kind": PoolId::Global.kind().kind(), "name": PoolId::Global.name()},
+                    "address": held.address().to_string(),
+                    "prefix": 24,
+                },
+            });
+            self.elsewhere.remove(&held);
+            let _ = self.server_create(Kind::Address, address);
+        }
+        let _ = self.server_merge(Kind::Cluster, &cluster, json!({"spec": {"paused": false}}));
+        self.moves[n] = Move::Home;
+    }
+
+    /// The moved Cluster was deleted over there: an operator takes its addresses out of the annotation here.
+    fn release_moved_away(&mut self, n: usize) {
+        if self.moves[n] != Move::Away {
+            return;
+        }
+        let released: Vec<Held> = self.elsewhere.iter().filter(|(_, e)| e.namespace == n).map(|(h, _)| *h).collect();
+        for held in &released {
+            self.elsewhere.remove(held);
+        }
+        let pool = PoolId::Global;
+        if let Some(object) = self.object(pool.server_kind(), &pool.key()) {
+            let remaining: Vec<String> = entries_of(&object)
+                .into_iter()
+                .filter(|e| Held::of_entry(pool, e).is_none_or(|h| !released.contains(&h)))
+                .collect();
+            let value = if remaining.is_empty() { Value::Null } else { json!(remaining.join(",")) };
+            let _ = self.server_merge(
+                pool.server_kind(),
+                &pool.key(),
+                json!({"metadata": {"annotations": { MOVED_AWAY_ANNOTATION: value }}}),
+            );
+        }
+        self.note(|| {
+            format!("an operator frees the addresses of Cluster {}/{CLUSTER}, deleted over there", NAMESPACES[n])
+        });
+        self.moves[n] = Move::Home;
+    }
+
+    // ---- Settling ----
+
+    /// No more faults or users: every request is answered, every event delivered, every queue drained, until a full
+    /// round changes nothing in the API server.
+    fn settle(&mut self) -> Result<(), String> {
+        self.note(|| "settling: no more faults or users; clusterctl finishes what it began".to_owned());
+        for n in 0..self.moves.len() {
+            while let Move::Leaving(claims) = &self.moves[n] {
+                let claims = claims.clone();
+                self.continue_move_away(n, claims);
+            }
+        }
+        self.land_orphaned_writes();
+        if self.term.is_none() {
+            self.start_term();
+        }
+        let mut quiet_rounds = 0;
+        for _ in 0..400 {
+            let before = lock(&self.hub).server.revision();
+            let mut busy = true;
+            let mut guard = 0;
+            while busy && guard < 20_000 {
+                guard += 1;
+                self.step += 1;
+                busy = self.settle_step();
+                self.poll_tasks();
+                self.check_always()?;
+            }
+            // Timers and periodic work: delayed requeues fire, the sweep runs, every pool's status is looked at.
+            if let Some(term) = self.term.as_mut() {
+                let claims = std::mem::take(&mut term.delayed_claims);
+                let pools = std::mem::take(&mut term.delayed_pools);
+                for k in claims {
+                    term.sink.wake(k);
+                }
+                for k in pools {
+                    term.sink.pool_changed(k);
+                }
+                for pool in POOLS {
+                    term.sink.pool_changed(pool.pool_key());
+                }
+            }
+            self.start(Job::Sweep);
+            self.poll_tasks();
+            let after = lock(&self.hub).server.revision();
+            let idle = self.term.as_ref().is_none_or(|t| t.tasks.is_empty());
+            if before == after && idle {
+                quiet_rounds += 1;
+                if quiet_rounds >= 2 {
+                    return Ok(());
+                }
+            } else {
+                quiet_rounds = 0;
+            }
+        }
+        Err("the system does not settle: something is written again and again".to_owned())
+    }
+
+    /// One step of settling; false when there was nothing to do.
+    fn settle_step(&mut self) -> bool {
+        let answerable = lock(&self.hub).pending.iter().position(|p| p.slot.is_some());
+        if let Some(i) = answerable {
+            self.resolve(i, true);
+            return true;
+        }
+        let watches = self.term.as_ref().map_or(0, |t| t.watches.len());
+        for w in 0..watches {
+            if self.has_events(w) {
+                self.deliver(w);
+                return true;
+            }
+        }
+        let Some(term) = self.term.as_ref() else { return false };
+        if !term.synced {
+            return false;
+        }
+        let (claim, pool, gone, moved) = {
+            let mut wakes = term.sink.wakes();
+            let claim = wakes.claims.iter().find(|k| !term.running(&Job::Claim((*k).clone()))).cloned();
+            if let Some(k) = &claim {
+                wakes.claims.remove(k);
+            }
+            let pool = wakes.pools.iter().find(|k| !term.running(&Job::Pool((*k).clone()))).cloned();
+            if let Some(k) = &pool {
+                wakes.pools.remove(k);
+            }
+            let gone = if term.orphan_task_busy() { None } else { wakes.gone.pop_first() };
+            let moved = if term.moved_away_busy() { None } else { wakes.moved_away.pop_first() };
+            (claim, pool, gone, moved)
+        };
+        let started = claim.is_some() || pool.is_some() || gone.is_some() || moved.is_some();
+        if let Some(k) = claim {
+            self.start(Job::Claim(k));
+        }
+        if let Some(k) = pool {
+            self.start(Job::Pool(k));
+        }
+        if let Some(k) = gone {
+            self.start(Job::Gone(k));
+        }
+        if let Some(k) = moved {
+            self.start(Job::MovedAway(k));
+        }
+        if !started {
+            // The status coalescer takes what changed.
+            let dirty = self.term.as_ref().map(|t| t.ctx.index.registry().take_dirty(usize::MAX)).unwrap_or_default();
+            if let Some(term) = self.term.as_ref() {
+                for key in &dirty {
+                    term.sink.pool_changed(key.clone());
+                }
+            }
+            return !dirty.is_empty();
+        }
+        true
+    }
+
+    // ---- Invariants ----
+
+    /// What every step keeps: no address held twice (by two live IPAddresses of a pool, or by one here and the
+    /// same address on the other management cluster once our manager recorded it), and every bound claim names a
+    /// live IPAddress of its own.
+    fn check_always(&mut self) -> Result<(), String> {
+        self.protect_recorded();
+        let hub = lock(&self.hub);
+        let addresses = hub.server.list(Kind::Address);
+        let claims = hub.server.list(Kind::Claim);
+        drop(hub);
+        let bound: BTreeSet<ObjectKey> = claims
+            .iter()
+            .filter(|c| c.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty()))
+            .map(|c| {
+                let key = key_of(c);
+                let name = c.pointer("/status/addressRef/name").and_then(Value::as_str).unwrap_or_default();
+                ObjectKey::new(&key.namespace, name)
+            })
+            .collect();
+        let strict = self.options.late == Late::BeforeNextTerm;
+        let mut held: Vec<(PoolId, Held, ObjectKey)> = Vec::new();
+        for a in &addresses {
+            let key = key_of(a);
+            let Some(pool) = pool_of_address(a) else { continue };
+            let Some(h) = Held::of_address(pool, a) else { continue };
+            for (p, other, other_key) in &held {
+                if *p == pool && other.overlaps(h) && (strict || (bound.contains(&key) && bound.contains(other_key))) {
+                    return Err(format!(
+                        "DUPLICATE: IPAddresses {other_key} ({other}) and {key} ({h}) of pool {} hold the same address",
+                        pool.pool_key()
+                    ));
+                }
+            }
+            if pool == PoolId::Global
+                && let Some((e, where_)) = self.elsewhere.iter().find(|(e, w)| {
+                    w.protected && e.overlaps(h) && a["metadata"]["uid"].as_str() != Some(&*w.left_behind)
+                })
+            {
+                return Err(format!(
+                    "DUPLICATE ACROSS MANAGEMENT CLUSTERS: IPAddress {key} holds {h}, which claim {}/{} of the moved \
+                     Cluster uses over there ({e})",
+                    NAMESPACES[where_.namespace], where_.claim
+                ));
+            }
+            held.push((pool, h, key));
+        }
+        for c in &claims {
+            let key = key_of(c);
+            let Some(name) = c.pointer("/status/addressRef/name").and_then(Value::as_str).filter(|n| !n.is_empty())
+            else {
+                continue;
+            };
+            if !c["metadata"]["deletionTimestamp"].is_null() {
+                continue;
+            }
+            let address_key = ObjectKey::new(&key.namespace, name);
+            let Some(address) = addresses.iter().find(|a| key_of(a) == address_key) else {
+                return Err(format!("claim {key} is bound to IPAddress {address_key}, which does not exist"));
+            };
+            let uid = c["metadata"]["uid"].as_str().unwrap_or_default();
+            let owned = address["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["kind"] == "IPAddressClaim" && o["uid"].as_str() == Some(uid));
+            if !owned || address.pointer("/spec/claimRef/name").and_then(Value::as_str) != Some(&*key.name) {
+                return Err(format!(
+                    "claim {key} (uid {}) is bound to IPAddress {address_key}, which is not its own: {}",
+                    short_uid(uid),
+                    describe(Kind::Address, address)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What the live term's index holds of a pool, for a violation's message.
+    fn index_view(&self, pool: PoolId) -> String {
+        let Some(term) = &self.term else { return "nothing (no term)".into() };
+        let key = pool.pool_key();
+        let registry = term.ctx.index.registry();
+        let mut held: Vec<String> = term
+            .ctx
+            .index
+            .address_keys()
+            .into_iter()
+            .filter_map(|k| registry.held_by(&key, &k).map(|h| format!("{k}={h}")))
+            .collect();
+        held.sort();
+        held.extend(registry.reservations(&key).iter().map(|h| format!("reserved {h}")));
+        let (counts, error) = registry.counts(&key);
+        format!("[{}] counts {counts:?} {error:?}", held.join(", "))
+    }
+
+    /// Marks the addresses of the other management cluster that our manager wrote into the pool's annotation.
+    fn protect_recorded(&mut self) {
+        if self.elsewhere.is_empty() {
+            return;
+        }
+        let pool = PoolId::Global;
+        let Some(object) = self.object(pool.server_kind(), &pool.key()) else { return };
+        for entry in entries_of(&object) {
+            if let Some(h) = Held::of_entry(pool, &entry)
+                && let Some(e) = self.elsewhere.get_mut(&h)
+            {
+                e.protected = true;
+            }
+        }
+    }
+
+    /// What holds once everything settled: no duplicate at all, no IPAddress without its claim, no claim waiting
+    /// while its pool has a free address, nothing stuck being deleted, pool counts as they are, and every address
+    /// recorded as moved away still recorded.
+    fn check_quiescent(&mut self) -> Result<(), String> {
+        let addresses = self.objects(Kind::Address);
+        let claims = self.objects(Kind::Claim);
+        let clusters = self.objects(Kind::Cluster);
+        // No duplicate, also of late writes.
+        let mut held: Vec<(PoolId, Held, ObjectKey)> = Vec::new();
+        for a in &addresses {
+            let (Some(pool), key) = (pool_of_address(a), key_of(a)) else { continue };
+            let Some(h) = Held::of_address(pool, a) else { continue };
+            if let Some((_, other, other_key)) = held.iter().find(|(p, o, _)| *p == pool && o.overlaps(h)) {
+                return Err(format!("after settling, {other_key} ({other}) and {key} ({h}) hold the same address"));
+            }
+            held.push((pool, h, key));
+        }
+        // No leak: every IPAddress has its claim.
+        for a in &addresses {
+            let key = key_of(a);
+            if pool_of_address(a).is_none() {
+                continue;
+            }
+            if !claims.iter().any(|c| key_of(c) == key) {
+                return Err(format!("leaked: {} has no claim", describe(Kind::Address, a)));
+            }
+        }
+        let cluster_state = |namespace: &str| -> Option<bool> {
+            clusters
+                .iter()
+                .find(|c| key_of(c) == ObjectKey::new(namespace, CLUSTER))
+                .map(|c| c.pointer("/spec/paused").and_then(Value::as_bool).unwrap_or(false))
+        };
+        let mut free: BTreeMap<PoolId, Vec<Held>> = BTreeMap::new();
+        for pool in POOLS {
+            let Some(object) = self.object(pool.server_kind(), &pool.key()) else { continue };
+            if !object["metadata"]["deletionTimestamp"].is_null() {
+                if !held.iter().any(|(p, _, _)| *p == pool) {
+                    return Err(format!("pool {} is stuck being deleted with no IPAddress left", pool.pool_key()));
+                }
+                continue;
+            }
+            let Some(shape) = self.shapes.get(&pool).copied() else { continue };
+            let allocatable = shape.allocatable(pool);
+            let reserved: Vec<Held> = entries_of(&object).iter().filter_map(|e| Held::of_entry(pool, e)).collect();
+            let in_use: Vec<Held> = held.iter().filter(|(p, _, _)| *p == pool).map(|(_, h, _)| *h).collect();
+            let reservations: Vec<Held> =
+                reserved.iter().copied().filter(|r| !in_use.iter().any(|h| h.overlaps(*r))).collect();
+            let out_of_range = in_use.iter().chain(&reservations).filter(|h| !allocatable.contains(h)).count();
+            let used = in_use.len() + reservations.len();
+            let total = allocatable.len();
+            let expect = json!({
+                "total": total, "used": used, "outOfRange": out_of_range,
+                "free": total.saturating_sub(used - out_of_range),
+            });
+            let status = object.pointer("/status/ipAddresses").cloned().unwrap_or(Value::Null);
+            if status != expect {
+                return Err(format!(
+                    "pool {} shows {status}, the truth is {expect}; the index holds {}",
+                    pool.pool_key(),
+                    self.index_view(pool)
+                ));
+            }
+            // Every address recorded as moved away is still recorded.
+            for (h, e) in &self.elsewhere {
+                if pool == PoolId::Global && e.protected && !reserved.contains(h) {
+                    return Err(format!("the reservation of {h} (moved away) vanished from the pool's annotation"));
+                }
+            }
+            let taken: Vec<Held> = in_use.iter().chain(&reserved).copied().collect();
+            free.insert(pool, allocatable.into_iter().filter(|a| !taken.iter().any(|t| t.overlaps(*a))).collect());
+        }
+        for c in &claims {
+            let key = key_of(c);
+            let paused_cluster = cluster_of(c).map(|_| cluster_state(&key.namespace));
+            if !c["metadata"]["deletionTimestamp"].is_null() {
+                if paused_cluster != Some(Some(true)) {
+                    return Err(format!("claim {key} is stuck being deleted"));
+                }
+                continue;
+            }
+            let bound = c.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+            if bound {
+                let ready = c
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|x| x["type"] == "Ready" && x["status"] == "True");
+                if !ready {
+                    return Err(format!("claim {key} is bound but not Ready: {}", c["status"]));
+                }
+                continue;
+            }
+            if matches!(paused_cluster, Some(None | Some(true))) {
+                continue;
+            }
+            let Some(pool) = claim_pool(c) else { continue };
+            let Some(free) = free.get(&pool) else { continue };
+            // An IPAddress of its name in another pool blocks it (IPAddress specs are immutable).
+            if addresses.iter().any(|a| key_of(a) == key) {
+                continue;
+            }
+            let requested = c
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION))
+                .and_then(Value::as_str);
+            let can = match requested {
+                Some(r) => free.iter().any(|h| h.address().to_string() == r),
+                None => !free.is_empty(),
+            };
+            if can {
+                return Err(format!(
+                    "claim {key} waits while pool {} has a free address ({}): {}",
+                    pool.pool_key(),
+                    free.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+                    c["status"]
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn cluster_object(namespace: &str, paused: bool) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": CLUSTER, "namespace": namespace},
+        "spec": {"paused": paused},
+    })
+}
+
+fn cluster_of(claim: &Value) -> Option<&str> {
+    claim
+        .pointer("/spec/clusterName")
+        .and_then(Value::as_str)
+        .or_else(|| claim.pointer("/metadata/labels").and_then(|l| l.get(CLUSTER_NAME_LABEL)).and_then(Value::as_str))
+}
+
+fn belongs_to_cluster(claim: &Value) -> bool {
+    cluster_of(claim) == Some(CLUSTER)
+}
+
+fn claim_pool(claim: &Value) -> Option<PoolId> {
+    let kind = claim.pointer("/spec/poolRef/kind")?.as_str()?;
+    let name = claim.pointer("/spec/poolRef/name")?.as_str()?;
+    PoolId::of_reference(kind, name, &key_of(claim).namespace)
+}
+
+fn pool_of_address(address: &Value) -> Option<PoolId> {
+    let kind = address.pointer("/spec/poolRef/kind")?.as_str()?;
+    let name = address.pointer("/spec/poolRef/name")?.as_str()?;
+    PoolId::of_reference(kind, name, &key_of(address).namespace)
+}
+
+fn entries_of(pool: &Value) -> Vec<String> {
+    pool.pointer("/metadata/annotations")
+        .and_then(|a| a.get(MOVED_AWAY_ANNOTATION))
+        .and_then(Value::as_str)
+        .map(|v| v.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default()
+}
