@@ -129,6 +129,17 @@ impl ResourceVersion {
     pub fn text(self) -> Option<String> {
         self.0.map(|n| n.to_string())
     }
+
+    /// The etcd revision, when kept.
+    pub fn number(self) -> Option<u64> {
+        self.0.map(std::num::NonZeroU64::get)
+    }
+
+    /// Whether this one is known to be `other` or newer. The API server's resourceVersions are etcd revisions, which
+    /// only grow: the watch, our writes and their answers can be ordered by them. Unknown (not kept) is neither.
+    pub fn is_at_least(self, other: ResourceVersion) -> bool {
+        matches!((self.0, other.0), (Some(a), Some(b)) if a >= b)
+    }
 }
 
 /// A stable 64-bit digest (fixed keys, so equal values give equal digests for the life of the process).

@@ -2,7 +2,9 @@
 //! [`Fence`] that every allocating write checks.
 //!
 //! The guarantee. A leader counts its term from the moment it *sent* its last successful renewal and ends it on its
-//! own monotonic clock `renew_deadline` later, whatever the API server or the network does meanwhile. Any other
+//! own clock `renew_deadline` later, whatever the API server or the network does meanwhile. That clock is
+//! `CLOCK_BOOTTIME`, which keeps counting while the machine or its VM is suspended (`CLOCK_MONOTONIC`, tokio's, stops):
+//! a leader frozen for longer than its term resumes with the term over, not with one it believes still valid. Any other
 //! replica counts `lease_duration` (the record's `leaseDurationSeconds`) from the moment it *received* a record it had
 //! not seen before, so it cannot take the Lease over before the leader's term has ended as long as
 //! `lease_duration − renew_deadline` covers (a) the difference in rate between the two replicas' clocks over one
@@ -12,7 +14,10 @@
 //! refuses it, and drops one still in flight when the term ends.
 //!
 //! Renewals are read-modify-write updates guarded by the Lease's resourceVersion, so two replicas can never both
-//! succeed in taking the same Lease.
+//! succeed in taking the same Lease. A leader that stops (SIGTERM) releases the Lease with the same margin: once its
+//! writes stopped it records itself as holder for `lease_duration − renew_deadline` more, so that the next leader,
+//! counting from when it sees that record, starts no sooner after the last write than it would after an expiry
+//! (an empty holder would let it start at once, while writes the old leader sent can still land).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -83,35 +88,77 @@ pub struct Fence {
 #[error("this replica no longer holds the leader election lease; the write was not made")]
 pub struct Fenced;
 
-/// One leader term: it ends when `valid_until` passes without a renewal, or when `ended` is cancelled.
+/// The clock terms are timed on.
+#[derive(Clone, Debug)]
+pub enum TermClock {
+    /// `CLOCK_BOOTTIME`: it counts the time the machine was suspended.
+    Boot,
+    /// Seconds set by hand (tests: a suspend is a jump of this clock while tokio's stands still).
+    #[cfg(test)]
+    Manual(Arc<Mutex<Duration>>),
+    /// Tokio's clock since an instant (tests with paused time).
+    #[cfg(test)]
+    Tokio(Instant),
+}
+
+impl TermClock {
+    /// The time since boot on this clock.
+    pub fn now(&self) -> Duration {
+        match self {
+            TermClock::Boot => {
+                let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+                Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_nsec).unwrap_or(0))
+            }
+            #[cfg(test)]
+            TermClock::Manual(t) => *t.lock().unwrap_or_else(|e| e.into_inner()),
+            #[cfg(test)]
+            TermClock::Tokio(since) => since.elapsed(),
+        }
+    }
+}
+
+/// How long a term's end is waited for in one sleep: tokio's timers run on the monotonic clock, so after a suspend
+/// the term's end on the boot clock is noticed within this.
+const TERM_CHECK: Duration = Duration::from_millis(250);
+
+/// One leader term: it ends when `valid_until` (on `clock`) passes without a renewal, or when `ended` is cancelled.
 #[derive(Debug)]
 struct Term {
-    valid_until: Mutex<Instant>,
+    clock: TermClock,
+    valid_until: Mutex<Duration>,
     ended: CancellationToken,
 }
 
 impl Term {
-    fn valid_until(&self) -> Instant {
+    fn new(clock: TermClock, valid_until: Duration) -> Self {
+        Term { clock, valid_until: Mutex::new(valid_until), ended: CancellationToken::new() }
+    }
+
+    fn valid_until(&self) -> Duration {
         *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// How long the term still runs, on its clock; zero once over.
+    fn remaining(&self) -> Duration {
+        self.valid_until().saturating_sub(self.clock.now())
+    }
+
     fn holds(&self) -> bool {
-        !self.ended.is_cancelled() && Instant::now() < self.valid_until()
+        !self.ended.is_cancelled() && !self.remaining().is_zero()
     }
 
     /// Resolves when the term ends, on the clock or by `end()`.
     async fn ended(&self) {
         loop {
-            let until = self.valid_until();
+            let remaining = self.remaining();
+            if remaining.is_zero() {
+                self.ended.cancel();
+                return;
+            }
             tokio::select! {
                 _ = self.ended.cancelled() => return,
-                _ = tokio::time::sleep_until(until) => {
-                    // A renewal may have moved the deadline while we slept.
-                    if Instant::now() >= self.valid_until() {
-                        self.ended.cancel();
-                        return;
-                    }
-                }
+                // A renewal may move the deadline while we sleep; a suspend may pass it.
+                _ = tokio::time::sleep(remaining.min(TERM_CHECK)) => {}
             }
         }
     }
@@ -169,6 +216,8 @@ pub struct Elector {
     name: String,
     identity: String,
     timings: Timings,
+    /// The clock our terms are timed on.
+    clock: TermClock,
     /// The last record seen (its resourceVersion, holder and duration) and when it was first seen, on our clock.
     observed: Option<Observed>,
 }
@@ -183,8 +232,9 @@ struct Observed {
 
 /// What one attempt found.
 enum Attempt {
-    /// We hold the Lease; the term is valid from the given instant (when the successful request was sent).
-    Held { sent: Instant },
+    /// We hold the Lease; the term is valid from the given time on the term clock (when the successful request was
+    /// sent).
+    Held { sent: Duration },
     /// Someone else holds a valid Lease.
     Other { holder: String },
     /// The attempt failed (transport, timeout, conflict): try again.
@@ -198,6 +248,7 @@ impl Elector {
             name: name.to_owned(),
             identity: identity.to_owned(),
             timings,
+            clock: TermClock::Boot,
             observed: None,
         }
     }
@@ -212,10 +263,7 @@ impl Elector {
         loop {
             match self.try_acquire_or_renew(None).await {
                 Attempt::Held { sent } => {
-                    let term = Term {
-                        valid_until: Mutex::new(sent + self.timings.renew_deadline),
-                        ended: CancellationToken::new(),
-                    };
+                    let term = Term::new(self.clock.clone(), sent + self.timings.renew_deadline);
                     return Some(Fence { term: Some(Arc::new(term)) });
                 }
                 Attempt::Other { holder } => {
@@ -244,16 +292,15 @@ impl Elector {
                 _ = term.ended() => return TermEnd::DeadlinePassed,
                 _ = tokio::time::sleep(self.timings.retry_period) => {}
             }
-            let deadline = term.valid_until();
             let attempt = tokio::select! {
                 _ = term.ended() => return TermEnd::DeadlinePassed,
-                attempt = self.try_acquire_or_renew(Some(deadline)) => attempt,
+                attempt = self.try_acquire_or_renew(Some(term.remaining())) => attempt,
             };
             match attempt {
                 Attempt::Held { sent } => {
                     let mut until = term.valid_until.lock().unwrap_or_else(|e| e.into_inner());
                     // Never extend a term that has already ended on the clock.
-                    if !term.ended.is_cancelled() && Instant::now() < *until {
+                    if !term.ended.is_cancelled() && self.clock.now() < *until {
                         *until = (*until).max(sent + self.timings.renew_deadline);
                     }
                 }
@@ -268,7 +315,10 @@ impl Elector {
         }
     }
 
-    /// Gives the Lease up on shutdown, so that another replica takes over at once. Only once our writes stopped.
+    /// Gives the Lease up on shutdown, once our writes stopped: it names us for `lease_duration − renew_deadline`
+    /// more, counted from now. Another replica (ours or client-go's) takes it over once that has passed since it saw
+    /// this record: the margin an expiry leaves after the last write (module docs), without waiting the rest of a
+    /// lease duration.
     pub async fn release(&mut self) {
         let Ok(Ok(Some(mut lease))) =
             tokio::time::timeout(self.timings.retry_period, self.api.get_opt(&self.name)).await
@@ -279,11 +329,7 @@ impl Elector {
         if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
             return;
         }
-        let now = MicroTime(Timestamp::now());
-        spec.holder_identity = None;
-        spec.lease_duration_seconds = Some(1);
-        spec.renew_time = Some(now.clone());
-        spec.acquire_time = Some(now);
+        released(spec, self.timings, Timestamp::now());
         match tokio::time::timeout(
             self.timings.retry_period,
             self.api.replace(&self.name, &PostParams::default(), &lease),
@@ -296,13 +342,14 @@ impl Elector {
         }
     }
 
-    /// client-go's `tryAcquireOrRenew`. `deadline`: the current term's end; the request is abandoned then.
-    async fn try_acquire_or_renew(&mut self, deadline: Option<Instant>) -> Attempt {
+    /// client-go's `tryAcquireOrRenew`. `remaining`: how long the current term still runs; the request is abandoned
+    /// then.
+    async fn try_acquire_or_renew(&mut self, remaining: Option<Duration>) -> Attempt {
         // A request that hangs (an API server waiting for etcd) is abandoned after two retry periods and tried again,
         // so that the Lease is taken back within moments of the API server answering; never past the term's end.
-        let limit = Instant::now() + (self.timings.retry_period * 2).max(Duration::from_secs(1));
-        let limit = deadline.map_or(limit, |d| d.min(limit));
-        match tokio::time::timeout_at(limit, self.attempt()).await {
+        let limit = (self.timings.retry_period * 2).max(Duration::from_secs(1));
+        let limit = remaining.map_or(limit, |r| r.min(limit));
+        match tokio::time::timeout(limit, self.attempt()).await {
             Ok(Ok(attempt)) => attempt,
             Ok(Err(e)) => {
                 debug!(lease = %self.name, error = %e, "leader election request failed");
@@ -316,7 +363,7 @@ impl Elector {
     }
 
     async fn attempt(&mut self) -> Result<Attempt, kube::Error> {
-        let sent = Instant::now();
+        let sent = self.clock.now();
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             let now = MicroTime(Timestamp::now());
             let lease = Lease {
@@ -330,7 +377,7 @@ impl Elector {
                     ..Default::default()
                 }),
             };
-            let sent = Instant::now();
+            let sent = self.clock.now();
             let created = self.api.create(&PostParams::default(), &lease).await?;
             self.observe(&created);
             return Ok(Attempt::Held { sent });
@@ -381,6 +428,15 @@ fn seconds(d: Duration) -> i32 {
     i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
 }
 
+/// The Lease record of a release at `now`: still ours, for the margin between our renew deadline and the lease
+/// duration (rounded up to whole seconds, at least one).
+fn released(spec: &mut LeaseSpec, timings: Timings, now: Timestamp) {
+    let margin = timings.lease_duration.saturating_sub(timings.renew_deadline);
+    let seconds = i32::try_from(margin.as_secs() + u64::from(margin.subsec_nanos() > 0)).unwrap_or(i32::MAX).max(1);
+    spec.lease_duration_seconds = Some(seconds);
+    spec.renew_time = Some(MicroTime(now));
+}
+
 /// Up to 20 % more, so that candidates do not retry in lockstep.
 fn jittered(d: Duration) -> Duration {
     use std::hash::{BuildHasher, RandomState};
@@ -406,8 +462,8 @@ mod tests {
     }
 
     fn term(valid_for: Duration) -> Fence {
-        let term = Term { valid_until: Mutex::new(Instant::now() + valid_for), ended: CancellationToken::new() };
-        Fence { term: Some(Arc::new(term)) }
+        let clock = TermClock::Tokio(Instant::now());
+        Fence { term: Some(Arc::new(Term::new(clock, valid_for))) }
     }
 
     #[tokio::test(start_paused = true)]
@@ -430,13 +486,54 @@ mod tests {
         let fence = term(Duration::from_secs(10));
         let t = fence.term.clone().expect("a term");
         tokio::time::sleep(Duration::from_secs(8)).await;
-        *t.valid_until.lock().expect("lock") = Instant::now() + Duration::from_secs(10);
+        *t.valid_until.lock().expect("lock") = t.clock.now() + Duration::from_secs(10);
         tokio::time::sleep(Duration::from_secs(8)).await;
         assert!(fence.holds(), "renewed at 8 s, so it holds at 16 s");
         fence.ended().await;
         assert!(!fence.holds());
-        *t.valid_until.lock().expect("lock") = Instant::now() + Duration::from_secs(10);
+        *t.valid_until.lock().expect("lock") = t.clock.now() + Duration::from_secs(10);
         assert!(!fence.holds(), "a term that ended is never revived");
+    }
+
+    /// Issue 25, hole 7: a leader suspended (its VM paused) for longer than its term resumes with the term over. The
+    /// boot clock jumps while tokio's monotonic clock stands still, as in a suspend.
+    #[tokio::test(start_paused = true)]
+    async fn a_term_counts_the_time_the_machine_was_suspended() {
+        let boot = Arc::new(Mutex::new(Duration::from_secs(100)));
+        let fence =
+            Fence { term: Some(Arc::new(Term::new(TermClock::Manual(boot.clone()), Duration::from_secs(110)))) };
+        assert!(fence.holds());
+        let in_flight = fence.guard(std::future::pending::<()>());
+        let suspended = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            *boot.lock().expect("lock") += Duration::from_secs(60);
+        };
+        let (dropped, ()) = tokio::join!(in_flight, suspended);
+        assert_eq!(dropped, Err(Fenced), "the write in flight across the suspend is dropped");
+        assert!(!fence.holds(), "the term ended during the suspend");
+        assert!(TermClock::Boot.now() > Duration::ZERO, "CLOCK_BOOTTIME reads");
+    }
+
+    /// Issue 25, hole 6: a release leaves the Lease ours for the margin an expiry leaves, instead of empty.
+    #[test]
+    fn a_release_keeps_the_margin_of_an_expiry() {
+        let mut spec = LeaseSpec {
+            holder_identity: Some("me".to_owned()),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        };
+        let now = Timestamp::from_second(1_000_000).expect("time");
+        released(&mut spec, Timings::default(), now);
+        assert_eq!(spec.holder_identity.as_deref(), Some("me"), "an empty holder lets the next leader start at once");
+        assert_eq!(spec.lease_duration_seconds, Some(5), "lease duration 15 s − renew deadline 10 s");
+        assert_eq!(spec.renew_time, Some(MicroTime(now)));
+        let odd = Timings {
+            lease_duration: Duration::from_millis(2500),
+            renew_deadline: Duration::from_secs(2),
+            ..Timings::default()
+        };
+        released(&mut spec, odd, now);
+        assert_eq!(spec.lease_duration_seconds, Some(1), "rounded up, never 0");
     }
 
     #[tokio::test]

@@ -286,6 +286,12 @@ async fn lead(
                     "fenced: the lease was not renewed within the renew deadline; stopped allocating and dropped \
                      every cache; retrying as a candidate"
                 );
+                // The Lease may still name us, and we would take it back at once: first let the writes this term
+                // sent land, as another replica would (the margin of an expiry), before a new term lists them.
+                tokio::select! {
+                    _ = stop.cancelled() => break Ok(()),
+                    _ = tokio::time::sleep(timings.lease_duration.saturating_sub(timings.renew_deadline)) => {}
+                }
             }
             Ok(TermEnd::Lost { holder }) => {
                 break Err(anyhow::anyhow!("lost the leader election lease {LEADER_ELECTION_ID} to {holder}"));

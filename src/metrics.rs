@@ -89,6 +89,7 @@ pub struct Metrics {
     pool_duplicated: Family<PoolLabels, Gauge>,
     duplicates_detected: Family<PoolKindLabels, Counter>,
     duplicates_withdrawn: Family<PoolKindLabels, Counter>,
+    orphans_released: Family<PoolKindLabels, Counter>,
     leader: Gauge,
     fenced: Counter,
     allocations: Family<PoolKindLabels, Counter>,
@@ -135,6 +136,7 @@ impl Metrics {
             pool_duplicated: Family::default(),
             duplicates_detected: Family::default(),
             duplicates_withdrawn: Family::default(),
+            orphans_released: Family::default(),
             leader: Gauge::default(),
             fenced: Counter::default(),
             allocations: Family::default(),
@@ -189,6 +191,13 @@ impl Metrics {
             "Duplicated IPAddresses deleted before their claim was bound to them",
             m.duplicates_withdrawn.clone(),
         );
+        registry.register(
+            "orphaned_addresses_released",
+            "IPAddresses released because their claim was gone: deleted without our release (its finalizer removed by \
+             hand or by clusterctl), or while its address was being created. Races the design handles, counted, not \
+             logged as warnings",
+            m.orphans_released.clone(),
+        );
         registry.register("leader", "1 while this replica leads and allocates, else 0", m.leader.clone());
         registry.register(
             "leader_fenced",
@@ -234,7 +243,13 @@ impl Metrics {
     fn initialize_counters(&self) {
         for kind in PoolKind::ALL {
             let labels = PoolKindLabels { kind: kind.kind().to_owned() };
-            for family in [&self.allocations, &self.releases, &self.duplicates_detected, &self.duplicates_withdrawn] {
+            for family in [
+                &self.allocations,
+                &self.releases,
+                &self.duplicates_detected,
+                &self.duplicates_withdrawn,
+                &self.orphans_released,
+            ] {
                 let _ = family.get_or_create(&labels);
             }
         }
@@ -276,6 +291,10 @@ impl Metrics {
 
     pub fn duplicate_detected(&self, kind: PoolKind) {
         self.duplicates_detected.get_or_create(&PoolKindLabels { kind: kind.kind().to_owned() }).inc();
+    }
+
+    pub fn orphan_released(&self, kind: PoolKind) {
+        self.orphans_released.get_or_create(&PoolKindLabels { kind: kind.kind().to_owned() }).inc();
     }
 
     pub fn duplicate_withdrawn(&self, kind: PoolKind) {

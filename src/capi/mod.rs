@@ -441,6 +441,14 @@ impl Claim {
         self.cluster.as_deref()
     }
 
+    /// Whether the claim's pool is the one of an IPAddress of its name (`pool`, with its kind, namespace and name):
+    /// then that IPAddress is adopted by the claim rather than released as an orphan.
+    pub fn uses_pool(&self, kind: PoolKind, namespace: &str, name: &str) -> bool {
+        self.pool_kind == Some(kind)
+            && *self.pool_name == *name
+            && (kind.is_global() || *self.key.namespace == *namespace)
+    }
+
     /// `status.addressRef.name`.
     pub fn address_ref(&self) -> Option<&str> {
         self.bound.as_deref().map(|name| if name.is_empty() { &*self.key.name } else { name })

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
-use super::events::EventType;
+use super::events::{EventType, Note};
 use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
 use super::{Context, Error, finalizers, ipaddress};
 use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
@@ -94,7 +94,17 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     let Some(kind) = claim.pool_kind else { return Ok(Next::AwaitChange) };
     let pool_key = PoolKey::new(kind, &key.namespace, &claim.pool_name);
     let registry = ctx.index.registry();
-    match gate(claim, &pool_key, &ctx.index) {
+    let gate = gate(claim, &pool_key, &ctx.index);
+    if matches!(gate, Gate::Paused | Gate::WaitForCluster(..))
+        && claim.address_ref().is_none()
+        && registry.duplicate_of(&pool_key, key).is_some()
+        && ctx.index.address(key).is_some_and(|r| !r.deleting && *r.pool == pool_key)
+    {
+        // Pause holds our decisions, not the undoing of a write that landed too late (a fenced leader's): an
+        // IPAddress no claim is bound to, holding an address another holds, goes even now (a move would copy it).
+        return withdraw_duplicate(ctx, key, &pool_key).await;
+    }
+    match gate {
         Gate::Paused => {
             registry.stop_waiting(&pool_key, key);
             debug!(claim = %key, pool = %pool_key, "paused");
@@ -102,6 +112,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         }
         Gate::WaitForCluster(reason, message) => {
             registry.stop_waiting(&pool_key, key);
+            settle_own_uncertain_create(ctx, &pool_key, key).await?;
             debug!(claim = %key, reason = reason.as_str(), "waiting for the Cluster");
             // A bound claim keeps its Ready as it is (nothing changes for it).
             if claim.address_ref().is_none() && claim.deletion_timestamp.is_none() {
@@ -137,11 +148,13 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     }
 
     let Some(pool) = pool else {
+        settle_own_uncertain_create(ctx, &pool_key, key).await?;
         let message = format!("{pool_key} not found");
         set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
         return Ok(Next::AwaitChange);
     };
     if pool.is_deleting() {
+        settle_own_uncertain_create(ctx, &pool_key, key).await?;
         let message = format!("{pool_key} is being deleted");
         set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
         return Ok(Next::AwaitChange);
@@ -202,7 +215,7 @@ async fn create_address(
                 // A DELETE that raced our finalizer can remove the claim anyway (the API server does not look at
                 // finalizers again when it retries a delete): give the address back at once.
                 Err(Error::Api { source: ApiError::NotFound, .. }) => {
-                    warn!(claim = %key, "the claim vanished while its address was being created; releasing it");
+                    debug!(claim = %key, "the claim vanished while its address was being created; releasing it");
                     if let Some(record) = &record {
                         ipaddress::release_orphan(ctx, key, record).await?;
                     }
@@ -212,21 +225,37 @@ async fn create_address(
             }
         }
         Err(ApiError::AlreadyExists(_) | ApiError::Conflict(_)) => {
-            // An IPAddress of this name exists that we have not seen yet (a move or restore): adopt it instead.
-            ctx.index.abandon(pool_key, key);
-            let existing = ctx
-                .api
-                .get_address(key)
-                .await
-                .map_err(Error::api("reading the existing IPAddress"))?
-                .ok_or_else(|| Error::api("reading the existing IPAddress")(ApiError::NotFound))?;
+            // An IPAddress of this name exists that we have not seen yet: our earlier create that timed out but was
+            // applied, a move or a restore. The hold stays until that IPAddress is recorded: given up before, its
+            // address could go to another claim while we read.
+            let existing = ctx.api.get_address(key).await.map_err(Error::api("reading the existing IPAddress"))?;
+            let Some(existing) = existing else {
+                // Gone again meanwhile: create it anew.
+                return Ok(Next::After(Duration::from_millis(200)));
+            };
+            if AddressRecord::of(&existing).is_none_or(|r| *r.pool != *pool_key) {
+                // Not of this pool: our create never happened, so the address is free again.
+                ctx.index.abandon(pool_key, key);
+            }
             match ctx.index.remember_address(key, &existing) {
                 Some(record) => adopt(claim, ctx, pool_key, Some(pool), &record).await,
-                None => belongs_elsewhere(claim, ctx, pool_key, &ipaddress::owner_of(&existing)).await,
+                None if AddressRecord::of(&existing).is_none() => {
+                    belongs_elsewhere(claim, ctx, pool_key, &ipaddress::owner_of(&existing)).await
+                }
+                // One we deleted a moment ago.
+                None => Ok(Next::After(Duration::from_millis(200))),
             }
         }
         Err(e @ (ApiError::Refused { .. } | ApiError::NotFound)) => {
-            // A definitive rejection: nothing was created, so the address is free again.
+            // Refused: nothing was created now. An earlier attempt that timed out may have created it, though (the
+            // refusal comes from admission, before a name conflict): the hold goes only if no IPAddress exists.
+            if ctx.index.registry().holds_unconfirmed(pool_key, key)
+                && let Some(existing) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?
+                && AddressRecord::of(&existing).is_some_and(|r| *r.pool == *pool_key)
+                && let Some(record) = ctx.index.remember_address(key, &existing)
+            {
+                return adopt(claim, ctx, pool_key, Some(pool), &record).await;
+            }
             ctx.index.abandon(pool_key, key);
             let message = format!("creating IPAddress {key}: {}", refusal(&e));
             set_ready(claim, ctx, ClaimReason::AllocationFailed, message.clone(), None).await?;
@@ -268,19 +297,30 @@ async fn adopt(
         }
         return withdraw_duplicate(ctx, key, pool_key).await;
     }
-    let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
     let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
+    if record.deleting && !(has_claim_owner && claim.address_ref() == Some(&*key.name)) {
+        // Being deleted, and never this claim's: a delete of ours that did not finish (a withdrawn duplicate, an
+        // orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address anew.
+        return finish_deletion(ctx, key, pool_key).await;
+    }
+    let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
     let has_label = claim.cluster().is_none_or(|v| record.cluster_label.as_deref() == Some(v));
     let complete = has_claim_owner && has_pool_owner && record.protected && has_label;
-    if !complete && !record.deleting {
-        ipaddress::repair(ctx, claim, pool_key, pool).await?;
+    if !complete && !record.deleting && !ipaddress::repair(ctx, claim, pool_key, pool).await? {
+        // Gone already: its DELETED event is on its way, and the claim gets an address then.
+        return Ok(Next::After(Duration::from_millis(200)));
     }
     if record.deleting {
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
     }
+    let held = ctx.index.registry().held_by(pool_key, key);
+    if let Some(held) = held {
+        // Bound to a claim again: an address that was moved away came back with its Cluster.
+        ctx.index.claim_back(pool_key, key, held);
+    }
     // The address as `spec.address` shows it; one that does not parse is said so.
-    let address = ctx.index.registry().held_by(pool_key, key).map_or_else(String::new, |held| {
+    let address = held.map_or_else(String::new, |held| {
         held.address().map_or_else(|| held.to_string(), |address| address.to_string())
     });
     let mut message = format!("allocated {address} from {pool_key}");
@@ -319,6 +359,26 @@ async fn withdraw_duplicate(ctx: &Context, key: &ObjectKey, pool_key: &PoolKey) 
         ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
     }
     ctx.metrics.duplicate_withdrawn(pool_key.kind);
+    Ok(Next::After(Duration::from_millis(200)))
+}
+
+/// Lets an IPAddress of the claim's name that is being deleted go (our finalizer off), once the live claim confirms
+/// it was never bound to it; the claim is reconciled again to get an address.
+async fn finish_deletion(ctx: &Context, key: &ObjectKey, pool_key: &PoolKey) -> Result<Next, Error> {
+    let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
+    if live.is_none_or(|c| c.claim.address_ref().is_some()) {
+        return Ok(Next::After(Duration::from_millis(500)));
+    }
+    let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? else {
+        return Ok(Next::After(Duration::from_millis(200)));
+    };
+    if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) {
+        return Ok(Next::AwaitChange);
+    }
+    debug!(claim = %key, "an IPAddress of the claim's name is being deleted; letting it go before allocating");
+    if ipaddress::delete(ctx, &address, "letting a deleted IPAddress go").await? {
+        ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
+    }
     Ok(Next::After(Duration::from_millis(200)))
 }
 
@@ -411,10 +471,7 @@ async fn set_ready(
                 &*ctx.api,
                 ctx.now(),
                 &claim_reference(claim, ctx.capi().ipam),
-                type_,
-                reason.as_str(),
-                "Allocate",
-                &ready.message,
+                Note { type_, reason: reason.as_str(), action: "Allocate", note: &ready.message },
             )
             .await;
     }
@@ -426,6 +483,43 @@ async fn set_ready(
 /// that tell nothing more).
 pub fn deserves_event(stored: Option<&crate::capi::ReadyCondition>, ready: &Ready) -> bool {
     is_transition(stored, ready) && !(stored.is_none() && ready.reason.is_ready())
+}
+
+/// The claim `key` is gone (or replaced by one of another pool) while the hold of its uncertain create stays: the
+/// IPAddress was created (it is recorded, and released as an orphan) or not (the hold goes, unless a new claim of that
+/// name in that pool took it over). Run by the claim's worker, so no create of the name is in flight meanwhile.
+pub async fn settle_uncertain_create(ctx: &Context, key: &ObjectKey) -> Result<Next, Error> {
+    let Some(pool) = ctx.index.orphaned_hold(key) else { return Ok(Next::AwaitChange) };
+    match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
+        Some(created) if ctx.index.remember_address(key, &created).is_some() => {
+            super::orphans::release_if_orphaned(ctx, key).await;
+        }
+        // Not created, or gone again already.
+        _ => ctx.index.abandon_orphaned_hold(&pool, key),
+    }
+    Ok(Next::AwaitChange)
+}
+
+/// A record of an IPAddress we wrote that a relist of the watch did not show: read, it stays or goes.
+pub async fn resolve_doubtful_record(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
+    let Some(record) = ctx.index.address(key).filter(|r| r.doubtful) else { return Ok(()) };
+    let live = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
+    ctx.index.doubt_resolved(key, record.uid, live.as_ref());
+    Ok(())
+}
+
+/// A live claim that will not create its IPAddress now (its pool is going or gone, its Cluster keeps it waiting)
+/// finds out whether an earlier create that failed uncertainly happened: if not, the hold goes, so that the address
+/// is free and a pool being deleted is not held up by it.
+async fn settle_own_uncertain_create(ctx: &Context, pool_key: &PoolKey, key: &ObjectKey) -> Result<(), Error> {
+    if !ctx.index.registry().holds_unconfirmed(pool_key, key) {
+        return Ok(());
+    }
+    match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
+        Some(created) if ctx.index.remember_address(key, &created).is_some() => {}
+        _ => ctx.index.abandon(pool_key, key),
+    }
+    Ok(())
 }
 
 /// Deletion: the grace period, then the IPAddress (finalizer off, deleted), then the claim's finalizer. What the
@@ -453,7 +547,8 @@ async fn release(claim: &Claim, ctx: &Context, pool_key: &PoolKey) -> Result<Nex
             }
             info!(claim = %key, "released");
         }
-        None => {}
+        // None exists: a create of ours that failed uncertainly did not happen, and its hold goes.
+        None => ctx.index.abandon(pool_key, key),
     }
     if let Some(index) = claim.release_finalizer_index {
         let target = Target::Claim(key.clone());

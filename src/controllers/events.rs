@@ -21,6 +21,14 @@ pub struct Events {
     instance: String,
 }
 
+/// What an Event says.
+pub struct Note<'a> {
+    pub type_: EventType,
+    pub reason: &'a str,
+    pub action: &'a str,
+    pub note: &'a str,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
     Normal,
@@ -32,17 +40,9 @@ impl Events {
         Self { instance }
     }
 
-    /// Publishes an Event about `regarding` (which must have a namespace).
-    pub async fn publish(
-        &self,
-        api: &dyn ApiServer,
-        now: Timestamp,
-        regarding: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) {
+    /// Publishes an Event about `regarding` (which must have a namespace) at `now`.
+    pub async fn publish(&self, api: &dyn ApiServer, now: Timestamp, regarding: &ObjectReference, what: Note<'_>) {
+        let Note { type_, reason, action, note } = what;
         let Some(namespace) = regarding.namespace.clone() else { return };
         let event = Event {
             metadata: ObjectMeta {

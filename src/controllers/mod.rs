@@ -350,6 +350,16 @@ async fn claim_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToke
 
 /// One run of a claim worker: the claim as the index holds it now, reconciled, and what its failure asks for.
 pub async fn work_claim(ctx: &Context, key: &ObjectKey) -> Next {
+    // What the index is not sure of: a record of ours a relist did not show, a hold of an uncertain create that
+    // outlived its claim (deleted, or replaced by one of another pool).
+    if let Err(error) = claim::resolve_doubtful_record(ctx, key).await {
+        ctx.report_failure("reading an IPAddress the watch did not list", key, &error);
+        return Next::After(Duration::from_secs(1));
+    }
+    if let Err(error) = claim::settle_uncertain_create(ctx, key).await {
+        ctx.report_failure("finding out whether an IPAddress was created", key, &error);
+        return Next::After(Duration::from_secs(1));
+    }
     // Deleted meanwhile: its Delete event did what was left to do.
     let Some(claim) = ctx.index.claim(key) else { return Next::AwaitChange };
     if claim.address_ref().is_none() {

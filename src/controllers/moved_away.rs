@@ -10,6 +10,7 @@ use tokio_util::time::DelayQueue;
 
 use super::{Context, Error};
 use crate::api::MOVED_AWAY_ANNOTATION;
+use crate::compact::ResourceVersion;
 use crate::index::PoolKey;
 use crate::index::moved_away::entries;
 
@@ -53,10 +54,12 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<(), Error> {
     }
     let value = (!stored.is_empty()).then(|| stored.into_iter().collect::<Vec<_>>().join(","));
     let resource_version = live.metadata.resource_version.clone().unwrap_or_default();
-    ctx.api
+    let written = ctx
+        .api
         .patch_pool_annotation(key, &resource_version, MOVED_AWAY_ANNOTATION, value.as_deref())
         .await
         .map_err(Error::api("recording the addresses moved away"))?;
-    ctx.index.moved_away_written(key, Some(&changes));
+    let revision = ResourceVersion::of(written.metadata.resource_version.as_deref().unwrap_or_default());
+    ctx.index.moved_away_written(key, Some((&changes, revision)));
     Ok(())
 }

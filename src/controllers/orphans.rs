@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::channel::mpsc;
 
-use super::{Context, Error, ipaddress};
+use super::{Context, ipaddress};
 use crate::index::{AddressRecord, ObjectKey};
 
 /// Runs the immediate checks and the sweep until the controllers stop.
@@ -31,7 +31,7 @@ pub async fn run(ctx: Arc<Context>, mut gone: mpsc::UnboundedReceiver<ObjectKey>
 
 /// A claim's Delete event is authoritative: an IPAddress we made for it goes now, unless its Cluster is paused.
 pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
-    let Some(record) = ctx.index.address(key).filter(|r| r.owned_by_a_claim() && !r.deleting) else {
+    let Some(record) = ctx.index.address(key).filter(AddressRecord::made_for_a_claim) else {
         return;
     };
     if ctx.index.keeps_addresses(&key.namespace, &record) {
@@ -40,16 +40,14 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     release_if_claim_gone(ctx, key, &record).await;
 }
 
-/// Releases the IPAddress `key` once the API server confirms that its claim is gone.
+/// Releases the IPAddress `key` once the API server confirms that its claim is gone, unless the address it holds
+/// still waits to be recorded as moved away (released first, a restart would lose the reservation).
 async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
-    match ctx.api.get_claim(key).await {
-        Ok(None) => {
-            if let Err(e) = ipaddress::release_orphan(ctx, key, record).await {
-                ctx.report_failure("releasing the IPAddress of a vanished claim", key, &e);
-            }
-        }
-        Ok(Some(_)) => {}
-        Err(e) => ctx.report_failure("checking the claim of an IPAddress", key, &Error::api("reading the claim")(e)),
+    if record.moving_away && ctx.index.moved_away_unwritten(&record.pool, key) {
+        return;
+    }
+    if let Err(e) = ipaddress::release_orphan(ctx, key, record).await {
+        ctx.report_failure("releasing the IPAddress of a claim gone", key, &e);
     }
 }
 

@@ -89,7 +89,7 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
 
     if pool.is_deleting() {
         // The pool goes once no IPAddress references it.
-        if ctx.index.registry().used(key) == 0 && finalizer.is_some() {
+        if !ctx.index.pool_in_use(key) && finalizer.is_some() {
             finalizers::remove(ctx, &Target::Pool(key.clone()), &pool.metadata, PROTECT_POOL_FINALIZER).await?;
             ctx.metrics.forget_pool(key.kind, &key.namespace, &key.name);
             info!(pool = %key, "no IPAddress left; the pool may go");

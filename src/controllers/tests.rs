@@ -83,7 +83,7 @@ fn allocation_takes_the_requested_then_the_previous_then_the_lowest_free_address
     let back = claim("back");
     index.apply_claim(back.clone());
     index.apply_address(&ip_address("back", "10.0.0.3", &back));
-    index.delete_address(&key("back"));
+    index.delete_address(&key("back"), None);
     assert_eq!(allocate(&back, &pool_key(), &pool, &index).expect("free").address.to_string(), "10.0.0.3");
 }
 

@@ -49,10 +49,6 @@ impl ClaimCache {
         self.read().get(key).map(|c| c.0.clone())
     }
 
-    pub fn contains(&self, key: &ObjectKey) -> bool {
-        self.read().contains(key)
-    }
-
     /// Stores the claim, replacing the one of the same namespace and name.
     pub fn insert(&self, claim: Arc<Claim>) {
         self.write().replace(Cached(claim));
@@ -90,7 +86,7 @@ mod tests {
         assert_eq!(&*cache.get(&ObjectKey::new("a", "c1")).unwrap().pool_name, "p2");
         assert_eq!(cache.keys_where(|c| &*c.pool_name == "p1"), vec![ObjectKey::new("b", "c1")]);
         assert!(cache.remove(&ObjectKey::new("a", "c1")).is_some());
-        assert!(!cache.contains(&ObjectKey::new("a", "c1")));
+        assert!(cache.get(&ObjectKey::new("a", "c1")).is_none());
         assert!(cache.remove(&ObjectKey::new("a", "c1")).is_none());
     }
 }

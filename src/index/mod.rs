@@ -10,7 +10,8 @@ pub mod moved_away;
 pub mod registry;
 pub mod relist;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ use tracing::info;
 
 use crate::api::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, PROTECT_ADDRESS_FINALIZER, Pool};
 use crate::capi::{Claim, IpAddress};
-use crate::compact::{Uid, intern};
+use crate::compact::{ResourceVersion, Uid, intern};
 use crate::metrics::Metrics;
 use claims::ClaimCache;
 pub use registry::{AllocateError, Assigned, Duplicate, Held, ObjectKey, PoolKey, Registry};
@@ -43,6 +44,12 @@ pub trait Sink: Send + Sync {
 #[derive(Clone, Debug)]
 pub struct AddressRecord {
     pub uid: Option<Uid>,
+    /// The watch delivered this object (by UID). Until then the record comes from our own write, and the watch,
+    /// which delivers in order, can only bring older news of this name.
+    pub seen: bool,
+    /// A list of the watch completed without it while it was not seen yet: it may have been deleted before the list,
+    /// and then no event will ever say so. Its claim's worker reads it to find out.
+    pub doubtful: bool,
     /// Shared by every IPAddress of the pool. The address itself is the registry's (`Registry::held_by`).
     pub pool: Arc<PoolKey>,
     /// Our ProtectAddress finalizer is on it.
@@ -74,6 +81,8 @@ impl AddressRecord {
         };
         Some(Self {
             uid: object.metadata.uid.as_deref().map(Uid::of),
+            seen: false,
+            doubtful: false,
             protected: object.metadata.finalizers.iter().flatten().any(|f| f == PROTECT_ADDRESS_FINALIZER),
             claim_owner: owner("IPAddressClaim", &object.spec.claim_ref.name),
             pool_owner: owner(kind.kind(), &pool.name),
@@ -91,6 +100,11 @@ impl AddressRecord {
     /// Made by us for a claim: our finalizer and a claim owner reference.
     pub fn owned_by_a_claim(&self) -> bool {
         self.protected && self.claim_owner.is_some()
+    }
+
+    /// Made for a claim (its owner reference), whether or not our finalizer is still on it.
+    pub fn made_for_a_claim(&self) -> bool {
+        self.claim_owner.is_some()
     }
 }
 
@@ -121,12 +135,27 @@ pub struct Index {
     /// Every Cluster (namespace/name), and whether it is paused.
     clusters: RwLock<HashMap<ObjectKey, bool>>,
     books: Mutex<HashMap<Uid, ClaimBook>>,
-    /// IPAddresses we deleted (by UID), until the watch reports them gone: a late event about one of them (the
-    /// finalizer removal that preceded the delete) must not bring its address back into use.
-    deleted: Mutex<HashMap<ObjectKey, Uid>>,
+    /// IPAddresses we deleted, by name and UID, until the watch reports them gone: a late event about one of them
+    /// (the finalizer removal that preceded the delete) must not bring its address back into use, and a new object of
+    /// the same name is not one of them.
+    deleted: Mutex<HashSet<(ObjectKey, Uid)>>,
+    /// While the IPAddress watch lists again: the tombstones that were there when the list began and that it has not
+    /// listed yet. Those it never lists are gone for good (the list is a quorum read, sent after they were made).
+    unlisted_tombstones: Mutex<Option<HashSet<(ObjectKey, Uid)>>>,
+    /// The newest resourceVersion the IPAddress watch delivered: it has delivered every change up to it.
+    addresses_seen_until: AtomicU64,
+    /// While the IPAddress watch lists: the newest resourceVersion listed so far.
+    listing_until: Mutex<Option<u64>>,
+    /// Clusters deleted while paused (moved away by clusterctl, which deletes them last): claims of theirs that go
+    /// later, with or without their `delete-for-move`, went with them.
+    moved_clusters: Mutex<HashSet<ObjectKey>>,
     moved_away: moved_away::Ledger,
     sink: Arc<dyn Sink>,
     metrics: Arc<Metrics>,
+}
+
+fn revision_of(meta: &kube::api::ObjectMeta) -> ResourceVersion {
+    ResourceVersion::of(meta.resource_version.as_deref().unwrap_or_default())
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -163,6 +192,10 @@ impl Index {
             clusters: RwLock::default(),
             books: Mutex::default(),
             deleted: Mutex::default(),
+            unlisted_tombstones: Mutex::default(),
+            addresses_seen_until: AtomicU64::new(0),
+            listing_until: Mutex::default(),
+            moved_clusters: Mutex::default(),
             moved_away: moved_away::Ledger::default(),
             sink,
             metrics,
@@ -186,6 +219,10 @@ impl Index {
     pub fn apply_claim(&self, mut claim: Claim) {
         claim.key = self.shared_key(claim.key);
         let key = claim.key.clone();
+        if self.claims.get(&key).is_some_and(|c| c.uid != claim.uid) {
+            // Another claim of the name: the one cached was deleted while no watch event said so (a relist).
+            self.delete_claim(&key);
+        }
         if claim.pool_kind.is_some() {
             // At start-up every claim is queued: those waiting for an address go before the bound ones, which are
             // only checked.
@@ -204,8 +241,20 @@ impl Index {
         let Some(claim) = self.claims.remove(key) else { return };
         books.remove(&claim.uid.uid());
         drop(books);
-        if claim.moving_away {
+        let moved_cluster = claim
+            .cluster()
+            .is_some_and(|cluster| lock(&self.moved_clusters).contains(&ObjectKey::new(&key.namespace, cluster)));
+        if claim.moving_away || moved_cluster {
             moved_away::claim_moved_away(self, key);
+        }
+        if let Some(kind) = claim.pool_kind {
+            let pool = PoolKey::new(kind, &key.namespace, &claim.pool_name);
+            // A claim deleted while it waited must not take the wake of an address that frees up.
+            self.registry.stop_waiting(&pool, key);
+            if self.registry.holds_unconfirmed(&pool, key) {
+                // A create of its IPAddress failed uncertainly: its worker finds out whether it happened.
+                self.sink.wake(key.clone());
+            }
         }
         self.sink.claim_gone(key.clone());
     }
@@ -318,23 +367,26 @@ impl Index {
     /// An IPAddress as its watch delivers it; returns its key.
     pub fn apply_address(&self, address: &IpAddress) -> ObjectKey {
         let key = self.shared_key(ObjectKey::new(&address.namespace().unwrap_or_default(), &address.name_any()));
-        if self.is_deleted(&key, address) {
+        let uid = address.metadata.uid.as_deref().map(Uid::of);
+        self.saw_addresses_until(&address.metadata);
+        if self.is_deleted(&key, uid) {
             return key;
         }
         let Some(mut record) = AddressRecord::of(address) else {
             // Not one of our pools' (IPAddress specs are immutable, so it never was).
             return key;
         };
+        record.seen = true;
+        if self.is_stale(&key, &record) {
+            return key;
+        }
         let held = Held::of(record.pool.kind, &address.spec);
         let pool = record.pool.clone();
+        let moving_away = pool.kind.is_global()
+            && (record.moving_away || read(&self.addresses).get(&key).is_some_and(|r| r.moving_away && r.uid == uid));
+        record.moving_away = moving_away;
         if pool.kind.is_global() {
-            // Once moved away, its address is a reservation until the object is gone; else it may be one coming back.
-            record.moving_away |= read(&self.addresses).get(&key).is_some_and(|r| r.moving_away);
-            if record.moving_away {
-                write(&self.addresses).insert(key.clone(), record);
-                moved_away::still_moving_away(self, &pool, &key, held);
-                return key;
-            }
+            // It holds a reserved address now (one that came back, or one a move left behind: never free between).
             moved_away::came_back(self, &pool, &key, held);
         }
         let previous = write(&self.addresses).insert(key.clone(), record);
@@ -344,21 +396,61 @@ impl Index {
         if let Some(duplicate) = self.registry.record(&pool, &key, held) {
             self.report_duplicate(&duplicate);
         }
+        if moving_away {
+            moved_away::still_moving_away(self, &pool, &key, held);
+        }
         // The claim of the same name may need its finalizer, owner references or status (restore, move).
         self.sink.wake(key.clone());
         key
     }
 
-    /// An IPAddress is gone.
-    pub fn delete_address(&self, key: &ObjectKey) {
-        lock(&self.deleted).remove(key);
-        let Some(record) = write(&self.addresses).remove(key) else { return };
-        if record.moving_away && record.pool.kind.is_global() {
-            moved_away::moved_away(self, &record.pool, key);
+    /// Whether a watch event is about another object of the name than the one we recorded from our own write, before
+    /// the watch delivered ours: that object is gone already (ours could only be created once it was), and the watch,
+    /// which delivers in order, has not caught up. The first event of our own object marks it seen.
+    fn is_stale(&self, key: &ObjectKey, event: &AddressRecord) -> bool {
+        let mut addresses = write(&self.addresses);
+        let Some(current) = addresses.get_mut(key) else { return false };
+        if current.uid != event.uid {
+            return !current.seen;
+        }
+        current.seen = true;
+        current.doubtful = false;
+        false
+    }
+
+    /// An IPAddress is gone (its watch's DELETED event, or a list that no longer holds it). Only the object `uid`:
+    /// another of the same name may hold an address now.
+    /// Notes how far the IPAddress watch has come. Not while it lists: a list comes in name order, not in the order
+    /// of changes (the list's newest object is taken once it is complete, [`Index::addresses_listed`]).
+    fn saw_addresses_until(&self, meta: &kube::api::ObjectMeta) {
+        let Some(revision) = revision_of(meta).number() else { return };
+        if let Some(listing) = lock(&self.listing_until).as_mut() {
+            *listing = (*listing).max(revision);
             return;
         }
+        self.addresses_seen_until.fetch_max(revision, Ordering::AcqRel);
+    }
+
+    /// The IPAddress watch delivered `object`'s DELETED event.
+    pub fn address_deleted(&self, key: &ObjectKey, object: &IpAddress) {
+        self.saw_addresses_until(&object.metadata);
+        self.delete_address(key, object.metadata.uid.as_deref().map(Uid::of));
+    }
+
+    pub fn delete_address(&self, key: &ObjectKey, uid: Option<Uid>) {
+        if let Some(uid) = uid {
+            lock(&self.deleted).remove(&(key.clone(), uid));
+        }
+        let record = {
+            let mut addresses = write(&self.addresses);
+            match addresses.get(key) {
+                Some(r) if uid.is_none() || r.uid.is_none() || r.uid == uid => addresses.remove(key),
+                _ => None,
+            }
+        };
+        let Some(record) = record else { return };
         let held = self.registry.held_by(&record.pool, key);
-        self.wake_all(self.registry.forget(&record.pool, key));
+        self.release_hold(&record.pool, key);
         self.metrics.released(record.pool.kind);
         // If its claim still lives, it gets a new IPAddress: with the same address, while that is still free.
         if let Some(claim) = self.claims.get(key).filter(|c| c.deletion_timestamp.is_none())
@@ -369,10 +461,60 @@ impl Index {
         self.sink.wake(key.clone());
     }
 
-    /// The watch listed every IPAddress again: tombstones of those it no longer holds are not needed any more.
+    /// The hold of an IPAddress that is gone ends: its address is free, unless the pool's annotation says it is in
+    /// use on another management cluster (an IPAddress a move left behind here), where it stays reserved.
+    fn release_hold(&self, pool: &PoolKey, key: &ObjectKey) {
+        if pool.kind.is_global()
+            && let Some(held) = self.registry.held_by(pool, key)
+            && moved_away::is_reserved(self, pool, held)
+        {
+            moved_away::moved_away(self, pool, key);
+            return;
+        }
+        self.wake_all(self.registry.forget(pool, key));
+    }
+
+    /// The IPAddress watch begins a list: the tombstones it must list again to keep.
+    pub fn addresses_listing(&self) {
+        *lock(&self.unlisted_tombstones) = Some(lock(&self.deleted).clone());
+        *lock(&self.listing_until) = Some(0);
+    }
+
+    /// The watch listed every IPAddress again: the tombstones it did not list are not needed any more, and the records
+    /// of our own writes it did not list (a list marks what it holds seen) may be of objects gone already.
     pub fn addresses_listed(&self) {
-        let listed = read(&self.addresses);
-        lock(&self.deleted).retain(|key, _| listed.contains_key(key));
+        if let Some(listed_until) = lock(&self.listing_until).take() {
+            self.addresses_seen_until.fetch_max(listed_until, Ordering::AcqRel);
+        }
+        if let Some(gone) = lock(&self.unlisted_tombstones).take() {
+            let mut deleted = lock(&self.deleted);
+            for tombstone in gone {
+                deleted.remove(&tombstone);
+            }
+        }
+        let mut doubtful = Vec::new();
+        for (key, record) in write(&self.addresses).iter_mut().filter(|(_, r)| !r.seen) {
+            record.doubtful = true;
+            doubtful.push(key.clone());
+        }
+        self.wake_all(doubtful);
+    }
+
+    /// A doubtful record (see [`AddressRecord::doubtful`]) was read: `live` is what the API server holds now of that
+    /// name. The record stays if it is that object, else it goes (an object of the name that is not ours to record
+    /// yet comes with the watch).
+    pub fn doubt_resolved(&self, key: &ObjectKey, uid: Option<Uid>, live: Option<&IpAddress>) {
+        let live_uid = live.and_then(|a| a.metadata.uid.as_deref()).map(Uid::of);
+        if live_uid.is_some() && live_uid == uid {
+            if let Some(record) = write(&self.addresses).get_mut(key).filter(|r| r.uid == uid) {
+                record.doubtful = false;
+            }
+            return;
+        }
+        let still_doubtful = read(&self.addresses).get(key).is_some_and(|r| r.uid == uid && r.doubtful && !r.seen);
+        if still_doubtful {
+            self.delete_address(key, uid);
+        }
     }
 
     pub fn address(&self, key: &ObjectKey) -> Option<AddressRecord> {
@@ -383,28 +525,66 @@ impl Index {
         read(&self.addresses).keys().cloned().collect()
     }
 
+    /// The name and UID of every IPAddress recorded (what a relist must see again to keep).
+    pub fn address_ids(&self) -> Vec<(ObjectKey, Option<Uid>)> {
+        read(&self.addresses).iter().map(|(k, r)| (k.clone(), r.uid)).collect()
+    }
+
     pub fn address_count(&self) -> usize {
         read(&self.addresses).len()
     }
 
-    /// Records an IPAddress we just created or patched (the watch will confirm it); `None` when it is not of our
-    /// pools.
+    /// Records an IPAddress we just created, read or patched (the watch will confirm it); `None` when it is not of
+    /// our pools.
     pub fn remember_address(&self, key: &ObjectKey, object: &IpAddress) -> Option<AddressRecord> {
-        let record = AddressRecord::of(object)?;
-        if let Some(duplicate) = self.registry.record(&record.pool, key, Held::of(record.pool.kind, &object.spec)) {
+        let mut record = AddressRecord::of(object)?;
+        if let Some(uid) = record.uid
+            && lock(&self.deleted).contains(&(key.clone(), uid))
+        {
+            return None;
+        }
+        {
+            let addresses = read(&self.addresses);
+            match addresses.get(key).filter(|c| c.uid == record.uid) {
+                Some(current) => record.seen = current.seen,
+                // The watch delivered this version of it already, and it is not recorded: it was deleted since (what
+                // we read or wrote is older news than the watch's).
+                None if revision_of(&object.metadata)
+                    .number()
+                    .is_some_and(|r| r <= self.addresses_seen_until.load(Ordering::Acquire)) =>
+                {
+                    return None;
+                }
+                None => {}
+            }
+        }
+        let held = Held::of(record.pool.kind, &object.spec);
+        if record.pool.kind.is_global() {
+            // It holds a reserved address now (one that came back with its Cluster, read before the watch saw it).
+            moved_away::came_back(self, &record.pool, key, held);
+        }
+        if let Some(duplicate) = self.registry.record(&record.pool, key, held) {
             self.report_duplicate(&duplicate);
         }
-        write(&self.addresses).insert(key.clone(), record.clone());
+        let previous = write(&self.addresses).insert(key.clone(), record.clone());
+        if let Some(old) = previous.filter(|p| *p.pool != *record.pool) {
+            self.wake_all(self.registry.forget(&old.pool, key));
+        }
         Some(record)
     }
 
     /// We deleted the IPAddress `key` (`uid`) of `pool` and it is gone: its address is free at once, before the
     /// watch confirms it, and late events about it are ignored.
     pub fn deleted_address(&self, key: &ObjectKey, pool: &PoolKey, uid: Option<&str>) {
+        let uid = uid.map(Uid::of);
         if let Some(uid) = uid {
-            lock(&self.deleted).insert(key.clone(), Uid::of(uid));
+            lock(&self.deleted).insert((key.clone(), uid));
         }
-        self.wake_all(self.registry.forget(pool, key));
+        let ours = read(&self.addresses).get(key).is_none_or(|r| r.uid.is_none() || uid.is_none() || r.uid == uid);
+        if !ours {
+            return;
+        }
+        self.release_hold(pool, key);
         self.metrics.released(pool.kind);
         write(&self.addresses).remove(key);
     }
@@ -414,10 +594,26 @@ impl Index {
         self.wake_all(self.registry.abandon(pool, key));
     }
 
-    /// Whether `address` is one we deleted (its events are stale).
-    fn is_deleted(&self, key: &ObjectKey, address: &IpAddress) -> bool {
+    /// The claim `key` is gone, and no IPAddress of its name exists: a hold its uncertain create left is given up,
+    /// unless a claim of that name is back (its own reconcile owns the hold then). Decided under the pool's lock, so
+    /// a new claim's allocation cannot slip in between.
+    pub fn abandon_orphaned_hold(&self, pool: &PoolKey, key: &ObjectKey) {
+        let taken_over = || self.claims.get(key).is_some_and(|c| c.uses_pool(pool.kind, &pool.namespace, &pool.name));
+        self.wake_all(self.registry.abandon_unless(pool, key, taken_over));
+    }
+
+    /// Whether `uid` of `key` is one we deleted (its events are stale).
+    fn is_deleted(&self, key: &ObjectKey, uid: Option<Uid>) -> bool {
+        let Some(uid) = uid else { return false };
         let deleted = lock(&self.deleted);
-        deleted.get(key).is_some_and(|uid| address.metadata.uid.as_deref().map(Uid::of).as_ref() == Some(uid))
+        if !deleted.contains(&(key.clone(), uid)) {
+            return false;
+        }
+        // Listed again: it still exists, so its tombstone stays after the list.
+        if let Some(unlisted) = lock(&self.unlisted_tombstones).as_mut() {
+            unlisted.remove(&(key.clone(), uid));
+        }
+        true
     }
 
     /// An address held twice: the one promise of an IPAddress provider is broken, so this is as loud as it gets. An
@@ -437,12 +633,43 @@ impl Index {
         self.wake_all(duplicate.holders.clone());
     }
 
+    /// A claim of the pool is bound to the IPAddress holding `held`: a reservation of that address as moved away
+    /// ends (its Cluster came back).
+    pub fn claim_back(&self, pool: &PoolKey, claim: &ObjectKey, held: Held) {
+        // Only a claim that is still here and staying (not deleted for a move meanwhile).
+        if self.claims.get(claim).is_some_and(|c| !c.moving_away && c.deletion_timestamp.is_none()) {
+            moved_away::claim_back(self, pool, held);
+        }
+    }
+
+    /// Whether the address the IPAddress `key` holds in `pool` is still to be written into the pool's moved-away
+    /// annotation.
+    pub fn moved_away_unwritten(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.registry
+            .held_by(pool, key)
+            .is_some_and(|held| self.moved_away_pending(pool).get(&held.to_string()) == Some(&true))
+    }
+
+    /// The pool holding something for the IPAddress `key` that the API server has not shown yet, a create of ours
+    /// that failed without saying whether it happened, and that is not the pool of the claim of that name (whose
+    /// own reconcile takes the hold over).
+    pub fn orphaned_hold(&self, key: &ObjectKey) -> Option<PoolKey> {
+        let pool = self.registry.unconfirmed_hold(key)?;
+        let claimed = self.claims.get(key).is_some_and(|c| c.uses_pool(pool.kind, &pool.namespace, &pool.name));
+        (!claimed).then_some(pool)
+    }
+
     /// The IPAddresses made for a claim that is not cached, and whose Cluster (if any) is not paused: candidates for
-    /// release once the API server confirms the claim is gone (decision D11).
+    /// release once the API server confirms the claim is gone (decision D11). Whether ours still protects them or a
+    /// delete of ours did not finish (marked for deletion, or our finalizer already off), they are released.
     pub fn orphans(&self) -> Vec<(ObjectKey, AddressRecord)> {
         let candidates: Vec<(ObjectKey, AddressRecord)> = read(&self.addresses)
             .iter()
-            .filter(|(k, r)| r.owned_by_a_claim() && !r.deleting && !self.claims.contains(k))
+            .filter(|(k, r)| {
+                // A claim of the name in another pool cannot adopt it (IPAddress specs are immutable): still an orphan.
+                r.made_for_a_claim()
+                    && !self.claims.get(k).is_some_and(|c| c.uses_pool(r.pool.kind, &r.pool.namespace, &r.pool.name))
+            })
             .map(|(k, r)| (k.clone(), r.clone()))
             .collect();
         candidates.into_iter().filter(|(key, record)| !self.keeps_addresses(&key.namespace, record)).collect()
@@ -463,10 +690,13 @@ impl Index {
         if key.kind.is_global() {
             moved_away::sync(self, &key, &pool);
         }
-        let state = (pool.metadata.generation, pool.is_paused());
+        // What a claim's reconcile decides on: another pool object of the name (deleted and created again while
+        // the watch relisted), a new generation, pause, deletion.
+        let state_of = |p: &Pool| (p.metadata.uid.clone(), p.metadata.generation, p.is_paused(), p.is_deleting());
+        let state = state_of(&pool);
         let pool = Arc::new(pool);
-        let before = write(&self.pools).insert(key.clone(), pool).map(|p| (p.metadata.generation, p.is_paused()));
-        if !state.1 && before != Some(state) {
+        let before = write(&self.pools).insert(key.clone(), pool).map(|p| state_of(&p));
+        if !state.2 && before != Some(state) {
             self.wake_pool_claims(&key);
         }
         self.sink.pool_changed(key);
@@ -481,6 +711,12 @@ impl Index {
 
     pub fn pool(&self, key: &PoolKey) -> Option<Arc<Pool>> {
         read(&self.pools).get(key).cloned()
+    }
+
+    /// Whether an IPAddress references the pool, or a create of one is uncertain (the pool's finalizer waits for
+    /// neither; reservations do not count, they go with the pool).
+    pub fn pool_in_use(&self, key: &PoolKey) -> bool {
+        read(&self.addresses).values().any(|r| *r.pool == *key) || self.registry.used(key) > 0
     }
 
     pub fn pool_keys(&self) -> Vec<PoolKey> {
@@ -499,14 +735,37 @@ impl Index {
 
     /// A Cluster as its watch delivers it: one that appears, or is unpaused, wakes its claims (decision D9).
     pub fn apply_cluster(&self, key: ObjectKey, paused: bool) {
+        lock(&self.moved_clusters).remove(&key);
         let was = write(&self.clusters).insert(key.clone(), paused);
         if !paused && was != Some(false) {
             self.wake_claims_where(|claim| claim.key.namespace == key.namespace && claim.cluster() == Some(&*key.name));
         }
     }
 
+    /// A Cluster is gone: the claims it kept waiting (a deleted claim of a paused Cluster) go on without it. Gone
+    /// while paused, it was moved to another management cluster (clusterctl deletes it last, paused): the IPAddresses
+    /// of global pools it left behind, whose claims are gone, keep their addresses reserved even when the claims'
+    /// deletion for the move was not seen (a relist, a restart).
     pub fn delete_cluster(&self, key: &ObjectKey) {
-        write(&self.clusters).remove(key);
+        let Some(paused) = write(&self.clusters).remove(key) else { return };
+        if paused {
+            lock(&self.moved_clusters).insert(key.clone());
+            let left_behind: Vec<ObjectKey> = read(&self.addresses)
+                .iter()
+                .filter(|(k, r)| {
+                    r.pool.kind.is_global()
+                        && k.namespace == key.namespace
+                        && r.cluster_label.as_deref() == Some(&*key.name)
+                        && !r.moving_away
+                        && self.claims.get(k).is_none()
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for address in &left_behind {
+                moved_away::claim_moved_away(self, address);
+            }
+        }
+        self.wake_claims_where(|claim| claim.key.namespace == key.namespace && claim.cluster() == Some(&*key.name));
     }
 
     pub fn cluster_keys(&self) -> Vec<ObjectKey> {

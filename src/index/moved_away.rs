@@ -19,44 +19,103 @@ use super::registry::{Held, PoolKey, reservation_key};
 use super::{Index, ObjectKey, lock, write};
 use crate::api::{MOVED_AWAY_ANNOTATION, Pool};
 use crate::capi::IpAddressSpec;
+use crate::compact::ResourceVersion;
 
-/// The annotation's entries that are not written yet, per pool: entry → `true` to add it, `false` to remove it.
+/// The changes to the pools' annotations our manager makes, per pool: those not written yet, and those written but not
+/// yet seen in a pool event (the watch may still deliver events older than our write, which must not undo it).
 #[derive(Default)]
 pub struct Ledger {
-    pending: Mutex<HashMap<PoolKey, BTreeMap<String, bool>>>,
+    pools: Mutex<HashMap<PoolKey, PoolLedger>>,
     /// Entries already reported as not an address of their pool (said once, not on every pool event).
     reported: Mutex<HashSet<(PoolKey, String)>>,
 }
 
+#[derive(Default)]
+struct PoolLedger {
+    /// Entry → `true` to add it, `false` to remove it.
+    pending: BTreeMap<String, bool>,
+    /// Written, at `written_at` (the resourceVersion our last write returned).
+    written: BTreeMap<String, bool>,
+    written_at: ResourceVersion,
+}
+
+impl PoolLedger {
+    /// The entries the annotation holds once our changes are in, given a pool event's annotation and resourceVersion.
+    /// Our written changes count until an event at or after our last write shows the annotation as it is since.
+    fn wanted(&mut self, annotation: Option<&str>, revision: ResourceVersion) -> BTreeSet<String> {
+        if revision.is_at_least(self.written_at) {
+            self.written.clear();
+        }
+        let mut wanted = entries(annotation);
+        for (entry, add) in self.written.iter().chain(&self.pending) {
+            if *add {
+                wanted.insert(entry.clone());
+            } else {
+                wanted.remove(entry);
+            }
+        }
+        wanted
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.written.is_empty()
+    }
+}
+
 impl Index {
     fn queue_moved_away(&self, pool: &PoolKey, held: Held, add: bool) {
-        lock(&self.moved_away.pending).entry(pool.clone()).or_default().insert(held.to_string(), add);
+        lock(&self.moved_away.pools).entry(pool.clone()).or_default().pending.insert(held.to_string(), add);
         self.sink.moved_away_changed(pool.clone());
     }
 
     /// The changes to the pool's annotation not written yet.
     pub fn moved_away_pending(&self, pool: &PoolKey) -> BTreeMap<String, bool> {
-        lock(&self.moved_away.pending).get(pool).cloned().unwrap_or_default()
+        lock(&self.moved_away.pools).get(pool).map(|l| l.pending.clone()).unwrap_or_default()
     }
 
-    /// `written` landed in the pool's annotation (or the pool is gone, `None`): no longer pending, unless it changed
-    /// meanwhile.
-    pub fn moved_away_written(&self, pool: &PoolKey, written: Option<&BTreeMap<String, bool>>) {
-        let mut pending = lock(&self.moved_away.pending);
+    /// `changes` landed in the pool's annotation by a write that returned `revision` (or the pool is gone, `None`):
+    /// no longer pending, unless they changed meanwhile.
+    pub fn moved_away_written(&self, pool: &PoolKey, written: Option<(&BTreeMap<String, bool>, ResourceVersion)>) {
+        let mut pools = lock(&self.moved_away.pools);
         match written {
             None => {
-                pending.remove(pool);
+                pools.remove(pool);
             }
-            Some(changes) => {
-                if let Some(now) = pending.get_mut(pool) {
-                    now.retain(|entry, add| changes.get(entry) != Some(add));
-                    if now.is_empty() {
-                        pending.remove(pool);
+            Some((changes, revision)) => {
+                let ledger = pools.entry(pool.clone()).or_default();
+                for (entry, add) in changes {
+                    if ledger.pending.get(entry) == Some(add) {
+                        ledger.pending.remove(entry);
                     }
+                    ledger.written.insert(entry.clone(), *add);
                 }
+                ledger.written_at = revision;
             }
         }
     }
+
+    /// The entries of the pool's annotation once our changes are in, as of the pool object the index holds.
+    fn moved_away_wanted(&self, key: &PoolKey) -> BTreeSet<String> {
+        let pool = self.pool(key);
+        let (annotation, revision) = match &pool {
+            Some(p) => (p.annotation(MOVED_AWAY_ANNOTATION), revision_of(p)),
+            None => (None, ResourceVersion::default()),
+        };
+        let mut pools = lock(&self.moved_away.pools);
+        match pools.get_mut(key) {
+            Some(ledger) => ledger.wanted(annotation, revision),
+            None => entries(annotation),
+        }
+    }
+}
+
+fn revision_of(pool: &Pool) -> ResourceVersion {
+    ResourceVersion::of(pool.metadata.resource_version.as_deref().unwrap_or_default())
+}
+
+/// Whether `held` is reserved in the pool's annotation (our changes included): in use on another management cluster.
+pub fn is_reserved(index: &Index, pool: &PoolKey, held: Held) -> bool {
+    held.address().is_some() && index.moved_away_wanted(pool).contains(&held.to_string())
 }
 
 /// The entries of an annotation value, as written.
@@ -81,57 +140,79 @@ fn held(key: &PoolKey, entry: &str) -> Option<Held> {
 pub fn moved_away(index: &Index, pool: &PoolKey, address: &ObjectKey) {
     let Some(held) = index.registry.held_by(pool, address).filter(|h| h.address().is_some()) else { return };
     if index.registry.transfer(pool, address, &reservation_key(held)).is_some() {
-        info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
-        index.queue_moved_away(pool, held, true);
+        info!(pool = %pool, ipaddress = %address, address = %held, "the IPAddress of an address moved to another management cluster is gone; the address stays reserved here");
     }
 }
 
 /// A claim is gone for a move. clusterctl leaves the IPAddresses of a global pool on the source (they hang below a
-/// cluster-scoped object), so the claim's deletion is the signal: its IPAddress's address becomes a reservation now,
-/// and the IPAddress, an orphan, is deleted later without freeing it.
+/// cluster-scoped object), so the claim's deletion is the signal: its IPAddress's address is recorded in the pool's
+/// annotation now, and when the IPAddress, an orphan, is deleted later, its hold becomes a reservation.
 pub fn claim_moved_away(index: &Index, claim: &ObjectKey) {
-    let pool = {
+    let (pool, held) = {
         let mut addresses = write(&index.addresses);
         match addresses.get_mut(claim) {
             Some(record) if record.pool.kind.is_global() => {
                 record.moving_away = true;
-                (*record.pool).clone()
+                let pool = (*record.pool).clone();
+                let held = index.registry.held_by(&pool, claim);
+                (pool, held)
             }
             _ => return,
         }
     };
-    moved_away(index, &pool, claim);
-}
-
-/// An IPAddress of a global pool seen again after it was moved away (until it is deleted): its address is a
-/// reservation. One first seen in that state (the manager started during a move) is reserved at once.
-pub fn still_moving_away(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
-    if held.address().is_some() && index.registry.held_by(pool, address).is_none() && index.registry.reserve(pool, held)
-    {
-        info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
-        index.queue_moved_away(pool, held, true);
+    if let Some(held) = held.filter(|h| h.address().is_some()) {
+        record_moved_away(index, &pool, claim, held);
     }
 }
 
-/// An IPAddress appeared: if its address was reserved as moved away, the Cluster came back with it.
+/// An IPAddress of a global pool marked as moving away (its claim was deleted for a move, or it carries clusterctl's
+/// `delete-for-move` itself): its address goes into the pool's annotation unless it is there already.
+pub fn still_moving_away(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
+    if held.address().is_some() && !is_reserved(index, pool, held) {
+        record_moved_away(index, pool, address, held);
+    }
+}
+
+fn record_moved_away(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
+    info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
+    index.queue_moved_away(pool, held, true);
+}
+
+/// An IPAddress appeared holding an address reserved as moved away: it holds it now, never free in between. It may be
+/// the IPAddress a move left behind here (seen again after a restart) rather than one that came back, so the
+/// annotation entry stays until a claim of the pool is bound to it again ([`claim_back`]).
 pub fn came_back(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
     if index.registry.transfer(pool, &reservation_key(held), address).is_some() {
-        info!(pool = %pool, ipaddress = %address, address = %held, "moved back; the reservation ends");
+        info!(pool = %pool, ipaddress = %address, address = %held, "an IPAddress holds a reserved address");
+    }
+}
+
+/// A live claim of the pool is bound to the IPAddress holding `held`: if the address was reserved as moved away, its
+/// Cluster came back with it and the reservation ends.
+pub fn claim_back(index: &Index, pool: &PoolKey, held: Held) {
+    if pool.kind.is_global() && is_reserved(index, pool, held) {
+        info!(pool = %pool, address = %held, "moved back; the reservation ends");
         index.queue_moved_away(pool, held, false);
     }
 }
 
-/// Brings the reservations of a global pool in line with its annotation (and the changes not written yet): an entry
-/// an operator removed frees its address; one held by an IPAddress here came back.
+/// Brings the reservations of a global pool in line with its annotation (and our changes the event may not show
+/// yet): an entry an operator removed frees its address; one an IPAddress here holds stays held by it.
 pub fn sync(index: &Index, key: &PoolKey, pool: &Pool) {
-    let mut wanted = entries(pool.annotation(MOVED_AWAY_ANNOTATION));
-    for (entry, add) in index.moved_away_pending(key) {
-        if add {
-            wanted.insert(entry);
-        } else {
-            wanted.remove(&entry);
+    let wanted = {
+        let mut pools = lock(&index.moved_away.pools);
+        let annotation = pool.annotation(MOVED_AWAY_ANNOTATION);
+        match pools.get_mut(key) {
+            Some(ledger) => {
+                let wanted = ledger.wanted(annotation, revision_of(pool));
+                if ledger.is_empty() {
+                    pools.remove(key);
+                }
+                wanted
+            }
+            None => entries(annotation),
         }
-    }
+    };
     let wanted: HashMap<Held, String> = wanted
         .into_iter()
         .filter_map(|entry| match held(key, &entry) {
@@ -152,10 +233,8 @@ pub fn sync(index: &Index, key: &PoolKey, pool: &Pool) {
         }
     }
     for held in wanted.into_keys().filter(|h| !reserved.contains(h)) {
-        if !index.registry.reserve(key, held) {
-            // An IPAddress here holds it: the Cluster came back while the annotation still named it.
-            index.queue_moved_away(key, held, false);
-        }
+        // Held by an IPAddress here already (one a move left behind, or one that came back): it stays held by it.
+        index.registry.reserve(key, held);
     }
 }
 

@@ -11,7 +11,7 @@ use crate::api::{PoolKind, PoolSpec};
 use crate::capi::IpAddressSpec;
 use crate::compact::intern;
 use crate::ipam::{
-    Allocation, IpPoolAllocator, IpPoolConfig, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig, ReserveError,
+    Allocation, Family, IpPoolAllocator, IpPoolConfig, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig, ReserveError,
     prefix_pool::PrefixReserveError,
 };
 
@@ -251,8 +251,11 @@ impl PoolState {
     /// Whether another IPAddress holds `held` already (known once the pool's spec is loaded).
     fn is_held(&self, held: Held) -> bool {
         match (&self.allocator, held) {
-            (Some(Allocator::Ip(a)), Held::Ip(Some(ip))) => a.is_in_use(ip),
+            (Some(Allocator::Ip(a)), Held::Ip(Some(ip))) if a.config().family() == Family::of(&ip) => a.is_in_use(ip),
             (Some(Allocator::Prefix(a)), Held::Prefix(Some(p))) => a.holds(p.allocation()),
+            // An address of the other family, which the allocator cannot represent: the holders say (rare, so a scan
+            // is fine). Without a spec nothing is known yet (the duplicates are found when it arrives).
+            (Some(Allocator::Ip(_)), Held::Ip(Some(_))) => self.holders.values().any(|h| h.held == held),
             _ => false,
         }
     }
@@ -401,9 +404,13 @@ impl Registry {
                 state.config_error = None;
                 match (&mut state.allocator, config) {
                     (Some(Allocator::Ip(a)), Config::Ip(c, gateway)) => {
-                        state.prefix = i64::from(c.prefix());
-                        a.apply_config(c);
-                        state.gateway = gateway;
+                        if a.apply_config(c.clone()).is_ok() {
+                            state.prefix = i64::from(c.prefix());
+                            state.gateway = gateway;
+                        } else {
+                            // The other family: the addresses in use are rebuilt from the holders, never dropped.
+                            state.rebuild(Config::Ip(c, gateway));
+                        }
                     }
                     (Some(Allocator::Prefix(a)), Config::Prefix(c, gateway)) => {
                         state.prefix = i64::from(c.allocation_length());
@@ -541,13 +548,35 @@ impl Registry {
 
     /// Drops our not-yet-confirmed hold after a create the API server rejected.
     pub fn abandon(&self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
+        self.abandon_unless(pool_key, address, || false)
+    }
+
+    /// Drops our not-yet-confirmed hold of `address` unless `keep` says otherwise, asked under the pool's lock.
+    pub fn abandon_unless(&self, pool_key: &PoolKey, address: &ObjectKey, keep: impl FnOnce() -> bool) -> Woken {
         let Some(pool) = self.existing(pool_key) else { return Vec::new() };
-        let state = lock(&pool);
-        if state.holders.get(address).is_some_and(|h| !h.confirmed) {
-            drop(state);
-            return self.forget(pool_key, address);
+        let mut state = lock(&pool);
+        if state.holders.get(address).is_none_or(|h| h.confirmed) || keep() {
+            return Vec::new();
         }
-        Vec::new()
+        let Some(old) = state.holders.remove(address) else { return Vec::new() };
+        let mut woken = state.clear_duplicate(address, old.held);
+        state.release(old.held);
+        woken.extend(take_waiters(&mut state));
+        drop(state);
+        self.mark_dirty(pool_key);
+        woken
+    }
+
+    /// The pool where `address` holds something not yet seen in the API server, if any.
+    pub fn unconfirmed_hold(&self, address: &ObjectKey) -> Option<PoolKey> {
+        let pools: Vec<(PoolKey, Arc<Mutex<PoolState>>)> =
+            lock(&self.pools).iter().map(|(k, p)| (k.clone(), p.clone())).collect();
+        pools.into_iter().find(|(_, p)| lock(p).holders.get(address).is_some_and(|h| !h.confirmed)).map(|(k, _)| k)
+    }
+
+    /// Whether `address` holds something not yet seen in the API server (our create of it is uncertain).
+    pub fn holds_unconfirmed(&self, pool_key: &PoolKey, address: &ObjectKey) -> bool {
+        self.existing(pool_key).is_some_and(|p| lock(&p).holders.get(address).is_some_and(|h| !h.confirmed))
     }
 
     /// Marks our hold confirmed once our create succeeded.
@@ -644,6 +673,32 @@ impl Registry {
             return Vec::new();
         }
         state.waiters.drain(..).collect()
+    }
+
+    /// Whether every pool's allocator counts as many addresses in use as it has holders (the simulation checks it
+    /// after every step).
+    #[cfg(test)]
+    pub fn check_consistency(&self) -> Result<(), String> {
+        for (key, pool) in lock(&self.pools).iter() {
+            let state = lock(pool);
+            let used = state.counts().used;
+            if state.allocator.is_some() && used != state.holders.len() as i64 {
+                let holders: Vec<String> = state.holders.iter().map(|(k, h)| format!("{k}={}", h.held)).collect();
+                return Err(format!("{key} counts {used} in use but has {} holders: {holders:?}", state.holders.len()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every holder of a pool: the IPAddress (or reservation), what it holds, and whether it is confirmed.
+    #[cfg(test)]
+    pub fn holders(&self, key: &PoolKey) -> Vec<(ObjectKey, Held, bool)> {
+        let Some(pool) = self.existing(key) else { return Vec::new() };
+        let state = lock(&pool);
+        let mut holders: Vec<(ObjectKey, Held, bool)> =
+            state.holders.iter().map(|(k, h)| (k.clone(), h.held, h.confirmed)).collect();
+        holders.sort_by(|a, b| a.0.cmp(&b.0));
+        holders
     }
 
     /// The D4 counts of a pool, and its spec error if any.

@@ -11,6 +11,7 @@ use kube::runtime::watcher::Event;
 use super::{Index, ObjectKey, PoolKey};
 use crate::api::{Pool, PoolResource};
 use crate::capi::{Claim, ClaimResource, Cluster, IpAddress};
+use crate::compact::Uid;
 
 /// One kind of object the index keeps.
 pub trait Feed<K> {
@@ -22,6 +23,8 @@ pub trait Feed<K> {
     fn forget(&self, key: &Self::Key);
     /// The keys indexed now.
     fn keys(&self) -> Vec<Self::Key>;
+    /// A list begins (before its request is sent).
+    fn listing(&self) {}
     /// Every object was listed again.
     fn listed(&self) {}
 }
@@ -44,6 +47,7 @@ impl<Key: Clone + Eq + Hash> Relist<Key> {
     pub fn on_event<K, F: Feed<K, Key = Key>>(&mut self, feed: &F, event: Event<K>) -> bool {
         match event {
             Event::Init => {
+                feed.listing();
                 self.unlisted = Some(feed.keys().into_iter().collect());
                 false
             }
@@ -96,19 +100,25 @@ impl Feed<ClaimResource> for Index {
     }
 }
 
+/// IPAddresses by name and UID: a name is reused (claims are deleted and created again), and what a relist no longer
+/// holds is the object it recorded, not a newer one of the same name.
 impl Feed<IpAddress> for Index {
-    type Key = ObjectKey;
-    fn apply(&self, object: IpAddress) -> ObjectKey {
-        self.apply_address(&object)
+    type Key = (ObjectKey, Option<Uid>);
+    fn apply(&self, object: IpAddress) -> Self::Key {
+        let uid = object.metadata.uid.as_deref().map(Uid::of);
+        (self.apply_address(&object), uid)
     }
     fn delete(&self, object: &IpAddress) {
-        self.delete_address(&object_key(object));
+        self.address_deleted(&object_key(object), object);
     }
-    fn forget(&self, key: &ObjectKey) {
-        self.delete_address(key);
+    fn forget(&self, (key, uid): &Self::Key) {
+        self.delete_address(key, *uid);
     }
-    fn keys(&self) -> Vec<ObjectKey> {
-        self.address_keys()
+    fn keys(&self) -> Vec<Self::Key> {
+        self.address_ids()
+    }
+    fn listing(&self) {
+        self.addresses_listing();
     }
     fn listed(&self) {
         self.addresses_listed();

@@ -224,7 +224,7 @@ fn an_ipaddress_we_deleted_is_not_brought_back_by_a_late_event() {
     assert!(index.address(&key("a")).is_none());
     assert_eq!(index.registry().counts(&pool_key()).0.free, 1);
     // Once the watch lists again without it, the tombstone goes; a new object of the name counts again.
-    index.delete_address(&key("a"));
+    index.delete_address(&key("a"), None);
     index.addresses_listed();
     let mut again = ip_address("a", "10.0.0.1", &a);
     again.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
@@ -239,7 +239,7 @@ fn a_live_claim_whose_ipaddress_was_deleted_gets_its_address_back_once() {
     let a = claim("a");
     index.apply_claim(a.clone());
     index.apply_address(&ip_address("a", "10.0.0.2", &a));
-    index.delete_address(&key("a"));
+    index.delete_address(&key("a"), None);
     assert_eq!(index.take_vanished_address(&a, &pool_key()).as_deref(), Some("10.0.0.2"));
     assert_eq!(index.take_vanished_address(&a, &pool_key()), None);
     assert_eq!(index.books(), 0);
@@ -324,11 +324,15 @@ fn orphans_are_ipaddresses_of_claims_gone_whose_cluster_is_not_paused() {
     let mut moving = claim("moving");
     moving.cluster = Some(intern("demo"));
     index.apply_address(&ip_address("moving", "10.0.0.3", &moving));
-    // Not made by us for a claim (no finalizer): never ours to release.
-    let mut foreign = ip_address("foreign", "10.0.0.4", &claim("foreign"));
-    foreign.metadata.finalizers = None;
+    // Our finalizer already off (a delete that did not finish): still made for a claim of our pool.
+    let mut unprotected = ip_address("unprotected", "10.0.0.4", &claim("unprotected"));
+    unprotected.metadata.finalizers = None;
+    index.apply_address(&unprotected);
+    // Not made for a claim (no claim owner): never ours to release.
+    let mut foreign = ip_address("foreign", "10.0.0.6", &claim("foreign"));
+    foreign.metadata.owner_references = None;
     index.apply_address(&foreign);
-    // Being deleted already.
+    // Being deleted already, by a delete that did not finish.
     let mut deleting = ip_address("deleting", "10.0.0.5", &claim("deleting"));
     deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
     index.apply_address(&deleting);
@@ -338,9 +342,9 @@ fn orphans_are_ipaddresses_of_claims_gone_whose_cluster_is_not_paused() {
         names.sort();
         names
     };
-    assert_eq!(names(&index), ["gone"]);
+    assert_eq!(names(&index), ["deleting", "gone", "unprotected"]);
     index.apply_cluster(ObjectKey::new("ns", "demo"), false);
-    assert_eq!(names(&index), ["gone", "moving"]);
+    assert_eq!(names(&index), ["deleting", "gone", "moving", "unprotected"]);
 }
 
 /// What is kept per claim and per IPAddress, 100,000 of each (the memory target of docs/performance.md): a field
@@ -505,4 +509,54 @@ fn a_family_change_and_back_keeps_every_address_in_use() {
     assert!(index.registry().duplicates(&pool_key()).is_empty());
     let counts = index.registry().counts(&pool_key()).0;
     assert_eq!((counts.used, counts.out_of_range, counts.free), (2, 0, 0));
+}
+
+fn global_pool(revision: u64, moved_away: Option<&str>) -> crate::api::v1alpha2::GlobalInClusterIPPool {
+    let spec: IPPoolSpec =
+        serde_json::from_value(json!({"addresses": ["10.1.0.1-10.1.0.2"], "prefix": 24})).expect("spec");
+    let mut g = crate::api::v1alpha2::GlobalInClusterIPPool::new("g", spec.into());
+    g.metadata.uid = Some("20000000-0000-0000-0000-000000000002".to_owned());
+    g.metadata.resource_version = Some(revision.to_string());
+    g.metadata.annotations = moved_away.map(|v| [(crate::api::MOVED_AWAY_ANNOTATION.to_owned(), v.to_owned())].into());
+    g
+}
+
+/// Issue 25, hole 3: a pool event older than our write of the moved-away annotation (the status writer's, still in
+/// the watch) must not end the reservation it does not show yet.
+#[test]
+fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
+    use crate::api::v1alpha2::GlobalInClusterIPPool;
+    let (index, _sink) = index();
+    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+    let feed = |g: GlobalInClusterIPPool| {
+        Relist::default().on_event(&Pools::<GlobalInClusterIPPool>::of(&index), Event::Apply(g));
+    };
+    feed(global_pool(10, None));
+    let mut x = incarnation("x", 1);
+    x.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
+    x.pool_name = intern("g");
+    x.moving_away = true;
+    let mut address = ip_address_uid("x", "10.1.0.1", &x, 1);
+    address.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    address.spec.pool_ref.name = "g".to_owned();
+    index.apply_claim(x);
+    index.apply_address(&address);
+    // clusterctl deletes the claim for a move: its address goes into the annotation, and once the IPAddress left
+    // behind is released, the address is a reservation.
+    index.delete_claim(&key("x"));
+    Relist::default().on_event(&index, Event::Delete(address));
+    assert_eq!(index.registry().reservations(&global).len(), 1);
+    let changes = index.moved_away_pending(&global);
+    assert_eq!(changes, [("10.1.0.1".to_owned(), true)].into());
+    index.moved_away_written(&global, Some((&changes, crate::compact::ResourceVersion::of("12"))));
+    // The status writer's event from before our write arrives late, without the annotation.
+    feed(global_pool(11, None));
+    let next = index.registry().allocate(&global, &key("y"), None).expect("free");
+    assert_eq!(next.address.to_string(), "10.1.0.2", "the reserved address was handed out again");
+    // Our write's event, then an operator's removal of the entry: now the address is free.
+    feed(global_pool(12, Some("10.1.0.1")));
+    assert_eq!(index.registry().reservations(&global).len(), 1);
+    feed(global_pool(13, None));
+    assert!(index.registry().reservations(&global).is_empty());
+    assert_eq!(index.registry().allocate(&global, &key("z"), None).expect("free").address.to_string(), "10.1.0.1");
 }

@@ -188,6 +188,11 @@ pub enum ReserveError {
     Taken(IpAddr),
 }
 
+/// A pool edit changed the IP family: the allocator must be rebuilt from the addresses in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the pool changed its IP family")]
+pub struct FamilyChanged;
+
 /// The pool has no free address left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("no address available")]
@@ -251,22 +256,21 @@ impl IpPoolAllocator {
         &self.config
     }
 
-    /// Replaces the config (a pool edit), keeping every address in use.
-    pub fn apply_config(&mut self, config: IpPoolConfig) {
+    /// Replaces the config (a pool edit), keeping every address in use. A config of the other family is refused: the
+    /// addresses in use cannot be carried over (their values mean other addresses); the caller rebuilds the allocator
+    /// from the addresses themselves ([`IpPoolAllocator::rebuild`]).
+    pub fn apply_config(&mut self, config: IpPoolConfig) -> Result<(), FamilyChanged> {
         if config == self.config {
-            return;
+            return Ok(());
+        }
+        if config.family != self.config.family {
+            return Err(FamilyChanged);
         }
         let unparsable_or_foreign = self.out_of_range - self.count_out_of_range(&self.config);
-        if config.family != self.config.family {
-            // Every recorded address is now of the other family: keep the counts, hold nothing.
-            self.out_of_range = self.used;
-            self.in_use = RangeSet::new();
-            self.duplicates.clear();
-        } else {
-            self.out_of_range = unparsable_or_foreign + self.count_out_of_range(&config);
-        }
+        self.out_of_range = unparsable_or_foreign + self.count_out_of_range(&config);
         self.free = config.allocatable.difference(&self.in_use);
         self.config = config;
+        Ok(())
     }
 
     fn count_out_of_range(&self, config: &IpPoolConfig) -> u64 {

@@ -197,7 +197,7 @@ fn out_of_range_after_a_pool_edit() {
         let mut a = alloc(&s);
         assert_eq!(allocate_n(&mut a, *claims).len(), *claims);
         let s2 = spec(after, 24, "");
-        a.apply_config(IpPoolConfig::new(&s2).unwrap());
+        a.apply_config(IpPoolConfig::new(&s2).unwrap()).unwrap();
         let c = a.counts();
         assert_eq!(
             (c.used, c.out_of_range, c.total, c.free),
@@ -222,7 +222,7 @@ fn out_of_range_addresses_release_cleanly() {
     // Widening the pool makes a recorded address allocatable and in use.
     a.record(Some(ip("10.0.0.13")));
     assert_eq!(a.counts().out_of_range, 1);
-    a.apply_config(IpPoolConfig::new(&spec(&["10.0.0.10-10.0.0.13"], 24, "")).unwrap());
+    a.apply_config(IpPoolConfig::new(&spec(&["10.0.0.10-10.0.0.13"], 24, "")).unwrap()).unwrap();
     assert_eq!(a.counts(), PoolCounts { total: 4, used: 2, free: 2, out_of_range: 0 });
     assert_eq!(allocate_n(&mut a, 3), ["10.0.0.11", "10.0.0.12", "no address available"]);
 }
@@ -618,4 +618,14 @@ fn overlap_between_pools() {
     let fam = Family::V4;
     assert_eq!(first_overlap(fam, a.allocatable(), b.allocatable()), Some("10.0.0.18-10.0.0.20".into()));
     assert_eq!(first_overlap(fam, a.allocatable(), c.allocatable()), None);
+}
+
+#[test]
+fn an_edit_to_the_other_family_is_refused_and_changes_nothing() {
+    let mut a = alloc(&spec(&["10.0.0.10-10.0.0.12"], 24, ""));
+    assert_eq!(allocate_n(&mut a, 1), ["10.0.0.10"]);
+    let before = a.counts();
+    assert_eq!(a.apply_config(IpPoolConfig::new(&spec(&["fd00::1-fd00::3"], 64, "")).unwrap()), Err(FamilyChanged));
+    assert_eq!(a.counts(), before);
+    assert_eq!(allocate_n(&mut a, 1), ["10.0.0.11"]);
 }

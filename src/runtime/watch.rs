@@ -11,9 +11,11 @@ use crate::error::is_transport;
 use crate::index::relist::{Feed, Relist};
 
 /// Watches end on the server's side after 45 s and resume from their last resourceVersion: the client's 60 s read
-/// timeout (`crate::manager`) must not cut a quiet watch, which would log an error and reconnect.
+/// timeout (`crate::manager`) must not cut a quiet watch, which would log an error and reconnect. Lists are quorum
+/// reads (kube's default, stated because the index relies on it): a relist is never older than what we wrote before it
+/// began, so what it does not hold is gone.
 pub fn config() -> watcher::Config {
-    watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS)
+    watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS).list_semantic(watcher::ListSemantic::MostRecent)
 }
 
 /// Below the client's read timeout.

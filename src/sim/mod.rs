@@ -7,7 +7,7 @@
 //! `World::check_always` are checked, after the run settles those of `World::check_quiescent`; a violation prints the
 //! seed and the trace of the steps that led there.
 //!
-//! `make test` runs `SIM_SEEDS` seeds (1,500 by default) from `SIM_SEED_BASE` (0); `make sim` soaks (release build,
+//! `make test` runs `SIM_SEEDS` seeds (6,000 by default) from `SIM_SEED_BASE` (0); `make sim` soaks (release build,
 //! `SIM_SEEDS=1000000` by default, from a random base); `SIM_SEED=<n>` replays one seed with its trace
 //! (`cargo test --lib sim::tests::replay -- --ignored --nocapture`). docs/testing.md says what the model covers and
 //! what it assumes about the API server.
@@ -15,6 +15,8 @@
 mod client;
 mod model;
 mod rng;
+#[cfg(test)]
+mod scenarios;
 mod server;
 mod world;
 
@@ -44,18 +46,32 @@ fn env_u64(name: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
-    /// The seeds of `make test` (and of `make sim`, with more of them).
+    /// The seeds of `make test`, on two threads: the first violation fails it with its trace.
     #[test]
     fn seeds_keep_every_invariant() {
-        let seeds = env_u64("SIM_SEEDS").unwrap_or(1500);
+        let seeds = env_u64("SIM_SEEDS").unwrap_or(6000);
         let base = env_u64("SIM_SEED_BASE").unwrap_or(0);
         let started = std::time::Instant::now();
+        let totals: Vec<Stats> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..2u64)
+                .map(|t| {
+                    scope.spawn(move || {
+                        let mut total = Stats::default();
+                        for seed in (base + t..base + seeds).step_by(2) {
+                            match run_seed(seed) {
+                                Ok(stats) => total += &stats,
+                                Err(violation) => panic!("{violation}"),
+                            }
+                        }
+                        total
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        });
         let mut total = Stats::default();
-        for seed in base..base + seeds {
-            match run_seed(seed) {
-                Ok(stats) => total += &stats,
-                Err(violation) => panic!("{violation}"),
-            }
+        for t in &totals {
+            total += t;
         }
         println!(
             "simulation: {seeds} seeds from {base}, {} steps, {} terms, {} claims created, {} relists, {} late \
@@ -81,8 +97,8 @@ mod tests {
         }
     }
 
-    /// `make sim`: many seeds; every violation is reported (the first seed of each kind of violation with its
-    /// message), not only the first, and the run fails if there was any.
+    /// `make sim`: many seeds on every core (`SIM_THREADS`); every kind of violation is reported with the first
+    /// seed that showed it, and the run fails if there was any.
     #[test]
     #[ignore = "the soak of make sim"]
     fn soak() {
@@ -90,29 +106,57 @@ mod tests {
         let base = env_u64("SIM_SEED_BASE").unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() << 20)
         });
+        let threads = env_u64("SIM_THREADS")
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
+            .clamp(1, 64);
         let started = std::time::Instant::now();
+        let done = std::sync::atomic::AtomicU64::new(0);
+        type Found = std::collections::BTreeMap<String, (u64, u64)>;
+        let results: Vec<(Stats, Found)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let done = &done;
+                    scope.spawn(move || {
+                        let mut total = Stats::default();
+                        let mut found = Found::new();
+                        for seed in (base + t..base + seeds).step_by(threads as usize) {
+                            match World::new(seed, Options::for_seed(seed)).run() {
+                                Ok(stats) => total += &stats,
+                                Err(v) => {
+                                    // The kind of violation: its message up to the first detail.
+                                    let kind: String = v.what.split([':', '(']).next().unwrap_or_default().to_owned();
+                                    let entry = found.entry(kind).or_insert((seed, 0));
+                                    entry.0 = entry.0.min(seed);
+                                    entry.1 += 1;
+                                    if entry.1 == 1 {
+                                        println!("seed {seed}: {}", v.what);
+                                    }
+                                }
+                            }
+                            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                            if n.is_multiple_of(100_000) {
+                                println!("... {n} seeds in {:.0} s", started.elapsed().as_secs_f64());
+                            }
+                        }
+                        (total, found)
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().expect("a simulation thread")).collect()
+        });
         let mut total = Stats::default();
-        let mut found: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-        for seed in base..base + seeds {
-            match World::new(seed, Options::for_seed(seed)).run() {
-                Ok(stats) => total += &stats,
-                Err(v) => {
-                    // The kind of violation: its message up to the first detail.
-                    let kind: String = v.what.split([':', '(']).next().unwrap_or_default().to_owned();
-                    let entry = found.entry(kind).or_insert((seed, 0));
-                    entry.1 += 1;
-                    if entry.1 == 1 {
-                        println!("seed {seed} (after {} seeds): {}", seed - base + 1, v.what);
-                    }
-                }
-            }
-            if (seed - base + 1) % 100_000 == 0 {
-                println!("... {} seeds in {:.0} s", seed - base + 1, started.elapsed().as_secs_f64());
+        let mut found = Found::new();
+        for (stats, f) in &results {
+            total += stats;
+            for (kind, (first, n)) in f {
+                let entry = found.entry(kind.clone()).or_insert((*first, 0));
+                entry.0 = entry.0.min(*first);
+                entry.1 += n;
             }
         }
         println!(
-            "soak: {seeds} seeds from {base}: {} steps, {} terms, {} claims created, {} relists, {} late writes, {} \
-             moves, in {:.0} s; {} seeds broke an invariant",
+            "soak: {seeds} seeds from {base} on {threads} threads: {} steps, {} terms, {} claims created, {} \
+             relists, {} late writes, {} moves, in {:.0} s; {} seeds broke an invariant",
             total.steps,
             total.terms,
             total.claims_created,
@@ -123,7 +167,7 @@ mod tests {
             found.values().map(|(_, n)| n).sum::<u64>()
         );
         for (kind, (first, n)) in &found {
-            println!("  {n} x {kind} (first: seed {first})");
+            println!("  {n} x {kind} (first: seed {first}, {} seeds after the base)", first - base + 1);
         }
         assert!(found.is_empty(), "the soak found violations");
     }

@@ -52,7 +52,6 @@ pub enum Change {
 /// One change, as every watch of its kind delivers it.
 #[derive(Clone, Debug)]
 pub struct Logged {
-    pub kind: Kind,
     pub change: Change,
     pub object: Value,
 }
@@ -69,8 +68,8 @@ pub struct Server {
     revision: u64,
     uids: u64,
     objects: BTreeMap<(Kind, ObjectKey), Value>,
-    /// Every change, in order: the watches read it from their own position.
-    pub log: Vec<Logged>,
+    /// Every change of each kind, in order: the watches of a kind read it from their own position.
+    logs: BTreeMap<Kind, Vec<Logged>>,
     /// Seconds since the start, for timestamps (the simulation has no wall clock).
     pub clock: i64,
 }
@@ -134,7 +133,12 @@ impl Server {
     }
 
     fn record(&mut self, kind: Kind, change: Change, object: &Value) {
-        self.log.push(Logged { kind, change, object: object.clone() });
+        self.logs.entry(kind).or_default().push(Logged { change, object: object.clone() });
+    }
+
+    /// Every change of `kind` so far, in order.
+    pub fn log(&self, kind: Kind) -> &[Logged] {
+        self.logs.get(&kind).map_or(&[], Vec::as_slice)
     }
 
     pub fn create(&mut self, kind: Kind, mut object: Value) -> Result<Value, ApiError> {
@@ -335,7 +339,7 @@ mod tests {
         ));
         s.patch_merge(Kind::Claim, &key, &json!({"metadata": {"finalizers": null}}), false).unwrap();
         assert!(s.get(Kind::Claim, &key).is_none());
-        let changes: Vec<Change> = s.log.iter().map(|l| l.change).collect();
+        let changes: Vec<Change> = s.log(Kind::Claim).iter().map(|l| l.change).collect();
         assert_eq!(changes, [Change::Added, Change::Modified, Change::Modified, Change::Modified, Change::Deleted]);
     }
 }

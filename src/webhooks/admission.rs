@@ -276,7 +276,10 @@ async fn validate_ip(
         Ok(c) => c,
         Err(e) => return deny_spec(kind, &request.name, e),
     };
-    if update {
+    let changed = old.as_ref().is_none_or(|o| o.to_ipam() != new.to_ipam());
+    // Only a spec change can strand an allocated address: an update of the metadata alone (our finalizer, the
+    // moved-away annotation) is never refused for addresses stranded before it.
+    if update && changed {
         match capi::list_pool_addresses(&ctx.client, ctx.capi, kind, &request.name, namespace).await {
             Ok(addresses) => {
                 let allocated: Vec<&str> = addresses.iter().map(|(_, s)| s.address.as_str()).collect();
@@ -287,7 +290,6 @@ async fn validate_ip(
             Err(e) => return Outcome::deny(internal(&format!("listing the IPAddresses of the pool: {e}"))),
         }
     }
-    let changed = old.as_ref().is_none_or(|o| o.to_ipam() != new.to_ipam());
     let mut outcome = Outcome::allow();
     if changed {
         let overlaps = match ip_pool_overlaps(ctx, kind, &request.name, namespace, &config).await {
