@@ -199,7 +199,8 @@ proptest! {
                     }
                 }
                 Op::Edit(new) => {
-                    real.apply_config(IpPoolConfig::new(&new.spec).expect("generated specs parse"));
+                    real.apply_config(IpPoolConfig::new(&new.spec).expect("generated specs parse"))
+                        .expect("generated edits keep the family");
                     model.allocatable = new.allocatable;
                 }
             }

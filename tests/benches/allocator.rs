@@ -112,7 +112,7 @@ fn status(c: &mut Criterion) {
             toggle = !toggle;
             let mut spec = v6.clone();
             spec.gateway = toggle.then(|| "fd00::ffff:ffff".to_owned());
-            s.apply_config(IpPoolConfig::new(&spec).expect("valid pool"));
+            s.apply_config(IpPoolConfig::new(&spec).expect("valid pool")).expect("the same family");
             black_box(s.counts())
         })
     });
