@@ -46,8 +46,17 @@ run: k8s-bin ## Start the control plane and run the manager against it (Ctrl-C s
 	@$(TOOLS)/run.sh
 
 .PHONY: test
-test: k8s-bin ## fmt, clippy, unit tests and integration tests against a real control plane
+test: deps ## Go tools (cached), fmt, clippy, the image, unit tests, the simulation, integration tests against a real control plane
 	@$(TOOLS)/test.sh
+
+.PHONY: sim
+sim: ## Soak the deterministic simulation: SIM_SEEDS seeds (default 1,000,000) from SIM_SEED_BASE (default: random)
+	SIM_SEEDS=$${SIM_SEEDS:-1000000} cargo test --release --lib sim::tests::soak -- --ignored --nocapture
+
+.PHONY: sim-replay
+sim-replay: ## Replay one seed of the simulation with its trace: make sim-replay SIM_SEED=<n>
+	@test -n "$${SIM_SEED:-}" || { echo "usage: make sim-replay SIM_SEED=<n>" >&2; exit 2; }
+	cargo test --release --lib sim::tests::replay -- --ignored --nocapture
 
 .PHONY: bench-allocator
 bench-allocator: ## Allocator benchmarks (criterion), ends with the allocation speedup line

@@ -109,17 +109,23 @@ mod tests {
         let threads = env_u64("SIM_THREADS")
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
             .clamp(1, 64);
+        // `SIM_STOP_AT_FIRST=1`: stop at the first violation (how many seeds it takes to find one).
+        let stop_at_first = std::env::var_os("SIM_STOP_AT_FIRST").is_some();
+        let stop = std::sync::atomic::AtomicBool::new(false);
         let started = std::time::Instant::now();
         let done = std::sync::atomic::AtomicU64::new(0);
         type Found = std::collections::BTreeMap<String, (u64, u64)>;
         let results: Vec<(Stats, Found)> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
                 .map(|t| {
-                    let done = &done;
+                    let (done, stop) = (&done, &stop);
                     scope.spawn(move || {
                         let mut total = Stats::default();
                         let mut found = Found::new();
                         for seed in (base + t..base + seeds).step_by(threads as usize) {
+                            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                break;
+                            }
                             match World::new(seed, Options::for_seed(seed)).run() {
                                 Ok(stats) => total += &stats,
                                 Err(v) => {
@@ -129,7 +135,10 @@ mod tests {
                                     entry.0 = entry.0.min(seed);
                                     entry.1 += 1;
                                     if entry.1 == 1 {
-                                        println!("seed {seed}: {}", v.what);
+                                        println!("seed {seed} ({} seeds after the base): {}", seed - base + 1, v.what);
+                                    }
+                                    if stop_at_first {
+                                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
                                     }
                                 }
                             }
