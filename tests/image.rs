@@ -2,7 +2,8 @@
 //! container runtime would: every blob matches its digest, the config runs /manager as 65532:65532 with no shell,
 //! the one layer holds the statically linked manager and nothing else, and crane accepts both the OCI layout and the
 //! docker tarball. Then the entrypoint, extracted from the layer, runs as 65532 with an empty environment against the
-//! test control plane and binds a claim.
+//! test control plane and binds a claim; and it does so again from a copy of the checkout under a private folder
+//! (mode 0700), as a home folder is: what that user reads must never be inside the checkout.
 
 mod support;
 
@@ -13,8 +14,8 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 use support::claims::{Capi, address_of, create_pool};
 use support::manager::{Launch, Manager, free_port};
-use support::release::{ok, scratch, tool_dir};
-use support::{Plane, TestEnv, repo_root};
+use support::release::{ok, tool_dir};
+use support::{Plane, SharedScratch, TestEnv, enterable_by_anyone, repo_root};
 
 const NONROOT: u32 = 65532;
 
@@ -78,6 +79,8 @@ struct Image {
     config: Value,
     /// The entrypoint, extracted from the layer.
     manager: PathBuf,
+    /// Where it was extracted (removed with it).
+    _extracted: SharedScratch,
 }
 
 /// Reads the OCI layout: index → manifest → config and the one layer, each against its digest; extracts the layer.
@@ -112,7 +115,9 @@ fn take_apart(dir: &Path) -> Image {
     let entry = &entries[0];
     assert_eq!((entry[0], entry[1], entry[entry.len() - 1]), ("-rwxr-xr-x", "0/0", "manager"), "{listing}");
 
-    let extracted = scratch("image");
+    // The manager runs as 65532: extracted where that user can reach it, whatever the checkout's parents allow.
+    let scratch = SharedScratch::new("image");
+    let extracted = scratch.path().to_path_buf();
     let out = Command::new("tar")
         .args(["-xf", "-", "-C"])
         .arg(&extracted)
@@ -129,7 +134,7 @@ fn take_apart(dir: &Path) -> Image {
     let manager = extracted.join("manager");
     assert!(!needs_a_loader(&std::fs::read(&manager).expect("the manager")), "the manager is dynamically linked");
     assert!(needs_a_loader(&std::fs::read("/bin/sh").expect("/bin/sh")), "the ELF check cannot tell");
-    Image { config, manager }
+    Image { config, manager, _extracted: scratch }
 }
 
 #[test]
@@ -226,4 +231,66 @@ async fn the_entrypoint_from_the_layer_binds_a_claim_against_the_real_api_server
     assert_eq!(address_of(&address), "10.77.0.10");
     let metrics = manager.metrics().expect("metrics");
     assert!(metrics.contains("capi_ipam_allocations_total{kind=\"InClusterIPPool\"} 1"), "{metrics}");
+}
+
+/// The entrypoint test again, from a copy of the checkout in a folder only root may enter (as a home folder with mode
+/// 0700 is): this test binary, run with that copy as `CARGO_MANIFEST_DIR`, must find everything the manager, run as
+/// 65532, reads outside the checkout. It fails here first when a test puts such a file back inside it.
+#[test]
+fn the_entrypoint_runs_from_a_checkout_under_a_private_folder() {
+    if std::env::var_os("CAPI_IPAM_PRIVATE_CHECKOUT").is_some() {
+        return; // The copy itself runs only the entrypoint test.
+    }
+    let root = repo_root();
+    let private = tempfile_dir("private");
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod 0700");
+    let copy = private.join("checkout");
+    // The checkout's own files (tracked and new, not ignored), and the image under test.
+    let listed = Command::new("git")
+        .args(["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+        .current_dir(&root)
+        .output()
+        .expect("git ls-files");
+    assert!(listed.status.success(), "git ls-files: {}", String::from_utf8_lossy(&listed.stderr));
+    for file in listed.stdout.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+        let file = Path::new(std::str::from_utf8(file).expect("a UTF-8 path"));
+        if !root.join(file).is_file() {
+            continue; // Deleted but not yet committed.
+        }
+        let to = copy.join(file);
+        std::fs::create_dir_all(to.parent().expect("a folder")).expect("folder");
+        std::fs::copy(root.join(file), &to).expect("copying the checkout");
+    }
+    for file in ["oci/index.json", "oci/oci-layout", "image.tar", "name"] {
+        let to = copy.join("out/image").join(file);
+        std::fs::create_dir_all(to.parent().expect("a folder")).expect("folder");
+        std::fs::copy(image_dir().join(file), &to).expect("copying the image");
+    }
+    let blobs = image_dir().join("oci/blobs/sha256");
+    std::fs::create_dir_all(copy.join("out/image/oci/blobs/sha256")).expect("folder");
+    for blob in std::fs::read_dir(&blobs).expect("blobs") {
+        let blob = blob.expect("a blob").path();
+        std::fs::copy(&blob, copy.join("out/image/oci/blobs/sha256").join(blob.file_name().expect("a name")))
+            .expect("blob");
+    }
+    assert!(!enterable_by_anyone(&copy), "the copy must be out of other users' reach");
+    let out = Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "the_entrypoint_from_the_layer_binds_a_claim_against_the_real_api_server", "--nocapture"])
+        .env("CARGO_MANIFEST_DIR", &copy)
+        .env("CAPI_IPAM_PRIVATE_CHECKOUT", "1")
+        // The control plane of this checkout (the copy has none of its own).
+        .env("CAPI_IPAM_TEST_PLANE", Plane::shared().dir.clone())
+        .output()
+        .expect("running the entrypoint test from the copy");
+    let _ = std::fs::remove_dir_all(&private);
+    let output = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the entrypoint test failed from a checkout under a private folder:\n{output}");
+    assert!(output.contains("1 passed"), "the entrypoint test did not run from the copy:\n{output}");
+}
+
+/// A new folder under the system's temporary folder.
+fn tempfile_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(support::unique_name(&format!("capi-ipam-{name}")));
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    dir
 }

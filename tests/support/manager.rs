@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Plane, repo_root, tail, unique_name};
+use super::{Plane, SharedScratch, repo_root, tail, unique_name};
 
 /// How a manager is launched (the default: the binary under test, as root, with our CRDs and webhooks).
 pub struct Launch {
@@ -51,6 +51,8 @@ pub struct Manager {
     pid: Option<u32>,
     /// When the process was last started.
     pub spawned_at: Option<Instant>,
+    /// What a manager run as another user reads (kubeconfig, certificates), out of the checkout.
+    mounted: Option<SharedScratch>,
 }
 
 pub fn free_port() -> u16 {
@@ -90,10 +92,14 @@ impl Manager {
         std::fs::create_dir_all(&dir).expect("manager folder");
         let shared_certs = plane.dir.join("webhook-certs");
         run(Command::new("bash").arg(repo_root().join("tests/tools/dev-certs.sh")).arg(&shared_certs), "dev-certs.sh");
+        let mut mounted = None;
         let (certs, kubeconfig) = match owner {
             None => (shared_certs.clone(), plane.kubeconfig()),
             Some(uid) => {
-                let own = dir.join("mounted");
+                // Where the other user can reach it: not in the checkout, whose parents may be private.
+                let scratch = SharedScratch::new("mounted");
+                let own = scratch.path().to_path_buf();
+                mounted = Some(scratch);
                 std::fs::create_dir_all(own.join("certs")).expect("folder");
                 let mut files: Vec<(PathBuf, PathBuf)> = ["ca.crt", "tls.crt", "tls.key"]
                     .iter()
@@ -105,7 +111,7 @@ impl Manager {
                     std::os::unix::fs::chown(to, Some(uid), Some(uid)).expect("chown");
                     std::fs::set_permissions(to, std::os::unix::fs::PermissionsExt::from_mode(0o400)).expect("chmod");
                 }
-                for d in [&own, &own.join("certs"), &dir] {
+                for d in [&own, &own.join("certs")] {
                     std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
                 }
                 (own.join("certs"), own.join("kubeconfig"))
@@ -140,6 +146,7 @@ impl Manager {
             wrapper: None,
             pid: None,
             spawned_at: None,
+            mounted,
         };
         m.register(plane, &shared_certs, crds.as_deref(), webhooks.as_deref());
         m.spawn();

@@ -21,8 +21,48 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+/// The checkout the tests run from: `CARGO_MANIFEST_DIR` as cargo sets it when it runs a test (or as a test sets it
+/// for a copy of itself, see tests/image.rs), else the one this binary was built from.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
+/// A folder for files that a process of another user reads or runs, removed when dropped. It is made under the
+/// system's temporary folder (or `/tmp`, `/var/tmp`, `/dev/shm`), whichever every user can enter, never inside the
+/// checkout: a checkout under a private home folder (mode 0700 or 0750) is out of that user's reach.
+pub struct SharedScratch(PathBuf);
+
+impl SharedScratch {
+    pub fn new(name: &str) -> SharedScratch {
+        use std::os::unix::fs::PermissionsExt;
+        let candidates = [std::env::temp_dir(), "/tmp".into(), "/var/tmp".into(), "/dev/shm".into()];
+        let base = candidates.iter().find(|c| enterable_by_anyone(c)).unwrap_or_else(|| {
+            panic!(
+                "no temporary folder every user can enter among {candidates:?}: tests that run as another user need one"
+            )
+        });
+        let dir = base.join(unique_name(&format!("capi-ipam-{name}")));
+        std::fs::create_dir(&dir).expect("a shared scratch folder");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod 0755");
+        SharedScratch(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for SharedScratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether any user can enter `dir`: it and every folder above it have the others' execute bit.
+pub fn enterable_by_anyone(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(dir) = dir.canonicalize() else { return false };
+    dir.ancestors().all(|d| std::fs::metadata(d).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o001 != 0))
 }
 
 /// The folder holding helm and clusterctl (`tests/tools/k8s-bin.sh release`; `make test` builds them).
