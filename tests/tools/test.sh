@@ -1,23 +1,43 @@
 #!/usr/bin/env bash
-# make test: formatting, lints, unit tests, then the integration tests against a real etcd + kube-apiserver.
-# The control plane is started when it is not running, and stopped again at the end if this script started it.
+# make test: the Go tools the tests run (built once, cached), formatting and lints, the image, then the unit tests and
+# the integration tests against a real etcd + kube-apiserver. The control plane is started when it is not running, and
+# stopped again at the end if this script started it. Each stage says where it is and how long it has taken; the end
+# prints the time of every stage (a cold first run: docs/testing.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-step() { printf '\n==> %s\n' "$*"; }
 
-step "building helm, clusterctl and the Cluster API v1.14.2 and v1.10.10 managers (cached after the first time)"
-tests/tools/k8s-bin.sh release >/dev/null
-tests/tools/k8s-bin.sh capi >/dev/null
-tests/tools/k8s-bin.sh capi-v1.10 >/dev/null
+STAGES=5
+started=$SECONDS
+stage_name=""
+stage_started=$SECONDS
+summary=()
+elapsed() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+end_stage() {
+  if [[ -n $stage_name ]]; then summary+=("$stage_name $(elapsed $((SECONDS - stage_started)))"); fi
+}
+stage() { # <n> <what>
+  end_stage
+  stage_name=$2
+  stage_started=$SECONDS
+  printf '\n==> [%s/%s] %s (make test at %s)\n' "$1" "$STAGES" "$2" "$(elapsed $((SECONDS - started)))"
+}
+step() { printf -- '--> %s\n' "$*"; }
+report() {
+  end_stage
+  stage_name=""
+  printf '\n==> make test: %s in all; ' "$(elapsed $((SECONDS - started)))"
+  (IFS=';'; printf '%s\n' "${summary[*]}" | sed 's/;/, /g')
+}
 
-step "building the Go provider v1.1.0, promtool (with the Prometheus Operator CRDs), oci-image and crane (cached)"
-tests/tools/k8s-bin.sh caip >/dev/null
-tests/tools/k8s-bin.sh prometheus >/dev/null
-tests/tools/k8s-bin.sh image >/dev/null
+stage 1 "Go tools, built once from their Go modules and cached (~/.cache/capi-ipam-in-cluster)"
+sets=(k8s capi release capi-v1.10 caip prometheus image)
+for i in "${!sets[@]}"; do
+  step "$((i + 1)) of ${#sets[@]}: k8s-bin.sh ${sets[$i]}"
+  tests/tools/k8s-bin.sh "${sets[$i]}" >/dev/null
+done
 
-step "cargo fmt --check"
+stage 2 "Rust: cargo fmt --check, cargo clippy --all-targets -- -D warnings"
 cargo fmt --check
-step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --quiet -- -D warnings
 
 # A manager left running by `make run` would allocate alongside the tests' own managers.
@@ -27,17 +47,22 @@ if [[ -f .dev/manager.pid ]] && kill -0 "$(cat .dev/manager.pid)" 2>/dev/null; t
   rm -f .dev/manager.pid
 fi
 
-step "make image (tests/image.rs takes it apart and runs its entrypoint)"
+stage 3 "make image: the static manager in its OCI image (tests/image.rs takes it apart and runs its entrypoint)"
 tests/tools/image.sh
 
-started=0
+stage 4 "the control plane (etcd, kube-apiserver, the Cluster API core manager)"
+plane_started=0
 if ! tests/tools/control-plane.sh status >/dev/null 2>&1; then
-  step "starting the control plane"
   tests/tools/control-plane.sh up
-  started=1
+  plane_started=1
+else
+  step "already running"
 fi
-cleanup() { if ((started)); then tests/tools/control-plane.sh down; fi; }
+cleanup() {
+  if ((plane_started)); then tests/tools/control-plane.sh down; fi
+  report
+}
 trap cleanup EXIT
 
-step "cargo test (unit tests, then the integration tests against the control plane)"
+stage 5 "cargo test: the unit tests and the simulation, then the integration tests against the control plane"
 cargo test --no-fail-fast
