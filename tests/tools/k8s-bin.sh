@@ -12,7 +12,7 @@
 #     caip        the Go provider (sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.1.0, `caip`) with its
 #                 config/ and metadata.yaml from the same module, for `make bench-vs-caip`
 #     image       oci-image (tests/tools/oci-image, `make image`) and crane, on go-containerregistry v0.22.1
-#     prometheus  promtool (github.com/prometheus/prometheus v0.316.0), to test the chart's alert rules, and the
+#     prometheus  promtool (github.com/prometheus/prometheus v0.316.0, without service discovery), to test the chart's alert rules, and the
 #                 Prometheus Operator's ServiceMonitor and PrometheusRule CRDs (`crd/`, from its Go module v0.85.0)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -44,7 +44,7 @@ case $set_name in
   capi-v1.10) modules=(capi-v1.10); label="capi-${CAPI_V110_VERSION}"; bins=(manager) ;;
   caip) modules=(caip); label="caip-${CAIP_VERSION}"; bins=(caip) ;;
   image) modules=(oci-image); label="ggcr-${GGCR_VERSION}"; bins=(oci-image crane) ;;
-  prometheus) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}-operator-${PROMETHEUS_OPERATOR_VERSION}"; bins=(promtool) ;;
+  prometheus) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}-nosd-operator-${PROMETHEUS_OPERATOR_VERSION}"; bins=(promtool) ;;
 esac
 # Keyed by the pins and by our own Go sources (oci-image), so a change to either rebuilds.
 key=$(for m in "${modules[@]}"; do
@@ -116,8 +116,11 @@ elif [[ $set_name == image ]]; then
     -ldflags "-s -w" . github.com/google/go-containerregistry/cmd/crane
 elif [[ $set_name == prometheus ]]; then
   pv=github.com/prometheus/common/version
+  # Without the service discovery plugins (Prometheus's own build tag): the cloud SDKs they pull in were most of a
+  # cold build, and `promtool check rules` / `test rules` need none of them.
   build "promtool (prometheus $PROMETHEUS_VERSION)" promtool "$dir.tmp/promtool" promtool -- \
-    -ldflags "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v0.}" github.com/prometheus/prometheus/cmd/promtool
+    -tags remove_all_sd -ldflags "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v0.}" \
+    github.com/prometheus/prometheus/cmd/promtool
   if [[ ! -f $dir/crd/monitoring.coreos.com_prometheusrules.yaml ]]; then
     operator=$(cd "$here/promtool" && GOFLAGS=-mod=mod go mod download -json \
       "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
