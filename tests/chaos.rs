@@ -5,6 +5,10 @@
 //!
 //! `make test` runs each scenario once with a bounded burst. `CHAOS_ROUNDS=<n>` repeats each scenario (soak), and
 //! `CHAOS_CLAIMS=<n>` sets the burst (default 600). `CAPI_IPAM_MANAGER_BIN` runs the suite against another build.
+//!
+//! The same-name churn deletes and creates again a few claim names on a small pool with claims waiting, beside a
+//! burst in another pool that keeps the watches busy: a late event about an IPAddress of an earlier claim of the
+//! same name must never free the address of the current one (issue 25, hole 1).
 
 mod support;
 
@@ -427,5 +431,154 @@ async fn three_replicas_survive_a_sigkill_of_the_leader_and_an_etcd_restart() {
     for n in 0..rounds() {
         round(&plane, 3, Fault::KillLeader).await;
         round(&plane, 3, Fault::Stop("etcd", outage(10, n))).await;
+    }
+}
+
+/// The small pool of the same-name churn: fewer addresses than claim names, so that claims wait.
+const SMALL: i64 = 6;
+const SMALL_NAMES: usize = 10;
+
+fn churn_operations() -> usize {
+    env_number("CHURN_OPERATIONS", 400)
+}
+
+/// Deletes or creates claims s0..s9 of the small pool, one operation after another with no pause to speak of: a
+/// name deleted is created again as soon as its claim is gone.
+async fn same_name_churn(client: kube::Client, namespace: String) -> usize {
+    let api = CAPI.claims(&client, &namespace);
+    let mut created = 0;
+    for i in 0..churn_operations() {
+        // A spread of names that is not a cycle: every name comes back, some sooner than others.
+        let name = format!("s{}", (i * 7 + i / 3) % SMALL_NAMES);
+        match api.get_opt(&name).await {
+            Ok(Some(c)) if c.metadata.deletion_timestamp.is_none() => {
+                let _ = api.delete(&name, &Default::default()).await;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                if api.create(&Default::default(), &CAPI.claim(&name, "InClusterIPPool", "small")).await.is_ok() {
+                    created += 1;
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+        tokio::time::sleep(Duration::from_millis((i as u64 * 13) % 25)).await;
+    }
+    created
+}
+
+/// Same-name churn on a small pool beside a burst, under two replicas. Checked: the burst bound, the small pool's
+/// claims bound as far as it has addresses, no address held twice in either pool, no IPAddress without its claim,
+/// each pool's `used` equal to its IPAddresses, and no replica saw a duplicate.
+async fn churn_round(plane: &Plane) {
+    let client = plane.client().await;
+    let namespace = support::create_namespace(&client, "churn").await;
+    let mut replicas = replicas(plane, &namespace, 2).await;
+    let _logs =
+        KeepLogs { logs: replicas.iter().map(|r| r.manager.log.clone()).collect(), namespace: namespace.clone() };
+    create_pool(&client, "InClusterIPPool", &namespace, "pool", json!({"addresses": ["10.80.0.0/20"], "prefix": 20}))
+        .await;
+    create_pool(
+        &client,
+        "InClusterIPPool",
+        &namespace,
+        "small",
+        json!({"addresses": ["10.81.0.1-10.81.0.6"], "prefix": 24}),
+    )
+    .await;
+    wait_for_leader(&client, &namespace, &mut replicas).await;
+    let claims = burst();
+    let started = Instant::now();
+    let load = tokio::spawn(create_burst(client.clone(), namespace.clone(), 0..claims, Duration::from_secs(10)));
+    let created = same_name_churn(client.clone(), namespace.clone()).await;
+    load.await.expect("the burst");
+    let claims_api = CAPI.claims(&client, &namespace);
+    let addresses_api = CAPI.addresses(&client, &namespace);
+    let mut last = String::new();
+    let settled = async {
+        loop {
+            for r in replicas.iter_mut() {
+                r.keep_running();
+            }
+            if let (Ok(cs), Ok(addresses)) =
+                (claims_api.list(&Default::default()).await, addresses_api.list(&Default::default()).await)
+            {
+                let live: Vec<_> = cs.items.iter().filter(|c| c.metadata.deletion_timestamp.is_none()).collect();
+                let small =
+                    live.iter().filter(|c| c.metadata.name.as_ref().is_some_and(|n| n.starts_with('s'))).count();
+                let bound = |prefix: char| {
+                    live.iter()
+                        .filter(|c| c.metadata.name.as_ref().is_some_and(|n| n.starts_with(prefix)))
+                        .filter(|c| c.data.pointer("/status/addressRef/name").is_some())
+                        .count()
+                };
+                let names: HashSet<String> = cs.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
+                let leaked = addresses
+                    .items
+                    .iter()
+                    .filter(|a| a.metadata.name.as_ref().is_none_or(|n| !names.contains(n)))
+                    .count();
+                last = format!(
+                    "{} of {claims} burst claims bound; {} of {small} small-pool claims bound; {} claims being deleted; \
+                     {leaked} IPAddresses without a claim",
+                    bound('c'),
+                    bound('s'),
+                    cs.items.len() - live.len()
+                );
+                if bound('c') == claims
+                    && bound('s') as i64 == (small as i64).min(SMALL)
+                    && live.len() == cs.items.len()
+                    && leaked == 0
+                    && addresses.items.len() == claims + bound('s')
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(180), settled).await.is_err() {
+        let logs: Vec<String> = replicas.iter().map(|r| r.manager.log_tail(30)).collect();
+        panic!("the churn did not settle within 180 s ({last}):\n{}", logs.join("\n-----\n"));
+    }
+    // No address held twice, in either pool.
+    let addresses = addresses_api.list(&Default::default()).await.expect("IPAddresses");
+    let mut by_address: HashMap<String, Vec<String>> = HashMap::new();
+    for a in &addresses.items {
+        by_address.entry(address_of(a)).or_default().push(a.metadata.name.clone().unwrap_or_default());
+    }
+    let duplicates: Vec<_> = by_address.iter().filter(|(_, holders)| holders.len() > 1).collect();
+    assert!(duplicates.is_empty(), "addresses handed out twice: {duplicates:?}");
+    let pool_api = pools(&client, "InClusterIPPool", &namespace);
+    for (pool, total) in [("pool", POOL_ADDRESSES), ("small", SMALL)] {
+        let used = addresses
+            .items
+            .iter()
+            .filter(|a| a.data.pointer("/spec/poolRef/name").and_then(|v| v.as_str()) == Some(pool))
+            .count() as i64;
+        eventually(Duration::from_secs(30), "each pool's counts to equal its IPAddresses", || async {
+            let s = pool_api.get(pool).await.ok()?.data.pointer("/status/ipAddresses")?.clone();
+            (s["used"].as_i64()? == used && s["free"].as_i64()? == total - used).then_some(())
+        })
+        .await;
+    }
+    for r in replicas.iter() {
+        let log = r.manager.log_tail(1_000_000);
+        assert!(!log.contains("DUPLICATE"), "a replica saw a duplicate:\n{}", r.manager.log_tail(40));
+        assert!(!log.contains("panicked"), "a replica panicked:\n{}", r.manager.log_tail(40));
+    }
+    eprintln!(
+        "churn round: {} operations on {SMALL_NAMES} names of a pool of {SMALL} ({created} creates) beside {claims} \
+         claims, {:.1?}: no duplicate, no leak",
+        churn_operations(),
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_deleted_and_created_again_under_the_same_names_beside_a_burst_hold_nothing_twice() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    for _ in 0..rounds() {
+        churn_round(Plane::shared()).await;
     }
 }
