@@ -33,7 +33,9 @@ stage 1 "Go tools, built once from their Go modules and cached (~/.cache/capi-ip
 sets=(k8s capi release capi-v1.10 caip prometheus image)
 for i in "${!sets[@]}"; do
   step "$((i + 1)) of ${#sets[@]}: k8s-bin.sh ${sets[$i]}"
+  set_started=$SECONDS
   tests/tools/k8s-bin.sh "${sets[$i]}" >/dev/null
+  step "k8s-bin.sh ${sets[$i]}: $(elapsed $((SECONDS - set_started)))"
 done
 
 stage 2 "Rust: cargo fmt --check, cargo clippy --all-targets -- -D warnings"
