@@ -321,7 +321,7 @@ struct Swarm {
     /// The weights of `World::act`'s steps.
     steps: [u32; 15],
     /// The weights of `World::user`'s actions.
-    users: [u32; 9],
+    users: [u32; 11],
     /// Percent of answered requests that fail instead.
     failures: u64,
 }
@@ -344,7 +344,9 @@ impl Swarm {
                 *w = 0;
             }
         }
-        let mut users: [u32; 9] = [40, 22, 6, 8, 4, 3, 3, 2, 2];
+        // create, delete, pause, edit a pool, delete or create a pool, move away, move back, operator release,
+        // create or delete a Cluster, the garbage collector, a claim deleted with its finalizers stripped.
+        let mut users: [u32; 11] = [40, 22, 6, 8, 4, 3, 3, 2, 2, 6, 2];
         for w in &mut users {
             *w = (*w * [1, 3, 9][rng.below(3)]).div_ceil(3);
         }
@@ -1116,7 +1118,47 @@ impl World {
             Some(6) => self.move_back(n),
             Some(7) => self.release_moved_away(n),
             Some(8) => self.create_or_delete_cluster(n),
+            Some(9) => self.garbage_collect(),
+            Some(10) => {
+                let keys = lock(&self.hub).server.keys(Kind::Claim);
+                if let Some(key) = self.rng.pick(&keys).cloned()
+                    && !self.in_a_move(&key)
+                {
+                    self.force_delete_claim(&key);
+                }
+            }
             _ => {}
+        }
+    }
+
+    /// Kubernetes' garbage collector, on one IPAddress whose owner is gone: with another owner still there (its
+    /// pool), the dangling owner reference comes off (a dependent with a solid owner is kept); with none, it is
+    /// deleted.
+    pub(super) fn garbage_collect(&mut self) {
+        let mut owners: BTreeSet<String> = BTreeSet::new();
+        let pools = [PoolId::Ip(0), PoolId::Global, PoolId::Prefix].map(PoolId::server_kind);
+        for kind in std::iter::once(Kind::Claim).chain(pools) {
+            for object in self.objects(kind) {
+                owners.extend(object["metadata"]["uid"].as_str().map(str::to_owned));
+            }
+        }
+        let exists = |r: &Value| r["uid"].as_str().is_some_and(|uid| owners.contains(uid));
+        let dangling: Vec<Value> = self
+            .objects(Kind::Address)
+            .into_iter()
+            .filter(|a| a["metadata"]["ownerReferences"].as_array().is_some_and(|refs| !refs.iter().all(exists)))
+            .collect();
+        let Some(address) = self.rng.pick(&dangling).cloned() else { return };
+        let key = key_of(&address);
+        let refs = address["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+        let solid: Vec<Value> = refs.into_iter().filter(exists).collect();
+        self.note(|| format!("the garbage collector finds a dangling owner of IPAddress {key}"));
+        if solid.is_empty() {
+            let _ = self.server_delete(Kind::Address, &key);
+        } else {
+            let revision = address["metadata"]["resourceVersion"].clone();
+            let patch = json!({"metadata": {"ownerReferences": solid, "resourceVersion": revision}});
+            let _ = self.server_merge(Kind::Address, &key, patch);
         }
     }
 
@@ -1125,8 +1167,9 @@ impl World {
         let namespace = NAMESPACES[n];
         let name = *self.rng.pick(&CLAIM_NAMES).unwrap_or(&"m0");
         let key = ObjectKey::new(namespace, name);
-        // Names held by a Cluster on the other side stay free for its way back.
-        if self.elsewhere.values().any(|e| e.namespace == n && e.claim == name) {
+        // Names held by a Cluster on the other side stay free for its way back, mostly: a user may create a claim of
+        // such a name here (its IPAddress may still be left behind), and the move back then waits for it to go.
+        if self.elsewhere.values().any(|e| e.namespace == n && e.claim == name) && self.rng.chance(80) {
             return;
         }
         if self.object(Kind::Claim, &key).is_some() {
@@ -1389,6 +1432,10 @@ impl World {
     pub(super) fn force_delete_claim(&mut self, key: &ObjectKey) {
         let _ = self.server_merge(Kind::Claim, key, json!({"metadata": {"finalizers": null}}));
         let _ = self.server_delete(Kind::Claim, key);
+    }
+
+    pub(super) fn remove(&mut self, kind: Kind, key: &ObjectKey) {
+        let _ = self.server_delete(kind, key);
     }
 
     pub(super) fn begin_term(&mut self) {
