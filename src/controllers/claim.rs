@@ -13,7 +13,7 @@ use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition,
 use super::{Context, Error, finalizers, ipaddress};
 use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
 use crate::apiserver::{ApiError, Read, Target};
-use crate::capi::{CapiVersion, Claim};
+use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
 use crate::index::{AddressRecord, AllocateError, Assigned, Index, ObjectKey, PoolKey};
 use crate::runtime::queue::Next;
@@ -98,11 +98,11 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     if matches!(gate, Gate::Paused | Gate::WaitForCluster(..))
         && claim.address_ref().is_none()
         && registry.duplicate_of(&pool_key, key).is_some()
-        && ctx.index.address(key).is_some_and(|r| !r.deleting && *r.pool == pool_key)
+        && let Some(record) = ctx.index.address(key).filter(|r| !r.deleting && *r.pool == pool_key)
     {
         // Pause holds our decisions, not the undoing of a write that landed too late (a fenced leader's): an
         // IPAddress no claim is bound to, holding an address another holds, goes even now (a move would copy it).
-        return withdraw_duplicate(ctx, key, &pool_key).await;
+        return withdraw_duplicate(ctx, key, &pool_key, record.uid).await;
     }
     match gate {
         Gate::Paused => {
@@ -295,13 +295,23 @@ async fn adopt(
         if record.deleting {
             return Ok(Next::After(Duration::from_secs(1)));
         }
-        return withdraw_duplicate(ctx, key, pool_key).await;
+        return withdraw_duplicate(ctx, key, pool_key, record.uid).await;
     }
     let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
     if record.deleting && !(has_claim_owner && claim.address_ref() == Some(&*key.name)) {
         // Being deleted, and never this claim's: a delete of ours that did not finish (a withdrawn duplicate, an
         // orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address anew.
-        return finish_deletion(ctx, key, pool_key).await;
+        return finish_deletion(ctx, key, pool_key, record.uid).await;
+    }
+    if !has_claim_owner && (record.moving_away || ctx.index.holds_reserved(pool_key, key)) {
+        // Left behind by the move of an earlier claim of this name (marked so, or holding a reserved address while
+        // not owned by this claim, as one that came back would be: clusterctl rewrites the owner references): its
+        // address is in use on the other management cluster. Never adopted: it is let go once its address is
+        // recorded as moved away (so that the address stays reserved), and this claim gets another.
+        if ctx.index.moved_away_unwritten(pool_key, key) {
+            return Ok(Next::After(Duration::from_secs(1)));
+        }
+        return finish_deletion(ctx, key, pool_key, record.uid).await;
     }
     let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
@@ -336,7 +346,12 @@ async fn adopt(
 
 /// Deletes an IPAddress whose address another IPAddress of the pool holds, before its claim is bound to it; the
 /// claim then gets a free address. A bound claim's address is never withdrawn: a machine may use it already.
-async fn withdraw_duplicate(ctx: &Context, key: &ObjectKey, pool_key: &PoolKey) -> Result<Next, Error> {
+async fn withdraw_duplicate(
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    judged: Option<Uid>,
+) -> Result<Next, Error> {
     // The cache may not show a status we wrote a moment ago: only the live claim can say it was never bound.
     let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
     if live.is_none_or(|c| c.claim.address_ref().is_some()) {
@@ -347,6 +362,9 @@ async fn withdraw_duplicate(ctx: &Context, key: &ObjectKey, pool_key: &PoolKey) 
     };
     if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) {
         return Ok(Next::AwaitChange);
+    }
+    if !is_the_one(&address, judged) {
+        return Ok(Next::After(Duration::from_millis(200)));
     }
     tracing::error!(
         claim = %key,
@@ -364,7 +382,12 @@ async fn withdraw_duplicate(ctx: &Context, key: &ObjectKey, pool_key: &PoolKey) 
 
 /// Lets an IPAddress of the claim's name that is being deleted go (our finalizer off), once the live claim confirms
 /// it was never bound to it; the claim is reconciled again to get an address.
-async fn finish_deletion(ctx: &Context, key: &ObjectKey, pool_key: &PoolKey) -> Result<Next, Error> {
+async fn finish_deletion(
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    judged: Option<Uid>,
+) -> Result<Next, Error> {
     let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
     if live.is_none_or(|c| c.claim.address_ref().is_some()) {
         return Ok(Next::After(Duration::from_millis(500)));
@@ -375,11 +398,20 @@ async fn finish_deletion(ctx: &Context, key: &ObjectKey, pool_key: &PoolKey) -> 
     if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) {
         return Ok(Next::AwaitChange);
     }
+    if !is_the_one(&address, judged) {
+        return Ok(Next::After(Duration::from_millis(200)));
+    }
     debug!(claim = %key, "an IPAddress of the claim's name is being deleted; letting it go before allocating");
     if ipaddress::delete(ctx, &address, "letting a deleted IPAddress go").await? {
         ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
     }
     Ok(Next::After(Duration::from_millis(200)))
+}
+
+/// Whether the live IPAddress is the object the decision was made on: another object of the name (created again, or
+/// brought back by a move or a restore) is judged anew once the watch shows it.
+fn is_the_one(address: &IpAddress, judged: Option<Uid>) -> bool {
+    judged.is_some() && address.metadata.uid.as_deref().map(Uid::of) == judged
 }
 
 /// An IPAddress of the claim's name exists for another pool: the claim cannot get one (IPAddress specs are
@@ -492,6 +524,10 @@ pub async fn settle_uncertain_create(ctx: &Context, key: &ObjectKey) -> Result<N
     let Some(pool) = ctx.index.orphaned_hold(key) else { return Ok(Next::AwaitChange) };
     match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
         Some(created) if ctx.index.remember_address(key, &created).is_some() => {
+            if AddressRecord::of(&created).is_none_or(|r| *r.pool != pool) {
+                // The name was taken by an IPAddress of another of our pools: our create never happened.
+                ctx.index.abandon_orphaned_hold(&pool, key);
+            }
             super::orphans::release_if_orphaned(ctx, key).await;
         }
         // Not created, or gone again already.
@@ -539,8 +575,11 @@ async fn release(claim: &Claim, ctx: &Context, pool_key: &PoolKey) -> Result<Nex
         // Only an IPAddress of the claim's pool, made for this claim, is ours to delete.
         Some(address) if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) => {
             debug!(claim = %key, "the IPAddress of this name belongs to another provider; leaving it alone");
+            // The name is taken: a create of ours that failed uncertainly did not happen, and its hold goes.
+            ctx.index.abandon(pool_key, key);
         }
         Some(address) => {
+            ctx.index.claim_deleted_for_good(pool_key, claim);
             // Gone now: the address is free at once (the watch event confirms it later).
             if ipaddress::delete(ctx, &address, "deleting the IPAddress").await? {
                 ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());

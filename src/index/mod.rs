@@ -97,14 +97,11 @@ impl AddressRecord {
         })
     }
 
-    /// Made by us for a claim: our finalizer and a claim owner reference.
-    pub fn owned_by_a_claim(&self) -> bool {
-        self.protected && self.claim_owner.is_some()
-    }
-
-    /// Made for a claim (its owner reference), whether or not our finalizer is still on it.
+    /// Made for a claim: its owner reference, or our finalizer (the garbage collector takes the owner reference of
+    /// a claim that went without our release off an IPAddress whose pool still owns it, and `spec.claimRef` still
+    /// names the claim), whether or not our finalizer is still on it.
     pub fn made_for_a_claim(&self) -> bool {
-        self.claim_owner.is_some()
+        self.claim_owner.is_some() || self.protected
     }
 }
 
@@ -249,6 +246,7 @@ impl Index {
         }
         if let Some(kind) = claim.pool_kind {
             let pool = PoolKey::new(kind, &key.namespace, &claim.pool_name);
+            self.claim_deleted_for_good(&pool, &claim);
             // A claim deleted while it waited must not take the wake of an address that frees up.
             self.registry.stop_waiting(&pool, key);
             if self.registry.holds_unconfirmed(&pool, key) {
@@ -638,6 +636,32 @@ impl Index {
     pub fn claim_back(&self, pool: &PoolKey, claim: &ObjectKey, held: Held) {
         // Only a claim that is still here and staying (not deleted for a move meanwhile).
         if self.claims.get(claim).is_some_and(|c| !c.moving_away && c.deletion_timestamp.is_none()) {
+            moved_away::claim_back(self, pool, held);
+        }
+    }
+
+    /// Whether the IPAddress `key` holds an address of `pool` that is reserved as moved away: it came back with its
+    /// Cluster, or a move left it behind here.
+    pub fn holds_reserved(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        pool.kind.is_global()
+            && self.registry.held_by(pool, key).is_some_and(|held| moved_away::is_reserved(self, pool, held))
+    }
+
+    /// The claim is deleted here for good, not for a move (neither marked by clusterctl, nor of a Cluster that is
+    /// paused or was moved): an address of its IPAddress reserved as moved away (its Cluster came back with it, and
+    /// the claim goes before it was bound again) is in use nowhere any more, and the reservation ends. Unsure, it
+    /// stays: a reservation too many wastes an address, one too few hands it out twice.
+    pub fn claim_deleted_for_good(&self, pool: &PoolKey, claim: &Claim) {
+        if !pool.kind.is_global() || claim.moving_away {
+            return;
+        }
+        if let Some(cluster) = claim.cluster()
+            && (self.cluster_paused(&claim.key.namespace, cluster) != Some(false)
+                || lock(&self.moved_clusters).contains(&ObjectKey::new(&claim.key.namespace, cluster)))
+        {
+            return;
+        }
+        if let Some(held) = self.registry.held_by(pool, &claim.key) {
             moved_away::claim_back(self, pool, held);
         }
     }

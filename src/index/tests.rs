@@ -328,10 +328,15 @@ fn orphans_are_ipaddresses_of_claims_gone_whose_cluster_is_not_paused() {
     let mut unprotected = ip_address("unprotected", "10.0.0.4", &claim("unprotected"));
     unprotected.metadata.finalizers = None;
     index.apply_address(&unprotected);
-    // Not made for a claim (no claim owner): never ours to release.
+    // Not made for a claim (no claim owner, not our finalizer): never ours to release.
     let mut foreign = ip_address("foreign", "10.0.0.6", &claim("foreign"));
     foreign.metadata.owner_references = None;
+    foreign.metadata.finalizers = None;
     index.apply_address(&foreign);
+    // Ours, its claim's owner reference taken off by the garbage collector (the pool still owns it): an orphan.
+    let mut collected = ip_address("collected", "10.0.0.7", &claim("collected"));
+    collected.metadata.owner_references = None;
+    index.apply_address(&collected);
     // Being deleted already, by a delete that did not finish.
     let mut deleting = ip_address("deleting", "10.0.0.5", &claim("deleting"));
     deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
@@ -342,9 +347,9 @@ fn orphans_are_ipaddresses_of_claims_gone_whose_cluster_is_not_paused() {
         names.sort();
         names
     };
-    assert_eq!(names(&index), ["deleting", "gone", "unprotected"]);
+    assert_eq!(names(&index), ["collected", "deleting", "gone", "unprotected"]);
     index.apply_cluster(ObjectKey::new("ns", "demo"), false);
-    assert_eq!(names(&index), ["deleting", "gone", "moving", "unprotected"]);
+    assert_eq!(names(&index), ["collected", "deleting", "gone", "moving", "unprotected"]);
 }
 
 /// What is kept per claim and per IPAddress, 100,000 of each (the memory target of docs/performance.md): a field

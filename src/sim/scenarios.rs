@@ -7,7 +7,9 @@ use super::client::Op;
 use super::model::{PoolId, Shape};
 use super::server::Kind;
 use super::world::{Fate, Job, World};
-use crate::api::{CLUSTER_NAME_LABEL, GROUP, MOVED_AWAY_ANNOTATION, PROTECT_ADDRESS_FINALIZER};
+use crate::api::{
+    CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, GROUP, MOVED_AWAY_ANNOTATION, PROTECT_ADDRESS_FINALIZER,
+};
 use crate::index::ObjectKey;
 
 fn is_create(op: &Op) -> bool {
@@ -187,4 +189,135 @@ fn an_address_that_comes_back_is_adopted_even_when_read_before_the_watch_shows_i
     assert_eq!(address["spec"]["address"], "10.1.0.1", "the address that came back is the claim's");
     let pool = w.read(gip.server_kind(), &gip.key()).expect("the pool");
     assert!(pool["metadata"]["annotations"].get(MOVED_AWAY_ANNOTATION).is_none(), "the reservation ended: {pool}");
+}
+
+fn cluster(w: &mut World, paused: bool) -> ObjectKey {
+    w.create(
+        Kind::Cluster,
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "cl", "namespace": "a"}, "spec": {"paused": paused}}),
+    );
+    ObjectKey::new("a", "cl")
+}
+
+fn claim_of_cluster(w: &mut World, name: &str) -> (ObjectKey, serde_json::Value) {
+    let claim = w.create(
+        Kind::Claim,
+        json!({
+            "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+            "metadata": {"name": name, "namespace": "a", "labels": { CLUSTER_NAME_LABEL: "cl" }},
+            "spec": {"poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"}},
+        }),
+    );
+    (ObjectKey::new("a", name), claim)
+}
+
+fn moved_away_entries(w: &World) -> String {
+    let gip = PoolId::Global;
+    let pool = w.read(gip.server_kind(), &gip.key()).expect("the pool");
+    pool["metadata"]["annotations"][MOVED_AWAY_ANNOTATION].as_str().unwrap_or_default().to_owned()
+}
+
+/// A second review found it: a claim deleted without our release (its finalizer stripped by hand) leaves an
+/// IPAddress that its pool owns too, and Kubernetes' garbage collector takes the dangling owner reference off (it
+/// keeps a dependent that has a solid owner) before the orphan release looks. The IPAddress must still be released:
+/// our finalizer and its `spec.claimRef` say whose it was.
+#[test]
+fn an_orphan_whose_claim_owner_the_garbage_collector_took_off_is_released() {
+    let mut w = World::scripted();
+    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", PoolId::Ip(0));
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.force_delete_claim(&m0);
+    w.garbage_collect();
+    let address = w.read(Kind::Address, &m0).expect("the orphan");
+    let owners = address["metadata"]["ownerReferences"].as_array().map(Vec::len);
+    assert_eq!(owners, Some(1), "only its pool owns it now: {address}");
+    w.deliver_all(&[Kind::Address]);
+    w.deliver_all(&[]);
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    assert!(w.read(Kind::Address, &m0).is_none(), "the orphan was never released:\n{}", w.trace_text());
+}
+
+/// A second review found it: clusterctl moved Cluster `cl` away and left the IPAddress of its claim `m0` behind (a
+/// global pool's); a new claim `m0` here, of no Cluster, must not adopt it (its address is in use over there): it is
+/// let go, the address stays reserved, and the new claim gets another.
+#[test]
+fn an_ipaddress_a_move_left_behind_is_not_adopted_by_a_new_claim_of_its_name() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let moved = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    // clusterctl moves cl away: paused, its claim marked and deleted with the finalizers stripped, the Cluster deleted.
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.force_delete_claim(&m0);
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    assert!(w.read(Kind::Address, &m0).is_some(), "the IPAddress is left behind");
+    // A user creates a claim m0 of the pool here.
+    let m0 = w.create_claim_named(0, "m0", gip);
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    let bound = w.read(Kind::Address, &m0).expect("the new claim's IPAddress");
+    assert_ne!(
+        bound["spec"]["address"],
+        moved,
+        "the new claim took the address in use over there:\n{}",
+        w.trace_text()
+    );
+    assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the reservation is gone");
+}
+
+/// A second review found it: Cluster `cl` comes back with claim `m0` and its IPAddress, whose address is reserved
+/// here as moved away, and the claim is deleted before it was bound again. The address is in use nowhere now: the
+/// reservation ends (kept, it would be lost here and over there for good).
+#[test]
+fn a_claim_that_came_back_and_is_deleted_before_it_is_bound_ends_its_reservation() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"annotations": { MOVED_AWAY_ANNOTATION: "10.1.0.1" }}}));
+    let cl = cluster(&mut w, true);
+    w.begin_term();
+    w.deliver_all(&[]);
+    let (m0, claim) = claim_of_cluster(&mut w, "m0");
+    w.create(Kind::Address, json!({
+        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+        "metadata": {"name": "m0", "namespace": "a", "labels": { CLUSTER_NAME_LABEL: "cl" },
+                     "finalizers": [PROTECT_ADDRESS_FINALIZER],
+                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                                          "name": "m0", "uid": claim["metadata"]["uid"], "controller": true}]},
+        "spec": {"claimRef": {"name": "m0"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
+                 "address": "10.1.0.1", "prefix": 24},
+    }));
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
+    w.deliver_all(&[]);
+    // Deleted for good before its worker ran.
+    w.remove(Kind::Claim, &m0);
+    w.deliver_all(&[]);
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    assert!(w.read(Kind::Address, &m0).is_none(), "the IPAddress was released");
+    assert_eq!(moved_away_entries(&w), "", "the reservation outlived the claim:\n{}", w.trace_text());
 }
