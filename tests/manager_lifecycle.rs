@@ -279,6 +279,11 @@ async fn the_charts_roles_are_enough_for_a_claims_whole_life() {
 }
 
 async fn leading(client: &kube::Client, ns: &str) -> String {
+    leading_after(client, ns, "").await
+}
+
+/// The holder of the Lease once it is another than `before` (a released Lease keeps its old holder for the margin).
+async fn leading_after(client: &kube::Client, ns: &str, before: &str) -> String {
     eventually(Duration::from_secs(30), "a leader", || async {
         Api::<Lease>::namespaced(client.clone(), ns)
             .get(LEASE)
@@ -286,7 +291,7 @@ async fn leading(client: &kube::Client, ns: &str) -> String {
             .ok()?
             .spec?
             .holder_identity
-            .filter(|h| !h.is_empty())
+            .filter(|h| !h.is_empty() && h != before)
     })
     .await
 }
@@ -313,7 +318,7 @@ async fn sigterm_releases_the_lease_and_a_lost_lease_stops_the_process() {
     let manager =
         start_manager(&["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")])
             .await;
-    leading(c, ns).await;
+    leading_after(c, ns, &holder).await;
     let now = micro_time(jiff::Timestamp::now());
     let steal =
         json!({"spec": {"holderIdentity": "thief", "renewTime": now, "acquireTime": now, "leaseDurationSeconds": 60}});
