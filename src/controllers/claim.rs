@@ -293,7 +293,9 @@ async fn adopt(
     let duplicate = ctx.index.registry().duplicate_of(pool_key, key);
     if claim.address_ref().is_none() && duplicate.is_some() {
         if record.deleting {
-            return Ok(Next::After(Duration::from_secs(1)));
+            // Withdrawn already, or an orphan whose release did not finish: no one else finishes it while a claim of
+            // its name exists (the orphan release leaves those alone), so this claim does.
+            return finish_deletion(ctx, key, pool_key, record.uid).await;
         }
         return withdraw_duplicate(ctx, key, pool_key, record.uid).await;
     }

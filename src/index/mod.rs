@@ -648,7 +648,7 @@ impl Index {
     }
 
     /// The claim is deleted here for good, not for a move (neither marked by clusterctl, nor of a Cluster that is
-    /// paused or was moved): an address of its IPAddress reserved as moved away (its Cluster came back with it, and
+    /// paused or was moved): an address of its own IPAddress reserved as moved away (its Cluster came back with it, and
     /// the claim goes before it was bound again) is in use nowhere any more, and the reservation ends. Unsure, it
     /// stays: a reservation too many wastes an address, one too few hands it out twice.
     pub fn claim_deleted_for_good(&self, pool: &PoolKey, claim: &Claim) {
@@ -661,7 +661,10 @@ impl Index {
         {
             return;
         }
-        if let Some(held) = self.registry.held_by(pool, &claim.key) {
+        // Only its own IPAddress (owned by this claim: clusterctl rewrites the owner references of what it brings
+        // back), not one a move left behind under its name.
+        let owned = read(&self.addresses).get(&claim.key).is_some_and(|r| r.claim_owner == Some(claim.uid.uid()));
+        if owned && let Some(held) = self.registry.held_by(pool, &claim.key) {
             moved_away::claim_back(self, pool, held);
         }
     }

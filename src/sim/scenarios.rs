@@ -321,3 +321,41 @@ fn a_claim_that_came_back_and_is_deleted_before_it_is_bound_ends_its_reservation
     assert!(w.read(Kind::Address, &m0).is_none(), "the IPAddress was released");
     assert_eq!(moved_away_entries(&w), "", "the reservation outlived the claim:\n{}", w.trace_text());
 }
+
+/// The soak of the final code found it: an IPAddress that a late create made (a duplicate, its claim gone) is being
+/// deleted by an orphan release that did not finish, when a new claim of its name appears. The orphan release leaves
+/// IPAddresses of a live claim's name alone, so the new claim must let it go itself rather than wait for it forever.
+#[test]
+fn a_new_claim_lets_a_duplicate_being_deleted_under_its_name_go() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let a = w.create_claim_named(0, "m0", gip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(a.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let taken = w.read(Kind::Address, &a).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    // The late create of a claim b/m0 that is gone: the same address, owned by a claim that no longer exists.
+    let b = ObjectKey::new("b", "m0");
+    w.create(Kind::Address, json!({
+        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+        "metadata": {"name": "m0", "namespace": "b", "finalizers": [PROTECT_ADDRESS_FINALIZER],
+                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                                          "name": "m0", "uid": "00000000-0000-4000-8000-0000000000ff", "controller": true}]},
+        "spec": {"claimRef": {"name": "m0"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
+                 "address": taken, "prefix": 24},
+    }));
+    // Its release sent the DELETE, and stopped before our finalizer came off.
+    w.remove(Kind::Address, &b);
+    assert!(w.read(Kind::Address, &b).is_some_and(|o| !o["metadata"]["deletionTimestamp"].is_null()));
+    w.create_claim_named(1, "m0", gip);
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(b.clone()));
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    let bound = w.read(Kind::Address, &b).expect("b/m0's own IPAddress");
+    assert_ne!(bound["spec"]["address"], taken, "b/m0 shares a/m0's address:\n{}", w.trace_text());
+}
