@@ -354,20 +354,10 @@ async fn withdraw_duplicate(
     pool_key: &PoolKey,
     judged: Option<Uid>,
 ) -> Result<Next, Error> {
-    // The cache may not show a status we wrote a moment ago: only the live claim can say it was never bound.
-    let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
-    if live.is_none_or(|c| c.claim.address_ref().is_some()) {
-        return Ok(Next::After(Duration::from_millis(500)));
-    }
-    let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading a duplicated IPAddress"))? else {
-        return Ok(Next::After(Duration::from_millis(200)));
+    let address = match unbound_ipaddress(ctx, key, pool_key, judged).await? {
+        Ok(address) => address,
+        Err(later) => return Ok(later),
     };
-    if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) {
-        return Ok(Next::AwaitChange);
-    }
-    if !is_the_one(&address, judged) {
-        return Ok(Next::After(Duration::from_millis(200)));
-    }
     tracing::error!(
         claim = %key,
         pool = %pool_key,
@@ -390,24 +380,40 @@ async fn finish_deletion(
     pool_key: &PoolKey,
     judged: Option<Uid>,
 ) -> Result<Next, Error> {
-    let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
-    if live.is_none_or(|c| c.claim.address_ref().is_some()) {
-        return Ok(Next::After(Duration::from_millis(500)));
-    }
-    let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? else {
-        return Ok(Next::After(Duration::from_millis(200)));
+    let address = match unbound_ipaddress(ctx, key, pool_key, judged).await? {
+        Ok(address) => address,
+        Err(later) => return Ok(later),
     };
-    if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) {
-        return Ok(Next::AwaitChange);
-    }
-    if !is_the_one(&address, judged) {
-        return Ok(Next::After(Duration::from_millis(200)));
-    }
     debug!(claim = %key, "an IPAddress of the claim's name is being deleted; letting it go before allocating");
     if ipaddress::delete(ctx, &address, "letting a deleted IPAddress go").await? {
         ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
     }
     Ok(Next::After(Duration::from_millis(200)))
+}
+
+/// The live IPAddress `key` that a claim never bound to it may let go: ours, of the pool, the object judged (`judged`),
+/// read after the live claim confirmed it is not bound (the cache may not show a status we wrote a moment ago).
+/// Otherwise when to look again.
+async fn unbound_ipaddress(
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    judged: Option<Uid>,
+) -> Result<Result<IpAddress, Next>, Error> {
+    let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
+    if live.is_none_or(|c| c.claim.address_ref().is_some()) {
+        return Ok(Err(Next::After(Duration::from_millis(500))));
+    }
+    let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? else {
+        return Ok(Err(Next::After(Duration::from_millis(200))));
+    };
+    if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) {
+        return Ok(Err(Next::AwaitChange));
+    }
+    if !is_the_one(&address, judged) {
+        return Ok(Err(Next::After(Duration::from_millis(200))));
+    }
+    Ok(Ok(address))
 }
 
 /// Whether the live IPAddress is the object the decision was made on: another object of the name (created again, or

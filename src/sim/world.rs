@@ -527,17 +527,7 @@ impl World {
 
     fn create_pool(&mut self, pool: PoolId) {
         let shape = self.random_shape(pool);
-        let mut metadata = json!({"name": pool.name()});
-        if !pool.is_global() {
-            metadata["namespace"] = json!(pool.namespace());
-        }
-        let object = json!({
-            "apiVersion": format!("{GROUP}/v1alpha2"),
-            "kind": pool.kind().kind(),
-            "metadata": metadata,
-            "spec": shape.spec(pool),
-        });
-        if self.server_create(pool.server_kind(), object).is_ok() {
+        if self.server_create(pool.server_kind(), pool_object(pool, shape)).is_ok() {
             self.shapes.insert(pool, shape);
         }
     }
@@ -1403,17 +1393,7 @@ impl World {
     }
 
     pub(super) fn create_pool_shaped(&mut self, pool: PoolId, shape: Shape) {
-        let mut metadata = json!({"name": pool.name()});
-        if !pool.is_global() {
-            metadata["namespace"] = json!(pool.namespace());
-        }
-        let object = json!({
-            "apiVersion": format!("{GROUP}/v1alpha2"),
-            "kind": pool.kind().kind(),
-            "metadata": metadata,
-            "spec": shape.spec(pool),
-        });
-        self.server_create(pool.server_kind(), object).expect("a new pool");
+        self.server_create(pool.server_kind(), pool_object(pool, shape)).expect("a new pool");
         self.shapes.insert(pool, shape);
     }
 
@@ -1907,6 +1887,19 @@ impl World {
         }
         Ok(())
     }
+}
+
+fn pool_object(pool: PoolId, shape: Shape) -> Value {
+    let mut metadata = json!({"name": pool.name()});
+    if !pool.is_global() {
+        metadata["namespace"] = json!(pool.namespace());
+    }
+    json!({
+        "apiVersion": format!("{GROUP}/v1alpha2"),
+        "kind": pool.kind().kind(),
+        "metadata": metadata,
+        "spec": shape.spec(pool),
+    })
 }
 
 fn cluster_object(namespace: &str, paused: bool) -> Value {
