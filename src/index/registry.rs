@@ -486,15 +486,7 @@ impl Registry {
 
     /// Forgets an IPAddress that is gone. Returns the claims to wake now that its address is free.
     pub fn forget(&self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
-        let Some(pool) = self.existing(pool_key) else { return Vec::new() };
-        let mut state = lock(&pool);
-        let Some(old) = state.holders.remove(address) else { return Vec::new() };
-        let mut woken = state.clear_duplicate(address, old.held);
-        state.release(old.held);
-        woken.extend(take_waiters(&mut state));
-        drop(state);
-        self.mark_dirty(pool_key);
-        woken
+        self.release_holder_if(pool_key, address, |_| true)
     }
 
     /// Hands the hold of `from` over to `to` under the pool's lock, so the address is never free in between (an
@@ -553,9 +545,20 @@ impl Registry {
 
     /// Drops our not-yet-confirmed hold of `address` unless `keep` says otherwise, asked under the pool's lock.
     pub fn abandon_unless(&self, pool_key: &PoolKey, address: &ObjectKey, keep: impl FnOnce() -> bool) -> Woken {
+        self.release_holder_if(pool_key, address, |holding| !holding.confirmed && !keep())
+    }
+
+    /// Releases what `address` holds when `release` says so, under the pool's lock: its address is free, a duplicate
+    /// it was part of is cleared, and the claims to wake are returned.
+    fn release_holder_if(
+        &self,
+        pool_key: &PoolKey,
+        address: &ObjectKey,
+        release: impl FnOnce(&Holding) -> bool,
+    ) -> Woken {
         let Some(pool) = self.existing(pool_key) else { return Vec::new() };
         let mut state = lock(&pool);
-        if state.holders.get(address).is_none_or(|h| h.confirmed) || keep() {
+        if !state.holders.get(address).is_some_and(release) {
             return Vec::new();
         }
         let Some(old) = state.holders.remove(address) else { return Vec::new() };
