@@ -10,7 +10,9 @@
 #                 configuration (`webhook.yaml`) from the same module, for every test control plane
 #     capi-v1.10  the same for Cluster API v1.10.10 (IPAM v1beta1 storage), for the v1beta1 tests
 #     caip        the Go provider (sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.1.0, `caip`) with its
-#                 config/ and metadata.yaml from the same module, for `make bench-vs-caip`
+#                 config/ and metadata.yaml from the same module, for `make bench-vs-caip`; and `caip-oracle`
+#                 (tests/tools/caip-oracle, built inside a copy of that module's tree so that it may import its
+#                 internal packages), for tests/differential.rs
 #     image       oci-image (tests/tools/oci-image, `make image`) and crane, on go-containerregistry v0.22.1
 #     prometheus  promtool (github.com/prometheus/prometheus v0.316.0, without service discovery), to test the chart's alert rules, and the
 #                 Prometheus Operator's ServiceMonitor and PrometheusRule CRDs (`crd/`, from its Go module v0.85.0)
@@ -42,13 +44,13 @@ case $set_name in
   release) modules=(helm clusterctl); label="helm-${HELM_VERSION}-clusterctl-${CLUSTERCTL_VERSION}"; bins=(helm clusterctl) ;;
   capi) modules=(capi); label="capi-${CAPI_VERSION}"; bins=(manager) ;;
   capi-v1.10) modules=(capi-v1.10); label="capi-${CAPI_V110_VERSION}"; bins=(manager) ;;
-  caip) modules=(caip); label="caip-${CAIP_VERSION}"; bins=(caip) ;;
+  caip) modules=(caip caip-oracle); label="caip-${CAIP_VERSION}"; bins=(caip caip-oracle) ;;
   image) modules=(oci-image); label="ggcr-${GGCR_VERSION}"; bins=(oci-image crane) ;;
   prometheus) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}-nosd-operator-${PROMETHEUS_OPERATOR_VERSION}"; bins=(promtool) ;;
 esac
 # Keyed by the pins and by our own Go sources (oci-image), so a change to either rebuilds.
 key=$(for m in "${modules[@]}"; do
-  cat "$here/$m/go.mod" "$here/$m/go.sum"; find "$here/$m" -maxdepth 1 -name '*.go' -exec cat {} +
+  find "$here/$m" -maxdepth 1 \( -name go.mod -o -name go.sum -o -name '*.go' \) -print0 | sort -z | xargs -0 cat
 done | sha256sum | cut -c1-12)
 dir="${CAPI_IPAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capi-ipam-in-cluster}/$set_name-bin/${label}-${key}"
 if ((print_dir)); then echo "$dir"; exit 0; fi
@@ -105,11 +107,23 @@ elif [[ $set_name == capi* ]]; then
 elif [[ $set_name == caip ]]; then
   build "the Go provider ($CAIP_VERSION)" caip "$dir.tmp/caip" caip -- -ldflags "-s -w" \
     sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+  src=$(cd "$here/caip" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-ipam-provider-in-cluster)
   if [[ ! -f $dir/metadata.yaml ]]; then
-    src=$(cd "$here/caip" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-ipam-provider-in-cluster)
     mkdir -p "$dir.tmp"
     cp -r "$src/config" "$src/metadata.yaml" "$dir.tmp/"
     chmod -R u+w "$dir.tmp"
+  fi
+  if [[ ! -x $dir/caip-oracle ]]; then
+    # Go lets only packages under the module's root import its internal/ packages: the oracle's main package is
+    # placed in a copy of the module tree and built with the module's own go.mod and go.sum.
+    echo "k8s-bin: building caip-oracle inside a copy of the Go provider's module" >&2
+    tree="$dir.tmp/caip-module"
+    rm -rf "$tree"; mkdir -p "$dir.tmp"
+    cp -r "$src" "$tree"; chmod -R u+w "$tree"
+    mkdir "$tree/caiporacle"; cp "$here"/caip-oracle/*.go "$tree/caiporacle/"
+    (cd "$tree" && go build -trimpath -ldflags "-s -w" -o "$dir.tmp/caip-oracle" ./caiporacle) ||
+      { echo "k8s-bin: building caip-oracle failed" >&2; exit 1; }
+    rm -rf "$tree"
   fi
 elif [[ $set_name == image ]]; then
   build "oci-image and crane (go-containerregistry $GGCR_VERSION)" oci-image "$dir.tmp/" oci-image crane -- \
