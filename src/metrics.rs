@@ -1,5 +1,5 @@
-//! Prometheus metrics (decision D16). Labels stay bounded: pool kind, namespace and name, controller, webhook path and
-//! result, error kind. Nothing is labelled per claim or per address.
+//! Prometheus metrics (docs/compatibility.md D16). Labels stay bounded: pool kind, namespace and name, controller,
+//! webhook path and result, error kind. Nothing is labelled per claim or per address.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};

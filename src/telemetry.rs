@@ -1,4 +1,4 @@
-//! Structured logs (decision D15): ISO-8601 UTC timestamps, JSON by default, text for local runs.
+//! Structured logs (docs/compatibility.md D15): ISO-8601 UTC timestamps, JSON by default, text for local runs.
 
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 

@@ -1,7 +1,7 @@
 //! The claim controller against Cluster API v1.10.10 (its manager, CRDs and webhooks; v1beta1 storage), on a private
 //! control plane: discovery picks
-//! v1beta1 (decision D6), and allocation, exhaustion and pause work in that version, with v1beta1-shaped conditions
-//! that pass its real schema.
+//! v1beta1 (docs/compatibility.md D6), and allocation, exhaustion and pause work in that version, with v1beta1-shaped
+//! conditions that pass its real schema.
 
 mod support;
 

@@ -1,5 +1,5 @@
 //! Conversion between v1alpha1 and v1alpha2 of the two IP pool kinds (v1alpha2 is the hub), lossless both ways
-//! (decision D3).
+//! (docs/compatibility.md D3).
 //!
 //! v1alpha1 → v1alpha2 follows the Go provider exactly (reference §1.6): `subnet` defaults `start` to the second and
 //! `end` to the second-to-last address and `prefix` to the subnet's length, `start-end` is appended to `addresses`, and

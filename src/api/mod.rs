@@ -58,7 +58,7 @@ pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete
 pub const MOVED_AWAY_ANNOTATION: &str = "ipam.cluster.x-k8s.io/moved-away";
 /// Cluster API's pause annotation, honoured on claims, pools and Clusters.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
-/// A claim may ask for a specific address (decision D14).
+/// A claim may ask for a specific address (docs/compatibility.md D14).
 pub const REQUESTED_ADDRESS_ANNOTATION: &str = "ipam.cluster.x-k8s.io/requested-address";
 /// The hub annotation carrying a v1alpha1 spec across a conversion (Cluster API's conversion-data convention).
 pub const CONVERSION_DATA_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";

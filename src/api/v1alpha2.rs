@@ -80,7 +80,7 @@ pub struct PoolStatus {
     pub conditions: Option<Vec<Condition>>,
 }
 
-/// Counts of a pool (decision D4); saturate at 2^63 − 1.
+/// Counts of a pool (docs/compatibility.md D4); saturate at 2^63 − 1.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolAddressesStatus {

@@ -1,7 +1,7 @@
 //! The Cluster API types we consume and produce: `IPAddressClaim` and `IPAddress` (`ipam.cluster.x-k8s.io`) and the
 //! parts of `Cluster` (`cluster.x-k8s.io`) we read. They are served as `v1beta2` by CAPI ≥ 1.11 and as `v1beta1` by
-//! CAPI 1.6–1.10; the version is chosen once at start-up by discovery (decision D6), so these are handled as dynamic
-//! objects of that version and parsed into the small typed views below.
+//! CAPI 1.6–1.10; the version is chosen once at start-up by discovery (docs/compatibility.md D6), so these are handled
+//! as dynamic objects of that version and parsed into the small typed views below.
 
 use std::sync::Arc;
 
@@ -74,7 +74,7 @@ pub enum DiscoveryError {
     },
 }
 
-/// Picks v1beta2 when the API server serves it, else v1beta1 (decision D6).
+/// Picks v1beta2 when the API server serves it, else v1beta1 (docs/compatibility.md D6).
 pub async fn discover(client: &Client) -> Result<CapiApis, DiscoveryError> {
     let ipam = served_versions(client, GROUP).await?;
     let pick = |versions: &[String]| {
@@ -460,7 +460,7 @@ impl Claim {
 #[serde(from = "ClusterObject")]
 pub struct Cluster {
     pub metadata: kube::api::ObjectMeta,
-    /// `spec.paused` or the paused annotation (decision D8).
+    /// `spec.paused` or the paused annotation (docs/compatibility.md D8).
     pub paused: bool,
 }
 

@@ -22,7 +22,7 @@ use crate::runtime::queue::Next;
 /// safety net.
 pub const RECHECK: Duration = Duration::from_secs(300);
 
-/// What a claim's pause state, Cluster and pool allow before anything is written (decision D8, D9).
+/// What a claim's pause state, Cluster and pool allow before anything is written (docs/compatibility.md D8, D9).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Gate {
     /// Paused by its own annotation, or its pool is paused: nothing happens.
@@ -35,7 +35,7 @@ pub enum Gate {
     Bind,
 }
 
-/// Pause (decision D8), checked the same way on every event: the claim, its Cluster, its pool.
+/// Pause (docs/compatibility.md D8), checked the same way on every event: the claim, its Cluster, its pool.
 pub fn gate(claim: &Claim, pool_key: &PoolKey, index: &Index) -> Gate {
     let namespace = &*claim.key.namespace;
     let deleting = claim.deletion_timestamp.is_some();
@@ -64,8 +64,8 @@ pub fn gate(claim: &Claim, pool_key: &PoolKey, index: &Index) -> Gate {
 }
 
 /// The address for a claim without an IPAddress, held in the pool's allocator before anything is written: the
-/// requested one (decision D14: the claim's annotation, else the pool's `preAllocations`), else the one its IPAddress
-/// held before it was deleted from under the live claim (while still free), else the lowest free one.
+/// requested one (docs/compatibility.md D14: the claim's annotation, else the pool's `preAllocations`), else the one
+/// its IPAddress held before it was deleted from under the live claim (while still free), else the lowest free one.
 pub fn allocate(claim: &Claim, pool_key: &PoolKey, pool: &Pool, index: &Index) -> Result<Assigned, AllocateError> {
     let requested = claim.requested_address.as_deref().or_else(|| pool.spec.pre_allocation(&claim.key.name));
     let registry = index.registry();
@@ -275,7 +275,7 @@ fn refusal(error: &ApiError) -> String {
 }
 
 /// Adopts an existing IPAddress of the claim's name: its spec is never touched (it is immutable); missing
-/// finalizers, owner references and the cluster-name label are put back (decision D7).
+/// finalizers, owner references and the cluster-name label are put back (docs/compatibility.md D7).
 async fn adopt(
     claim: &Claim,
     ctx: &Context,

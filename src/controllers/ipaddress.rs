@@ -133,9 +133,9 @@ pub fn is_ours_for(address: &IpAddress, claim: &str, pool: Option<&PoolKey>) -> 
     spec.claim_ref.name == claim && pool.is_none_or(|p| *p == PoolKey::new(kind, namespace, &spec.pool_ref.name))
 }
 
-/// Releases an IPAddress whose claim no longer exists (decision D11). The IPAddress is read first, then its claim:
-/// a new claim of the name that adopts it in between changes its owner (seen here) or its resourceVersion (the DELETE,
-/// guarded by the one read, fails), so an IPAddress adopted meanwhile is never deleted.
+/// Releases an IPAddress whose claim no longer exists (docs/compatibility.md D11). The IPAddress is read first, then
+/// its claim: a new claim of the name that adopts it in between changes its owner (seen here) or its resourceVersion
+/// (the DELETE, guarded by the one read, fails), so an IPAddress adopted meanwhile is never deleted.
 pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> Result<(), Error> {
     let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading an orphaned IPAddress"))? else {
         return Ok(());

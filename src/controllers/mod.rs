@@ -54,7 +54,7 @@ pub struct ControllerOptions {
     pub capi: CapiApis,
     /// Claims reconciled at once (allocation itself is serialized per pool).
     pub concurrency: u16,
-    /// How long an IPAddress must have had no claim before it is released (decision D11).
+    /// How long an IPAddress must have had no claim before it is released (docs/compatibility.md D11).
     pub orphan_release_delay: Duration,
 }
 
@@ -279,9 +279,9 @@ pub async fn run(
         }));
     }
 
-    // Pool status (decision D4): however many addresses change, one pool status is written per 250 ms in all, taking
-    // the changed pools in turn. A busy pool is written 4 times a second; 20 busy pools each every 5 s, so that the
-    // status writes per allocation do not grow with the number of pools in a burst.
+    // Pool status (docs/compatibility.md D4): however many addresses change, one pool status is written per 250 ms in
+    // all, taking the changed pools in turn. A busy pool is written 4 times a second; 20 busy pools each every 5 s, so
+    // that the status writes per allocation do not grow with the number of pools in a burst.
     {
         let (ctx, work) = (ctx.clone(), work.clone());
         tasks.push(task("pool status coalescer", async move {

@@ -1,6 +1,6 @@
-//! IPAddresses whose claim is gone are released (decision D11): at once when the claim's Delete event says so, and
-//! by a sweep for those whose claim vanished while no watch saw it. The API server confirms the claim is gone before
-//! anything is deleted (the cache may lag), and a paused Cluster (a move in progress) keeps its addresses.
+//! IPAddresses whose claim is gone are released (docs/compatibility.md D11): at once when the claim's Delete event says
+//! so, and by a sweep for those whose claim vanished while no watch saw it. The API server confirms the claim is gone
+//! before anything is deleted (the cache may lag), and a paused Cluster (a move in progress) keeps its addresses.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

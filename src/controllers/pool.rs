@@ -1,6 +1,6 @@
-//! The pool controller: the `ProtectPool` finalizer, and the status of decision D4 with a `Ready` condition, written
-//! only when it changed (the status writer coalesces bursts, see `super::run`). `desired_status` decides from the
-//! index alone.
+//! The pool controller: the `ProtectPool` finalizer, and the status of docs/compatibility.md D4 with a `Ready`
+//! condition, written only when it changed (the status writer coalesces bursts, see `super::run`). `desired_status`
+//! decides from the index alone.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
-//! The claim's `Ready` condition (decision D5) in the shape each CAPI version stores, and the pool's `Ready`
-//! condition. Pure functions: they take the conditions as stored and return them with our entry updated, keeping
-//! every condition another controller owns.
+//! The claim's `Ready` condition (docs/compatibility.md D5) in the shape each CAPI version stores, and the pool's
+//! `Ready` condition. Pure functions: they take the conditions as stored and return them with our entry updated,
+//! keeping every condition another controller owns.
 
 use jiff::Timestamp;
 use serde_json::{Value, json};

@@ -33,7 +33,7 @@ pub trait Sink: Send + Sync {
     fn wake_first(&self, claim: ObjectKey);
     /// This pool's object changed: its finalizer and status get another look.
     fn pool_changed(&self, pool: PoolKey);
-    /// This claim is gone: an IPAddress we made for it is checked at once (decision D11).
+    /// This claim is gone: an IPAddress we made for it is checked at once (docs/compatibility.md D11).
     fn claim_gone(&self, claim: ObjectKey);
     /// Reservations of this global pool changed and are to be written into its annotation (`moved_away`).
     fn moved_away_changed(&self, pool: PoolKey);
@@ -687,8 +687,8 @@ impl Index {
     }
 
     /// The IPAddresses made for a claim that is not cached, and whose Cluster (if any) is not paused: candidates for
-    /// release once the API server confirms the claim is gone (decision D11). Whether ours still protects them or a
-    /// delete of ours did not finish (marked for deletion, or our finalizer already off), they are released.
+    /// release once the API server confirms the claim is gone (docs/compatibility.md D11). Whether ours still protects
+    /// them or a delete of ours did not finish (marked for deletion, or our finalizer already off), they are released.
     pub fn orphans(&self) -> Vec<(ObjectKey, AddressRecord)> {
         let candidates: Vec<(ObjectKey, AddressRecord)> = read(&self.addresses)
             .iter()
@@ -760,7 +760,8 @@ impl Index {
 
     // ---- Clusters ----
 
-    /// A Cluster as its watch delivers it: one that appears, or is unpaused, wakes its claims (decision D9).
+    /// A Cluster as its watch delivers it: one that appears, or is unpaused, wakes its claims (docs/compatibility.md
+    /// D9).
     pub fn apply_cluster(&self, key: ObjectKey, paused: bool) {
         lock(&self.moved_clusters).remove(&key);
         let was = write(&self.clusters).insert(key.clone(), paused);

@@ -101,7 +101,7 @@ impl IpPoolConfig {
             .ok_or_else(|| IpPoolSpecError::Prefix("provided prefix is not valid".into()))?;
         let lowest = list.set.first().unwrap_or_default();
         let subnet = block(family, lowest, prefix);
-        // RFC 3021 (decision D13): IPv4 /31 and /32 subnets have no network or broadcast address.
+        // RFC 3021 (docs/compatibility.md D13): IPv4 /31 and /32 subnets have no network or broadcast address.
         let rfc3021 = family == Family::V4 && prefix >= 31;
         let reserves = !(spec.allocate_reserved_ip_addresses || rfc3021);
         let network = reserves.then_some(subnet.0);
@@ -351,7 +351,7 @@ impl IpPoolAllocator {
         self.free.is_empty()
     }
 
-    /// The counts of decision D4.
+    /// The counts of docs/compatibility.md D4.
     pub fn counts(&self) -> PoolCounts {
         PoolCounts::new(self.config.total, self.used, self.out_of_range)
     }

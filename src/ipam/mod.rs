@@ -21,7 +21,7 @@ pub fn status_count(n: u128) -> i64 {
     i64::try_from(n.min(STATUS_COUNT_CAP)).unwrap_or(i64::MAX)
 }
 
-/// The pool status numbers of decision D4.
+/// The pool status numbers of docs/compatibility.md D4.
 ///
 /// `total` is the size of the allocatable set, `used` the number of IPAddresses of the pool, `out_of_range` those whose
 /// address is not allocatable any more, and `free = total − (used − out_of_range)`, never negative.

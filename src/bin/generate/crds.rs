@@ -10,7 +10,7 @@ use capi_ipam::api::{
 };
 
 /// The four CRDs: the IP pools with v1alpha1 (served, deprecated) and v1alpha2 (storage), the prefix pools with
-/// v1alpha2 only. Each carries the clusterctl, move-hierarchy and provider labels (decision D7).
+/// v1alpha2 only. Each carries the clusterctl, move-hierarchy and provider labels (docs/compatibility.md D7).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let merged = |v1: CustomResourceDefinition, v2: CustomResourceDefinition| {
         merge_crds(vec![v1, v2], POOL_VERSION).expect("the versions of one kind merge")
