@@ -1,5 +1,6 @@
 //! Command-line flags of the manager: the Go provider's flags with the same names and defaults (reference §5), plus
-//! `--log-format`, `--log-level`, `--reject-overlapping-pools`, `--webhook-host` and `--leader-election-namespace`.
+//! `--log-format`, `--log-level`, `--reject-overlapping-pools`, `--reject-gateway-outside-subnet`, `--webhook-host` and
+//! `--leader-election-namespace`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -121,6 +122,11 @@ pub struct Args {
     /// Reject a pool whose addresses overlap another pool of the same kind and scope (default: warn).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub reject_overlapping_pools: bool,
+
+    /// Reject an IP pool whose IPv4 gateway lies outside its subnet, or whose gateway is 0.0.0.0 or :: (default: warn
+    /// and admit, as the Go provider admits them; docs/compatibility.md D12).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub reject_gateway_outside_subnet: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

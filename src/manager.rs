@@ -23,7 +23,7 @@ use crate::server::diagnostics::{self, MetricsAuth, Readiness};
 use crate::server::tls;
 use crate::webhooks::{self, admission::AdmissionContext};
 
-/// The Lease the Go provider uses too, so a migration never runs two allocators at once (decision D1).
+/// The Lease the Go provider uses too, so a migration never runs two allocators at once (docs/compatibility.md D1).
 pub const LEADER_ELECTION_ID: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
 const CERT_POLL: Duration = Duration::from_secs(2);
 
@@ -160,9 +160,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .await
                 .context("loading the webhook serving certificate")?;
             let ctx = Arc::new(AdmissionContext {
-                client: client.clone(),
-                capi: capi.ipam,
                 reject_overlapping_pools: args.reject_overlapping_pools,
+                reject_gateway_outside_subnet: args.reject_gateway_outside_subnet,
+                ..AdmissionContext::live(client.clone(), capi.ipam)
             });
             let router = webhooks::router(ctx, metrics.clone());
             let (stop, ready) = (stop.clone(), readiness.clone());

@@ -150,12 +150,6 @@ async fn invalid_ip_pools_are_rejected_with_the_go_messages_and_field_paths() {
             "spec.addresses[1]",
             "provided address belongs to a different subnet than others",
         ),
-        // D12: an IPv4 gateway must lie in the pool's subnet.
-        (
-            json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.1.1"}),
-            "spec.gateway",
-            "provided gateway is not in the pool's subnet 10.0.0.0/24",
-        ),
         // D14: pre-allocations must be allocatable.
         (
             json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.12", "preAllocations": {"c": "10.0.0.12"}}),
@@ -250,6 +244,53 @@ async fn overlapping_pools_get_a_warning_naming_the_other_pool() {
         stderr.contains(&format!("Warning: spec.addresses overlaps InClusterIPPool \"{a}\" (10.9.0.18-10.9.0.20)")),
         "{stderr}"
     );
+}
+
+/// docs/compatibility.md D12: the pools real charts apply (`gateway: 0.0.0.0`, a link-local or another subnet's
+/// gateway) are admitted, as the Go provider admits them, with a warning that names the field, the value and the
+/// subnet; a later update that leaves the gateway alone says nothing more.
+#[tokio::test]
+async fn a_gateway_outside_the_subnet_is_admitted_with_a_warning() {
+    let env = TestEnv::with_manager("gateway").await;
+    for (gateway, expected) in [
+        ("0.0.0.0", "Warning: spec.gateway: \"0.0.0.0\" is the unspecified address"),
+        ("169.254.0.254", "Warning: spec.gateway: \"169.254.0.254\" is not in the pool's subnet 10.9.2.0/24"),
+    ] {
+        let name = unique_name("gw");
+        let manifest = |range: &str| {
+            json!({"apiVersion": format!("{GROUP}/v1alpha2"), "kind": "GlobalInClusterIPPool",
+                   "metadata": {"name": name},
+                   "spec": {"addresses": [range], "prefix": 24, "gateway": gateway}})
+            .to_string()
+        };
+        let out = env.plane.kubectl_stdin(&["apply", "-f", "-"], &manifest("10.9.2.10-10.9.2.20"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{gateway}: refused: {stderr}");
+        assert!(stderr.contains(expected), "{gateway}: {stderr}");
+        let out = env.plane.kubectl_stdin(&["apply", "-f", "-"], &manifest("10.9.2.10-10.9.2.30"));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("Warning"), "the gateway did not change");
+        let stored = pools(&env, "GlobalInClusterIPPool", "v1alpha2").get(&name).await.expect("get");
+        assert_eq!(stored.data["spec"]["gateway"], json!(gateway), "stored as written");
+        // The IPAddress carries the gateway as the Go provider writes it, and Cluster API's webhook takes it.
+        let capi = support::claims::Capi::V1Beta2;
+        capi.create_claim(&env.client, &env.namespace, &name, "GlobalInClusterIPPool", &name).await;
+        let address = capi.wait_bound(&env.client, &env.namespace, &name).await;
+        assert_eq!(address.data["spec"]["gateway"], json!(gateway), "{:?}", address.data);
+        assert_eq!(address.data["spec"]["address"], json!("10.9.2.10"), "{:?}", address.data);
+        capi.delete_claim(&env.client, &env.namespace, &name).await;
+        let pool_api = pools(&env, "GlobalInClusterIPPool", "v1alpha2");
+        support::eventually(
+            std::time::Duration::from_secs(30),
+            "the pool deleted once its address is released",
+            || {
+                let pool_api = pool_api.clone();
+                let name = name.clone();
+                async move { pool_api.delete(&name, &DeleteParams::default()).await.ok() }
+            },
+        )
+        .await;
+    }
 }
 
 #[tokio::test]
@@ -559,8 +600,8 @@ async fn every_registered_path_is_served() {
     }
 }
 
-/// With `--reject-overlapping-pools` the overlap is a rejection instead of a warning (the router in-process, with a
-/// client of the real API server to find the other pool).
+/// With `--reject-overlapping-pools` (and `--reject-gateway-outside-subnet`) the overlap is a rejection instead of a
+/// warning (the router in-process, with a client of the real API server to find the other pool).
 #[tokio::test]
 async fn overlapping_pools_are_rejected_when_asked() {
     use capi_ipam::webhooks::admission::{AdmissionContext, review};
@@ -569,9 +610,9 @@ async fn overlapping_pools_are_rejected_when_asked() {
     let a = unique_name("a");
     create(&env, "InClusterIPPool", &a, json!({"addresses": ["10.9.1.0/24"], "prefix": 24})).await.expect("pool a");
     let ctx = AdmissionContext {
-        client: env.client.clone(),
-        capi: capi_ipam::capi::CapiVersion::V1Beta2,
         reject_overlapping_pools: true,
+        reject_gateway_outside_subnet: true,
+        ..AdmissionContext::live(env.client.clone(), capi_ipam::capi::CapiVersion::V1Beta2)
     };
     let request = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "kind": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "kind": "InClusterIPPool"},
@@ -596,6 +637,22 @@ async fn overlapping_pools_are_rejected_when_asked() {
         "object": {"metadata": {"name": "b"}, "spec": {"addresses": ["10.9.1.200-10.9.1.210"], "prefix": 24}}}});
     let (answer, _) = review(&ctx, route, elsewhere.to_string().as_bytes()).await;
     assert_eq!(answer["response"]["allowed"], json!(true), "{answer}");
+    // And with --reject-gateway-outside-subnet, the gateway warning of D12 is a rejection naming the field.
+    let gateway = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "kind": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "kind": "InClusterIPPool"},
+        "resource": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "resource": "inclusterippools"},
+        "userInfo": {"username": "test"},
+        "uid": "u3", "name": "c", "namespace": "other-namespace", "operation": "CREATE",
+        "object": {"metadata": {"name": "c"}, "spec": {"addresses": ["10.9.3.10"], "prefix": 24, "gateway": "0.0.0.0"}}}});
+    let (answer, _) = review(&ctx, route, gateway.to_string().as_bytes()).await;
+    assert_eq!(answer["response"]["allowed"], json!(false), "{answer}");
+    assert_eq!(answer["response"]["status"]["details"]["causes"][0]["field"], json!("spec.gateway"));
+    let message = answer["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"0.0.0.0\": is the unspecified address")
+            && message.contains("--reject-gateway-outside-subnet"),
+        "{message}"
+    );
 }
 
 /// A v1beta1 AdmissionReview gets a v1beta1 answer; the defaulting patch sets allocationPrefixLength 0 to 64.
@@ -604,11 +661,7 @@ async fn v1beta1_reviews_and_the_defaulting_patch() {
     use capi_ipam::webhooks::admission::{AdmissionContext, review};
     use capi_ipam::webhooks::routes::{AdmissionRoute, Purpose};
     let env = TestEnv::with_manager("v1beta1").await;
-    let ctx = AdmissionContext {
-        client: env.client.clone(),
-        capi: capi_ipam::capi::CapiVersion::V1Beta2,
-        reject_overlapping_pools: false,
-    };
+    let ctx = AdmissionContext::live(env.client.clone(), capi_ipam::capi::CapiVersion::V1Beta2);
     let request = json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {
         "kind": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "kind": "InClusterPrefixPool"},
         "resource": {"group": "ipam.cluster.x-k8s.io", "version": "v1alpha2", "resource": "inclusterprefixpools"},

@@ -29,7 +29,7 @@ async fn app() -> axum::Router {
     .await
     .expect("CRDs installed");
     let client = Plane::shared().client().await;
-    let ctx = Arc::new(AdmissionContext { client, capi: CapiVersion::V1Beta2, reject_overlapping_pools: false });
+    let ctx = Arc::new(AdmissionContext::live(client, CapiVersion::V1Beta2));
     router(ctx, Arc::new(Metrics::new()))
 }
 

@@ -58,7 +58,7 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
     .await
     .expect("load");
     let client = Plane::shared().client().await;
-    let ctx = Arc::new(AdmissionContext { client, capi: CapiVersion::V1Beta2, reject_overlapping_pools: false });
+    let ctx = Arc::new(AdmissionContext::live(client, CapiVersion::V1Beta2));
     let port = free_port();
     let server = tokio::spawn(serve(
         ([127, 0, 0, 1], port).into(),

@@ -418,7 +418,7 @@ fn messages(errs: &[FieldError]) -> Vec<String> {
 }
 
 fn extras() -> IpPoolExtras<'static> {
-    IpPoolExtras { check_gateway_in_subnet: true, ..Default::default() }
+    IpPoolExtras::default()
 }
 
 /// `TestInvalidScenarios` of the Go webhook tests: rule, field and message text.
@@ -494,15 +494,25 @@ fn ip_pool_valid_specs() {
 }
 
 #[test]
-fn ipv4_gateway_must_lie_in_the_subnet() {
-    let errs = validate_ip_pool(&spec(&["10.0.0.10-10.0.0.20"], 24, "10.0.1.1"), &extras());
+fn the_gateway_finding_flags_an_ipv4_gateway_outside_the_subnet_and_unspecified_gateways() {
+    let finding = |s: IpPoolSpec| ip_pool_gateway_finding(&s).map(|e| e.to_string());
+    let outside = spec(&["10.0.0.10-10.0.0.20"], 24, "10.0.1.1");
+    assert!(validate_ip_pool(&outside, &extras()).is_empty(), "admitted, as the Go provider admits it");
     assert_eq!(
-        messages(&errs),
-        ["spec.gateway: Invalid value: \"10.0.1.1\": provided gateway is not in the pool's subnet 10.0.0.0/24"]
+        finding(outside).as_deref(),
+        Some("spec.gateway: Invalid value: \"10.0.1.1\": is not in the pool's subnet 10.0.0.0/24")
     );
-    let unchanged = IpPoolExtras { check_gateway_in_subnet: false, ..Default::default() };
-    assert!(validate_ip_pool(&spec(&["10.0.0.10-10.0.0.20"], 24, "10.0.1.1"), &unchanged).is_empty());
-    assert!(validate_ip_pool(&spec(&["fd00::10"], 64, "fe80::1"), &extras()).is_empty(), "IPv6 is not checked");
+    assert_eq!(
+        finding(spec(&["10.0.0.10"], 24, "0.0.0.0")).as_deref(),
+        Some(
+            "spec.gateway: Invalid value: \"0.0.0.0\": is the unspecified address; every IPAddress of the pool carries \
+             it as its gateway"
+        )
+    );
+    assert!(finding(spec(&["fd00::10"], 64, "::")).is_some(), "the unspecified IPv6 address too");
+    assert_eq!(finding(spec(&["fd00::10"], 64, "fe80::1")), None, "an IPv6 gateway may be link-local");
+    assert_eq!(finding(spec(&["10.0.0.10"], 24, "10.0.0.1")), None);
+    assert_eq!(finding(spec(&["10.0.0.10"], 24, "")), None);
 }
 
 #[test]
@@ -567,7 +577,7 @@ fn prefix_pool_validation_messages() {
         let got = messages(&validate_prefix_pool(&s));
         assert!(got.iter().any(|m| m.contains(expected)), "{s:?}: expected {expected:?} in {got:?}");
     };
-    check(prefix_spec(&[], 64), "spec.prefixes: Required value: prefixes is required");
+    check(prefix_spec(&[], 64), "spec.prefixes: Invalid value: []string{}: prefixes is required");
     check(prefix_spec(&["fd00::/48"], 129), "allocationPrefixLength must be between 1 and 128");
     check(
         prefix_spec(&["fd00::1"], 64),

@@ -1,6 +1,6 @@
-//! The validation rules of pool specs, with the Go provider's message texts, plus our decisions D12 (IPv4 gateway
-//! inside the subnet, overlap warnings) and D14 (pre-allocations). The admission webhook only maps these findings
-//! onto Kubernetes status causes.
+//! The validation rules of pool specs, with the Go provider's message texts, plus pre-allocations
+//! (docs/compatibility.md D14) and the gateway finding of D12 (a warning unless `--reject-gateway-outside-subnet`). The
+//! admission webhook only maps these findings onto Kubernetes status causes and warnings.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -123,13 +123,12 @@ const MIXED_FAMILIES: &str = "provided addresses are of mixed IP families";
 #[derive(Clone, Debug, Default)]
 pub struct IpPoolExtras<'a> {
     pub address_reuse_grace_period_seconds: Option<i64>,
-    /// `spec.preAllocations`: claim name → address (decision D14).
+    /// `spec.preAllocations`: claim name → address (docs/compatibility.md D14).
     pub pre_allocations: Option<&'a BTreeMap<String, String>>,
-    /// Check that an IPv4 gateway lies in the pool's subnet (D12): on create, and on update when the gateway changed.
-    pub check_gateway_in_subnet: bool,
 }
 
-/// Validates an IP pool spec: the Go provider's rules and texts in their order (reference §2.3), then D12 and D14.
+/// Validates an IP pool spec: the Go provider's rules and texts in their order (reference §2.3), then D14. Whatever
+/// it admits, the Go provider admits too (checked against its own code by tests/differential.rs).
 pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<FieldError> {
     let lists = [("spec.addresses", spec.addresses.as_slice()), ("spec.excludedAddresses", &spec.excluded_addresses)];
     let errs = too_large(&lists, extras.pre_allocations.map_or(0, BTreeMap::len));
@@ -163,19 +162,20 @@ pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<Fie
         }
     }
     let excluded = parse_entries("spec.excludedAddresses", &spec.excluded_addresses, &mut errs);
-    let excluded_family = single_family(&excluded);
-    match (excluded_family, family) {
-        (Err(()), _) => errs.push(FieldError::invalid(
-            "spec.excludedAddresses",
-            quote_list(&spec.excluded_addresses),
-            MIXED_FAMILIES,
-        )),
-        (Ok(Some(ef)), Ok(Some(af))) if ef != af => errs.push(FieldError::invalid(
+    if single_family(&excluded).is_err() {
+        errs.push(FieldError::invalid("spec.excludedAddresses", quote_list(&spec.excluded_addresses), MIXED_FAMILIES));
+    }
+    // As the Go provider checks it: any family of the addresses against any other family of the exclusions, so mixed
+    // addresses are named here too.
+    let has = |entries: &[(usize, super::address::AddressRange)], f: Family| entries.iter().any(|(_, r)| r.family == f);
+    if (has(&addresses, Family::V4) && has(&excluded, Family::V6))
+        || (has(&addresses, Family::V6) && has(&excluded, Family::V4))
+    {
+        errs.push(FieldError::invalid(
             "spec.excludedAddresses",
             quote_list(&spec.excluded_addresses),
             "addresses and excluded addresses are of mixed IP families",
-        )),
-        _ => {}
+        ));
     }
     if let Some(grace) = extras.address_reuse_grace_period_seconds.filter(|g| *g < 0) {
         errs.push(FieldError::invalid(
@@ -205,18 +205,6 @@ pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<Fie
             ));
         }
     }
-    let subnet = format!("{}/{}", family.addr(net_start), prefix);
-    if extras.check_gateway_in_subnet
-        && family == Family::V4
-        && let Some(gw) = spec.gateway.as_deref().filter(|g| !g.is_empty()).and_then(|g| parse_ip(g).ok())
-        && !(net_start..=net_end).contains(&to_u128(gw))
-    {
-        errs.push(FieldError::invalid(
-            "spec.gateway",
-            quote(&gw.to_string()),
-            format!("provided gateway is not in the pool's subnet {subnet}"),
-        ));
-    }
     if !errs.is_empty() {
         return errs;
     }
@@ -227,6 +215,34 @@ pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<Fie
         }
     }
     errs
+}
+
+/// A gateway that cannot be the gateway of the pool's hosts (docs/compatibility.md D12): the unspecified address
+/// (`0.0.0.0`, `::`; charts write it for "no gateway"), or an IPv4 gateway outside the pool's subnet
+/// `<lowest address>/<prefix>` (IPv6 gateways are often link-local, so only the unspecified one is flagged). The Go
+/// provider admits both and copies the gateway to every IPAddress; so do we, with this as a warning. `None` for a
+/// spec [`validate_ip_pool`] refuses.
+pub fn ip_pool_gateway_finding(spec: &IpPoolSpec) -> Option<FieldError> {
+    let gateway = spec.gateway.as_deref().filter(|g| !g.is_empty())?;
+    let ip = parse_ip(gateway).ok()?;
+    if ip.is_unspecified() {
+        return Some(FieldError::invalid(
+            "spec.gateway",
+            quote(gateway),
+            "is the unspecified address; every IPAddress of the pool carries it as its gateway",
+        ));
+    }
+    let family = Family::of(&ip);
+    let lowest = spec.addresses.iter().filter_map(|a| parse_entry(a).ok()).map(|r| r.start).min()?;
+    let prefix = u8::try_from(spec.prefix).ok().filter(|p| *p <= family.bits())?;
+    let (net_start, net_end) = block(family, lowest, prefix);
+    (family == Family::V4 && !(net_start..=net_end).contains(&to_u128(ip))).then(|| {
+        FieldError::invalid(
+            "spec.gateway",
+            quote(gateway),
+            format!("is not in the pool's subnet {}/{prefix}", family.addr(net_start)),
+        )
+    })
 }
 
 fn validate_pre_allocations(config: &IpPoolConfig, pre: &BTreeMap<String, String>, errs: &mut Vec<FieldError>) {
@@ -293,16 +309,16 @@ fn single_family(entries: &[(usize, super::address::AddressRange)]) -> Result<Op
 /// allocatable; otherwise the Go provider's message (`pool addresses do not contain allocated addresses: [a-b ...]`).
 pub fn ip_pool_stranded_addresses<S: AsRef<str>>(new: &IpPoolConfig, allocated: &[S]) -> Option<String> {
     let parsed: Vec<IpAddr> = allocated.iter().filter_map(|a| parse_ip(a.as_ref()).ok()).collect();
-    let in_use = RangeSet::from_ranges(
-        parsed.iter().filter(|ip| Family::of(ip) == new.family()).map(|ip| (to_u128(*ip), to_u128(*ip))),
-    );
-    let mut ranges: Vec<String> = in_use
-        .difference(new.allocatable())
-        .iter()
-        .map(|(s, e)| format!("{}-{}", new.family().addr(s), new.family().addr(e)))
-        .collect();
-    // Addresses of the other family can never be handed out by the new pool either.
-    ranges.extend(parsed.iter().filter(|ip| Family::of(ip) != new.family()).map(|ip| format!("{ip}-{ip}")));
+    // One merged set per family, IPv4 first, as the Go provider prints its set; addresses of the other family can
+    // never be handed out by the new pool.
+    let mut ranges = Vec::new();
+    for family in [Family::V4, Family::V6] {
+        let in_use = RangeSet::from_ranges(
+            parsed.iter().filter(|ip| Family::of(ip) == family).map(|ip| (to_u128(*ip), to_u128(*ip))),
+        );
+        let stranded = if family == new.family() { in_use.difference(new.allocatable()) } else { in_use };
+        ranges.extend(stranded.iter().map(|(s, e)| format!("{}-{}", family.addr(s), family.addr(e))));
+    }
     if ranges.is_empty() {
         return None;
     }
@@ -318,7 +334,7 @@ pub fn validate_prefix_pool(spec: &PrefixPoolSpec) -> Vec<FieldError> {
     }
     let mut errs = Vec::new();
     if spec.prefixes.is_empty() {
-        errs.push(FieldError::required("spec.prefixes", "prefixes is required"));
+        errs.push(FieldError::invalid("spec.prefixes", quote_list(&spec.prefixes), "prefixes is required"));
         return errs;
     }
     let alloc_len = effective_allocation_length(spec.allocation_prefix_length);

@@ -1,12 +1,15 @@
 //! Admission for the four pool kinds: defaulting, validation with the Go provider's rules and texts (the rules
-//! themselves live in `crate::ipam::validate`), the update and delete guards, and the overlap warning of D12.
+//! themselves live in `crate::ipam::validate`), the update and delete guards, and the gateway and overlap warnings of
+//! docs/compatibility.md D12.
 //!
 //! Reviews are kube's AdmissionReview types: whatever the body, the answer is a well-formed AdmissionReview in the
 //! request's version (`admission.k8s.io/v1` or `v1beta1`), and a rejection names the field at fault (for a body that
 //! is not a review, the JSON path of what is wrong with it).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use k8s_openapi::ByteString;
 use kube::api::{DynamicObject, ListParams};
 use kube::core::Status;
@@ -20,23 +23,91 @@ use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
 use crate::api::{DELETE_FOR_MOVE_ANNOTATION, GROUP, PoolKind, SKIP_DELETE_VALIDATION_ANNOTATION};
 
 type Request = AdmissionRequest<DynamicObject>;
-use crate::capi::{self, CapiVersion};
+use crate::capi::{self, CapiVersion, IpAddressSpec};
 use crate::ipam::address::Family;
 use crate::ipam::prefix_pool::effective_allocation_length;
 use crate::ipam::validate::{
-    FieldError, IpPoolExtras, first_overlap, ip_pool_stranded_addresses, prefix_pool_non_allocatable,
-    prefix_pool_warnings, quote_list, validate_ip_pool, validate_prefix_pool,
+    FieldError, IpPoolExtras, first_overlap, ip_pool_gateway_finding, ip_pool_stranded_addresses,
+    prefix_pool_non_allocatable, prefix_pool_warnings, quote_list, validate_ip_pool, validate_prefix_pool,
 };
 use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
 
 /// What the admission handlers need from the outside.
 #[derive(Clone)]
 pub struct AdmissionContext {
-    pub client: Client,
-    /// The IPAddress version to list for the update and delete guards.
-    pub capi: CapiVersion,
+    pub reads: Arc<dyn ClusterReads>,
     /// Reject pools that overlap another pool of the same kind and scope, instead of warning (D12).
     pub reject_overlapping_pools: bool,
+    /// Reject an IPv4 gateway outside the pool's subnet, or an unspecified one, instead of warning (D12).
+    pub reject_gateway_outside_subnet: bool,
+}
+
+impl AdmissionContext {
+    /// Reads live from the API server; both `--reject-…` flags off.
+    pub fn live(client: Client, capi: CapiVersion) -> Self {
+        AdmissionContext {
+            reads: Arc::new(LiveReads { client, capi }),
+            reject_overlapping_pools: false,
+            reject_gateway_outside_subnet: false,
+        }
+    }
+}
+
+/// What admission reads from the cluster: the IPAddresses of a pool (the update and delete guards) and the pools of
+/// a kind and scope (the overlap warning). The manager reads them live ([`LiveReads`]); the differential test against
+/// the Go provider gives them as data.
+pub trait ClusterReads: Send + Sync {
+    /// The specs of the IPAddresses whose poolRef names this pool, in `namespace` (all namespaces for global pools).
+    fn pool_addresses<'a>(
+        &'a self,
+        kind: PoolKind,
+        name: &'a str,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<IpAddressSpec>, kube::Error>>;
+
+    /// Every pool of `kind` in `namespace` (all global pools), as (name, spec).
+    fn pools<'a>(
+        &'a self,
+        kind: PoolKind,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<(String, Value)>, kube::Error>>;
+}
+
+/// [`ClusterReads`] from the API server, read live (not from a cache: a decision must see the latest writes).
+pub struct LiveReads {
+    pub client: Client,
+    /// The IPAddress version to list.
+    pub capi: CapiVersion,
+}
+
+impl ClusterReads for LiveReads {
+    fn pool_addresses<'a>(
+        &'a self,
+        kind: PoolKind,
+        name: &'a str,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<IpAddressSpec>, kube::Error>> {
+        Box::pin(async move {
+            let addresses = capi::list_pool_addresses(&self.client, self.capi, kind, name, namespace).await?;
+            Ok(addresses.into_iter().map(|(_, spec)| spec).collect())
+        })
+    }
+
+    fn pools<'a>(
+        &'a self,
+        kind: PoolKind,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<(String, Value)>, kube::Error>> {
+        Box::pin(async move {
+            let resource = kind.api_resource();
+            let api: Api<DynamicObject> = match namespace {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+                None => Api::all_with(self.client.clone(), &resource),
+            };
+            let list = api.list(&ListParams::default()).await?;
+            Ok(list.items.into_iter().filter_map(|p| Some((p.metadata.name?, p.data.get("spec")?.clone()))).collect())
+        })
+    }
 }
 
 pub const POOL_IN_USE_MESSAGE: &str =
@@ -239,7 +310,7 @@ async fn delete_guard(
     {
         return Outcome::allow();
     }
-    match capi::list_pool_addresses(&ctx.client, ctx.capi, kind, name, namespace).await {
+    match ctx.reads.pool_addresses(kind, name, namespace).await {
         Ok(addresses) if addresses.is_empty() => Outcome::allow(),
         Ok(_) => Outcome::deny(bad_request(
             kind.kind(),
@@ -266,11 +337,22 @@ async fn validate_ip(
     let extras = IpPoolExtras {
         address_reuse_grace_period_seconds: new.address_reuse_grace_period_seconds.map(i64::from),
         pre_allocations: new.pre_allocations.as_ref(),
-        check_gateway_in_subnet: old.as_ref().is_none_or(|o| o.gateway != new.gateway),
     };
     let errs = validate_ip_pool(&new.to_ipam(), &extras);
     if !errs.is_empty() {
         return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
+    }
+    // On create, and on update when the gateway changed: a pool admitted before stays admissible.
+    let gateway_finding =
+        ip_pool_gateway_finding(&new.to_ipam()).filter(|_| old.as_ref().is_none_or(|o| o.gateway != new.gateway));
+    if let Some(finding) = &gateway_finding
+        && ctx.reject_gateway_outside_subnet
+    {
+        let refused = FieldError {
+            detail: format!("{}, and --reject-gateway-outside-subnet is set", finding.detail),
+            ..finding.clone()
+        };
+        return Outcome::deny(invalid(kind.kind(), &request.name, &[refused]));
     }
     let config = match IpPoolConfig::new(&new.to_ipam()) {
         Ok(c) => c,
@@ -280,9 +362,9 @@ async fn validate_ip(
     // Only a spec change can strand an allocated address: an update of the metadata alone (our finalizer, the
     // moved-away annotation) is never refused for addresses stranded before it.
     if update && changed {
-        match capi::list_pool_addresses(&ctx.client, ctx.capi, kind, &request.name, namespace).await {
+        match ctx.reads.pool_addresses(kind, &request.name, namespace).await {
             Ok(addresses) => {
-                let allocated: Vec<&str> = addresses.iter().map(|(_, s)| s.address.as_str()).collect();
+                let allocated: Vec<&str> = addresses.iter().map(|s| s.address.as_str()).collect();
                 if let Some(message) = ip_pool_stranded_addresses(&config, &allocated) {
                     return Outcome::deny(bad_request(kind.kind(), &request.name, "spec.addresses", &message));
                 }
@@ -291,6 +373,12 @@ async fn validate_ip(
         }
     }
     let mut outcome = Outcome::allow();
+    outcome.warnings.extend(gateway_finding.map(|f| {
+        format!(
+            "{}: {} {} (admitted as the Go provider admits it; --reject-gateway-outside-subnet refuses it)",
+            f.field, f.value, f.detail
+        )
+    }));
     if changed {
         let overlaps = match ip_pool_overlaps(ctx, kind, &request.name, namespace, &config).await {
             Ok(o) => o,
@@ -299,8 +387,7 @@ async fn validate_ip(
         if let Some(denied) = overlap_outcome(ctx, kind, &request.name, "spec.addresses", &new.addresses, &overlaps) {
             return denied;
         }
-        outcome.warnings =
-            overlaps.iter().map(|(other, range)| overlap_warning(kind, "addresses", other, range)).collect();
+        outcome.warnings.extend(overlaps.iter().map(|(other, range)| overlap_warning(kind, "addresses", other, range)));
     }
     outcome
 }
@@ -342,18 +429,8 @@ async fn other_pools(
     name: &str,
     namespace: Option<&str>,
 ) -> Result<Vec<(String, Value)>, kube::Error> {
-    let resource = kind.api_resource();
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
-        None => Api::all_with(ctx.client.clone(), &resource),
-    };
-    let list = api.list(&ListParams::default()).await?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.name.as_deref() != Some(name))
-        .filter_map(|p| Some((p.metadata.name?, p.data.get("spec")?.clone())))
-        .collect())
+    let pools = ctx.reads.pools(kind, namespace).await?;
+    Ok(pools.into_iter().filter(|(other, _)| other != name).collect())
 }
 
 /// The other pools (see [`other_pools`]) whose spec `overlap` finds overlapping, with the first overlapping range.
@@ -414,10 +491,10 @@ async fn validate_prefix(
                 "spec.allocationPrefixLength is immutable",
             ));
         }
-        match capi::list_pool_addresses(&ctx.client, ctx.capi, kind, &request.name, namespace).await {
+        match ctx.reads.pool_addresses(kind, &request.name, namespace).await {
             Ok(addresses) => {
                 let allocations: Vec<(String, Option<i64>)> =
-                    addresses.into_iter().map(|(_, s)| (s.address, s.prefix)).collect();
+                    addresses.into_iter().map(|s| (s.address, s.prefix)).collect();
                 if let Some(message) = prefix_pool_non_allocatable(&config, &allocations) {
                     return Outcome::deny(bad_request(kind.kind(), &request.name, "spec.prefixes", &message));
                 }
