@@ -331,3 +331,69 @@ async fn sigterm_releases_the_lease_and_a_lost_lease_stops_the_process() {
     let log = manager.log_tail(50);
     assert!(log.contains("lost the leader election lease"), "{log}");
 }
+
+/// The Go provider's flags, all at once (the five the test launcher passes too: `--kubeconfig`, `--webhook-port`,
+/// `--webhook-cert-dir`, `--health-probe-bind-address`, `--diagnostics-address`), start a manager that means them:
+/// it leads through the Lease, watches only `--namespace`, reconciles only claims labelled for `--watch-filter`,
+/// serves its webhooks with the named certificate files and its metrics over plain HTTP. (tests/differential.rs
+/// checks every flag of the Go provider's `--help` and its defaults; docs/compatibility.md C7 lists what we refuse.)
+#[tokio::test]
+async fn the_go_providers_flags_start_a_manager_that_means_them() {
+    let _one = ONE_MANAGER_AT_A_TIME.lock().await;
+    let env = TestEnv::new("goflags").await;
+    let other = TestEnv::new("goflags-other").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    let filter = support::unique_name("wf");
+    let manager = start_manager(&[
+        "--leader-elect",
+        &format!("--leader-election-namespace={ns}"),
+        &format!("--namespace={ns}"),
+        &format!("--watch-filter={filter}"),
+        "--webhook-cert-name=tls.crt",
+        "--webhook-key-name=tls.key",
+        "--insecure-diagnostics",
+        "--tls-min-version=VersionTLS12",
+        "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    ])
+    .await;
+    for env in [&env, &other] {
+        create_pool(
+            &env.client,
+            "InClusterIPPool",
+            &env.namespace,
+            "pool",
+            json!({"addresses": ["10.61.0.0/24"], "prefix": 24}),
+        )
+        .await;
+    }
+    let labelled = |name: &str| {
+        let mut claim = CAPI.claim(name, "InClusterIPPool", "pool");
+        claim.metadata.labels = Some([("cluster.x-k8s.io/watch-filter".to_owned(), filter.clone())].into());
+        claim
+    };
+    let claims = CAPI.claims(c, ns);
+    claims.create(&PostParams::default(), &labelled("in-filter")).await.expect("claim");
+    claims.create(&PostParams::default(), &CAPI.claim("unlabelled", "InClusterIPPool", "pool")).await.expect("claim");
+    CAPI.claims(&other.client, &other.namespace)
+        .create(&PostParams::default(), &labelled("elsewhere"))
+        .await
+        .expect("claim");
+    let bound = CAPI.wait_bound(c, ns, "in-filter").await;
+    assert_eq!(address_of(&bound), "10.61.0.1");
+    leading(c, ns).await;
+    assert!(manager.metrics().is_some_and(|m| m.contains("# TYPE")), "metrics over plain HTTP");
+    // Give the other two every chance to be (wrongly) reconciled: a claim bound after them would show it.
+    claims.create(&PostParams::default(), &labelled("later")).await.expect("claim");
+    CAPI.wait_bound(c, ns, "later").await;
+    for (client, namespace, name) in
+        [(c, ns.as_str(), "unlabelled"), (&other.client, other.namespace.as_str(), "elsewhere")]
+    {
+        let claim = CAPI.claims(client, namespace).get(name).await.expect("claim");
+        assert!(
+            claim.data.pointer("/status/addressRef").is_none(),
+            "{namespace}/{name} was reconciled: {:?}",
+            claim.data
+        );
+        assert!(claim.finalizers().is_empty(), "{namespace}/{name} got a finalizer: {:?}", claim.finalizers());
+    }
+}

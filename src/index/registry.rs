@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::api::{PoolKind, PoolSpec};
 use crate::capi::IpAddressSpec;
 use crate::compact::intern;
+use crate::ipam::address::parse_ip;
 use crate::ipam::{
     Allocation, Family, IpPoolAllocator, IpPoolConfig, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig, ReserveError,
     prefix_pool::PrefixReserveError,
@@ -95,7 +96,8 @@ impl Held {
                 .and_then(|(a, len)| Allocation::new(a, len));
             Held::Prefix(allocation.map(HeldPrefix::from))
         } else {
-            Held::Ip(spec.address.parse().ok())
+            // As Go's netip reads it (a zone, which a hand-made IPAddress may carry, is no part of the address).
+            Held::Ip(parse_ip(&spec.address).ok())
         }
     }
 }

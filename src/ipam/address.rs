@@ -82,9 +82,22 @@ pub fn block(family: Family, value: u128, prefix: u8) -> (u128, u128) {
     (start, start | (family.max_value() & !m))
 }
 
-/// Parses one address without surrounding text; rejects IPv6 zones and other decorations.
+/// Parses one address as Go's `netip.ParseAddr` does, which the Go provider uses for every address it reads: an IPv6
+/// address may carry a non-empty zone (`fe80::1%eth0`, as link-local gateways are written). The zone plays no part in
+/// the arithmetic (the Go provider's address sets drop it too), so it is dropped here; a gateway is still copied to
+/// the IPAddresses as written.
 pub fn parse_ip(s: &str) -> Result<IpAddr, String> {
-    s.parse::<IpAddr>().map_err(|_| format!("ParseAddr({s:?}): unable to parse IP"))
+    let parsed = match s.split_once('%') {
+        None => s.parse().ok(),
+        Some((addr, zone)) if !zone.is_empty() => addr.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6),
+        Some(_) => None,
+    };
+    parsed.ok_or_else(|| format!("ParseAddr({s:?}): unable to parse IP"))
+}
+
+/// Whether an address is written with an IPv6 zone (Go's address sets contain no zoned address).
+pub fn has_zone(s: &str) -> bool {
+    s.contains('%')
 }
 
 /// One entry of the address grammar: an inclusive range of one family.
@@ -127,13 +140,12 @@ pub enum EntryError {
 
 /// Parses a single IP, an inclusive `a-b` range or a CIDR (host bits allowed; the masked block is used).
 pub fn parse_entry(entry: &str) -> Result<AddressRange, EntryError> {
-    if entry.contains('-') {
-        let mut parts = entry.split('-');
-        let (Some(a), Some(b), None) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(EntryError::BadRange(entry.to_owned()));
-        };
-        let a: IpAddr = a.parse().map_err(|_| EntryError::BadRange(entry.to_owned()))?;
-        let b: IpAddr = b.parse().map_err(|_| EntryError::BadRange(entry.to_owned()))?;
+    // Split at the first '-', each end read as netip.ParseAddr reads it (zones dropped), as netipx.ParseIPRange does:
+    // a second '-' can only be part of a zone.
+    if let Some((a, b)) = entry.split_once('-') {
+        let bad_range = || EntryError::BadRange(entry.to_owned());
+        let a = parse_ip(a).map_err(|_| bad_range())?;
+        let b = parse_ip(b).map_err(|_| bad_range())?;
         if Family::of(&a) != Family::of(&b) {
             return Err(EntryError::MixedRange(entry.to_owned()));
         }
@@ -151,7 +163,7 @@ pub fn parse_entry(entry: &str) -> Result<AddressRange, EntryError> {
         let (start, end) = (to_u128(net.network()), to_u128(net.broadcast()));
         return Ok(AddressRange { family: Family::of(&ip), start, end });
     }
-    let ip: IpAddr = entry.parse().map_err(|_| EntryError::BadAddress(entry.to_owned()))?;
+    let ip = parse_ip(entry).map_err(|_| EntryError::BadAddress(entry.to_owned()))?;
     Ok(AddressRange::single(ip))
 }
 
@@ -284,11 +296,20 @@ mod tests {
             "10.0.0.1/",
             "10.0.0.1/+8",
             "10.0.0.1/08",
-            "fe80::1%eth0",
+            "fe80::1%",
+            "10.0.0.1%eth0",
+            "fe80::1%br-lan",
+            "fe80::/64%eth0",
             " 10.0.0.1",
         ] {
             assert!(parse_entry(bad).is_err(), "{bad:?} must be rejected");
         }
+        // As Go's netip and netipx read them: an IPv6 zone, which plays no part in the arithmetic, and a range split
+        // at its first '-' (a later one belongs to a zone).
+        for (zoned, plain) in [("fe80::1%eth0", "fe80::1"), ("fe80::1%a-fe80::9%b", "fe80::1-fe80::9")] {
+            assert_eq!(parse_entry(zoned), parse_entry(plain), "{zoned}");
+        }
+        assert_eq!(parse_entry("fe80::1-fe80::9%br-lan"), parse_entry("fe80::1-fe80::9"));
         assert_eq!(
             parse_entry("10.0.0.9-10.0.0.1").unwrap_err().to_string(),
             "range \"10.0.0.9-10.0.0.1\" starts after it ends"

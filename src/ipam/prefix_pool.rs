@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 
-use super::address::{Family, block, parse_cidr, parse_ip, parse_list};
+use super::address::{Family, block, has_zone, parse_cidr, parse_ip, parse_list};
 use super::{PoolCounts, RangeSet};
 
 /// The fields of a prefix pool spec the allocator needs, as written by the user.
@@ -85,6 +85,9 @@ impl PrefixPoolConfig {
         let gateway = match spec.gateway.as_deref().filter(|g| !g.is_empty()) {
             None => None,
             Some(g) => match parse_ip(g).map_err(PrefixPoolSpecError::Gateway)? {
+                // Only for the warning about a gateway inside the prefixes, which the Go provider never gives for a
+                // zoned gateway (its address sets hold no zoned address).
+                IpAddr::V6(_) if has_zone(g) => None,
                 IpAddr::V6(a) => Some(a),
                 IpAddr::V4(_) => return Err(PrefixPoolSpecError::Gateway("provided gateway must be IPv6".into())),
             },
@@ -334,7 +337,7 @@ impl PrefixPoolAllocator {
         self.free.is_empty()
     }
 
-    /// The counts of decision D4 (`free = max(0, total − used + outOfRange)`).
+    /// The counts of docs/compatibility.md D4 (`free = max(0, total − used + outOfRange)`).
     pub fn counts(&self) -> PoolCounts {
         PoolCounts::new(self.config.total, self.used, self.out_of_range)
     }
