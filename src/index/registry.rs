@@ -793,6 +793,20 @@ pub(crate) mod tests {
         assert_eq!(r.used(&pool()), 2);
     }
 
+    /// An IPAddress written by hand with an IPv6 zone holds its address, as the Go provider reads it: it was counted
+    /// as unparsable, and its address handed out again.
+    #[test]
+    fn an_ipaddress_written_with_a_zone_holds_its_address() {
+        let r = Registry::new();
+        let key = PoolKey::new(PoolKind::InClusterIPPool, "ns", "v6");
+        r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["fd00::1-fd00::2"], "prefix": 64})));
+        let zoned = IpAddressSpec { address: "fd00::1%eth0".into(), prefix: Some(64), ..Default::default() };
+        assert_eq!(Held::of(key.kind, &zoned), Held::Ip(Some("fd00::1".parse().unwrap())));
+        r.record(&key, &obj("by-hand"), Held::of(key.kind, &zoned));
+        assert_eq!(r.allocate(&key, &obj("a"), None).unwrap().address.to_string(), "fd00::2");
+        assert_eq!(r.counts(&key).0.out_of_range, 0);
+    }
+
     #[test]
     fn addresses_recorded_before_the_pool_spec_count_once_it_arrives() {
         let r = Registry::new();
