@@ -30,7 +30,6 @@ use serde_json::{Value, json};
 const BATCH: usize = 50;
 
 /// What the cases exercised, printed at the end (a generator that stopped reaching a branch shows here).
-#[derive(Default)]
 struct Tally {
     created: AtomicUsize,
     refused: AtomicUsize,
@@ -481,9 +480,13 @@ fn fill(mut verdict: Verdict, response: &Value) -> Verdict {
         .into_iter()
         .flatten()
         .any(|c| c["field"].as_str().is_some_and(|f| f.ends_with(']')));
-    verdict.warnings =
-        response["warnings"].as_array().into_iter().flatten().filter_map(|w| w.as_str().map(str::to_owned)).collect();
+    verdict.warnings = strings(&response["warnings"]);
     verdict
+}
+
+/// A JSON list of strings (absent: empty).
+fn strings(list: &Value) -> Vec<String> {
+    list.as_array().into_iter().flatten().filter_map(|w| w.as_str().map(str::to_owned)).collect()
 }
 
 /// The fields named by the causes, without the entry index we add (`spec.addresses[2]` → `spec.addresses`).
@@ -498,15 +501,15 @@ fn fields(causes: &Value) -> BTreeSet<String> {
 }
 
 fn theirs(answer: &Value) -> Verdict {
-    let mut verdict = fill(Verdict::default(), &json!({}));
-    verdict.allowed = answer["allowed"] == json!(true);
-    verdict.code = answer["code"].as_i64().unwrap_or(0);
-    verdict.fields = fields(&answer["causes"]);
-    verdict.warnings =
-        answer["warnings"].as_array().into_iter().flatten().filter_map(|w| w.as_str().map(str::to_owned)).collect();
-    verdict.converted = answer.get("converted").cloned();
-    verdict.defaulted = answer.get("defaulted").cloned();
-    verdict
+    Verdict {
+        allowed: answer["allowed"] == json!(true),
+        code: answer["code"].as_i64().unwrap_or(0),
+        fields: fields(&answer["causes"]),
+        warnings: strings(&answer["warnings"]),
+        converted: answer.get("converted").cloned(),
+        defaulted: answer.get("defaulted").cloned(),
+        ..Verdict::default()
+    }
 }
 
 /// One step's outcome: the IPAddress's address, prefix and gateway, or none.

@@ -112,20 +112,23 @@ func init() {
 	}
 }
 
-// hubObject gives a new empty v1alpha2 object of a pool kind, and the webhook of that kind.
-func hubObject(kind string) (client.Object, interface {
+type poolWebhook interface {
 	webhook.CustomDefaulter
 	webhook.CustomValidator
-}, error) {
+}
+
+// hubObject gives a new empty v1alpha2 object of a pool kind, and the webhook of that kind reading through c (its
+// update and delete checks list IPAddresses; nil where nothing is listed).
+func hubObject(kind string, c client.Reader) (client.Object, poolWebhook, error) {
 	switch kind {
 	case "InClusterIPPool":
-		return &v1alpha2.InClusterIPPool{}, &webhooks.InClusterIPPool{}, nil
+		return &v1alpha2.InClusterIPPool{}, &webhooks.InClusterIPPool{Client: c}, nil
 	case "GlobalInClusterIPPool":
-		return &v1alpha2.GlobalInClusterIPPool{}, &webhooks.InClusterIPPool{}, nil
+		return &v1alpha2.GlobalInClusterIPPool{}, &webhooks.InClusterIPPool{Client: c}, nil
 	case "InClusterPrefixPool":
-		return &v1alpha2.InClusterPrefixPool{}, &webhooks.InClusterPrefixPool{}, nil
+		return &v1alpha2.InClusterPrefixPool{}, &webhooks.InClusterPrefixPool{Client: c}, nil
 	case "GlobalInClusterPrefixPool":
-		return &v1alpha2.GlobalInClusterPrefixPool{}, &webhooks.InClusterPrefixPool{}, nil
+		return &v1alpha2.GlobalInClusterPrefixPool{}, &webhooks.InClusterPrefixPool{Client: c}, nil
 	}
 	return nil, nil, fmt.Errorf("unknown kind %q", kind)
 }
@@ -156,7 +159,7 @@ func toHub(raw json.RawMessage) (json.RawMessage, string, bool, error) {
 	if err := json.Unmarshal(raw, spoke); err != nil {
 		return nil, "", false, err
 	}
-	hub, _, err := hubObject(tm.Kind)
+	hub, _, err := hubObject(tm.Kind, nil)
 	if err != nil {
 		return nil, "", false, err
 	}
@@ -208,16 +211,14 @@ func admit(ctx context.Context, req request) (response, error) {
 			return resp, fmt.Errorf("oldObject: %w", err)
 		}
 	}
-	hub, hooks, err := hubObject(kind)
-	if err != nil {
-		return resp, err
-	}
 	var meta struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
 	}
 	_ = json.Unmarshal(object, &meta)
-	c := fakeCluster(kind, meta.Metadata.Name, req.InUse)
-	hooks = withClient(hooks, c)
+	hub, hooks, err := hubObject(kind, fakeCluster(kind, meta.Metadata.Name, req.InUse))
+	if err != nil {
+		return resp, err
+	}
 
 	operation := admissionv1.Operation(req.Operation)
 	ar := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
@@ -257,23 +258,6 @@ func admit(ctx context.Context, req request) (response, error) {
 	return resp, nil
 }
 
-// withClient gives the IP pool webhook (whose update and delete checks list IPAddresses) the fake cluster.
-func withClient(hooks interface {
-	webhook.CustomDefaulter
-	webhook.CustomValidator
-}, c client.Client) interface {
-	webhook.CustomDefaulter
-	webhook.CustomValidator
-} {
-	switch hooks.(type) {
-	case *webhooks.InClusterIPPool:
-		return &webhooks.InClusterIPPool{Client: c}
-	case *webhooks.InClusterPrefixPool:
-		return &webhooks.InClusterPrefixPool{Client: c}
-	}
-	return hooks
-}
-
 func fill(resp *response, r admission.Response) {
 	resp.Allowed = r.Allowed
 	resp.Warnings = r.Warnings
@@ -294,7 +278,7 @@ func allocate(ctx context.Context, req request) (response, error) {
 	if err != nil {
 		return resp, fmt.Errorf("object: %w", err)
 	}
-	pool, hooks, err := hubObject(kind)
+	pool, hooks, err := hubObject(kind, nil)
 	if err != nil {
 		return resp, err
 	}
