@@ -85,18 +85,15 @@ impl HeldPrefix {
 }
 
 impl Held {
-    /// Parses the address an IPAddress spec holds, for a pool of `kind`.
+    /// Parses the address an IPAddress spec holds, for a pool of `kind`, as Go's netip reads it: a zone, which a
+    /// hand-made IPAddress may carry, is no part of the address, so the address stays held.
     pub fn of(kind: PoolKind, spec: &IpAddressSpec) -> Held {
         if kind.is_prefix_pool() {
-            let allocation = spec
-                .address
-                .parse::<Ipv6Addr>()
-                .ok()
+            let allocation = parse_ipv6(&spec.address)
                 .zip(spec.prefix.and_then(|p| u8::try_from(p).ok()))
                 .and_then(|(a, len)| Allocation::new(a, len));
             Held::Prefix(allocation.map(HeldPrefix::from))
         } else {
-            // As Go's netip reads it (a zone, which a hand-made IPAddress may carry, is no part of the address).
             Held::Ip(parse_ip(&spec.address).ok())
         }
     }
@@ -628,7 +625,7 @@ impl Registry {
                 Held::Ip(Some(a.allocate().map_err(|_| AllocateError::Exhausted { pool: pool_key.clone() })?))
             }
             (Allocator::Ip(a), Some(r)) => {
-                let ip: IpAddr = r.parse().map_err(|_| requested_error("not an IP address".to_owned()))?;
+                let ip = parse_ip(r).map_err(|_| requested_error("not an IP address".to_owned()))?;
                 a.reserve(ip).map_err(|e| match e {
                     ReserveError::Taken(_) => requested_error("it is already allocated".to_owned()),
                     other => requested_error(other.to_string()),
@@ -640,7 +637,7 @@ impl Registry {
                 Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)).map(HeldPrefix::from))
             }
             (Allocator::Prefix(a), Some(r)) => {
-                let base: Ipv6Addr = r.parse().map_err(|_| requested_error("not an IPv6 address".to_owned()))?;
+                let base = parse_ipv6(r).ok_or_else(|| requested_error("not an IPv6 address".to_owned()))?;
                 a.reserve(base).map_err(|e| match e {
                     PrefixReserveError::Taken(..) => requested_error("it is already allocated".to_owned()),
                     other => requested_error(other.to_string()),
@@ -736,6 +733,14 @@ fn assigned(state: &PoolState, held: Held) -> Option<Assigned> {
     Some(Assigned { address: held.address()?, prefix: state.prefix, gateway: state.gateway.clone() })
 }
 
+/// An IPv6 address as [`parse_ip`] reads it.
+fn parse_ipv6(s: &str) -> Option<Ipv6Addr> {
+    match parse_ip(s) {
+        Ok(IpAddr::V6(a)) => Some(a),
+        _ => None,
+    }
+}
+
 fn parse_config(spec: &PoolSpec) -> Result<Config, String> {
     let gateway = spec.gateway().filter(|g| !g.is_empty()).map(str::to_owned);
     match spec {
@@ -794,7 +799,7 @@ pub(crate) mod tests {
     }
 
     /// An IPAddress written by hand with an IPv6 zone holds its address, as the Go provider reads it: it was counted
-    /// as unparsable, and its address handed out again.
+    /// as unparsable, and its address (IP pools) or child prefix (prefix pools) handed out again.
     #[test]
     fn an_ipaddress_written_with_a_zone_holds_its_address() {
         let r = Registry::new();
@@ -805,6 +810,24 @@ pub(crate) mod tests {
         r.record(&key, &obj("by-hand"), Held::of(key.kind, &zoned));
         assert_eq!(r.allocate(&key, &obj("a"), None).unwrap().address.to_string(), "fd00::2");
         assert_eq!(r.counts(&key).0.out_of_range, 0);
+
+        let key = PoolKey::new(PoolKind::InClusterPrefixPool, "ns", "prefixes");
+        r.apply_spec(&key, &spec(key.kind, json!({"prefixes": ["fd00::/63"], "allocationPrefixLength": 64})));
+        let zoned = IpAddressSpec { address: "fd00::%eth0".into(), prefix: Some(64), ..Default::default() };
+        r.record(&key, &obj("by-hand"), Held::of(key.kind, &zoned));
+        assert_eq!(r.allocate(&key, &obj("a"), None).unwrap().address.to_string(), "fd00:0:0:1::");
+        assert!(matches!(r.allocate(&key, &obj("b"), None), Err(AllocateError::Exhausted { .. })));
+    }
+
+    /// A requested address is read as the webhook reads it (which admits a zone in `preAllocations`): a claim the
+    /// pool was admitted with must not wait for ever on "not an IP address".
+    #[test]
+    fn a_requested_address_with_a_zone_is_the_address() {
+        let r = Registry::new();
+        let key = PoolKey::new(PoolKind::InClusterIPPool, "ns", "v6");
+        r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["fd00::1-fd00::9"], "prefix": 64})));
+        assert_eq!(r.allocate(&key, &obj("a"), Some("fd00::5%eth0")).unwrap().address.to_string(), "fd00::5");
+        assert!(matches!(r.allocate(&key, &obj("b"), Some("fd00::5")), Err(AllocateError::Requested { .. })));
     }
 
     #[test]
