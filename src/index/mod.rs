@@ -44,6 +44,9 @@ pub trait Sink: Send + Sync {
 #[derive(Clone, Debug)]
 pub struct AddressRecord {
     pub uid: Option<Uid>,
+    /// The resourceVersion of the version recorded: whether an event of another object of the name is older or newer
+    /// news than this record.
+    pub revision: ResourceVersion,
     /// The watch delivered this object (by UID). Until then the record comes from our own write, and the watch,
     /// which delivers in order, can only bring older news of this name.
     pub seen: bool,
@@ -81,6 +84,7 @@ impl AddressRecord {
         };
         Some(Self {
             uid: object.metadata.uid.as_deref().map(Uid::of),
+            revision: revision_of(&object.metadata),
             seen: false,
             doubtful: false,
             protected: object.metadata.finalizers.iter().flatten().any(|f| f == PROTECT_ADDRESS_FINALIZER),
@@ -402,14 +406,17 @@ impl Index {
         key
     }
 
-    /// Whether a watch event is about another object of the name than the one we recorded from our own write, before
-    /// the watch delivered ours: that object is gone already (ours could only be created once it was), and the watch,
-    /// which delivers in order, has not caught up. The first event of our own object marks it seen.
+    /// Whether a watch event is about another object of the name than the one we recorded from our own write or read,
+    /// before the watch delivered ours, and older than it: that object is gone already (ours could only be created
+    /// once it was), and the watch, which delivers in order, has not caught up. One newer than our record (a relist
+    /// after ours was deleted and another made, which a record from a read does not know of) is the news. The first
+    /// event of our own object marks it seen.
     fn is_stale(&self, key: &ObjectKey, event: &AddressRecord) -> bool {
         let mut addresses = write(&self.addresses);
         let Some(current) = addresses.get_mut(key) else { return false };
         if current.uid != event.uid {
-            return !current.seen;
+            let newer = event.revision != current.revision && event.revision.is_at_least(current.revision);
+            return !current.seen && !newer;
         }
         current.seen = true;
         current.doubtful = false;

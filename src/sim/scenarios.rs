@@ -359,3 +359,45 @@ fn a_new_claim_lets_a_duplicate_being_deleted_under_its_name_go() {
     let bound = w.read(Kind::Address, &b).expect("b/m0's own IPAddress");
     assert_ne!(bound["spec"]["address"], taken, "b/m0 shares a/m0's address:\n{}", w.trace_text());
 }
+
+/// Seed 9039423 of a soak found it: the record of an IPAddress our create made (or a read found) that no watch event
+/// showed yet is deleted, and another IPAddress of its name is made, before the IPAddress watch lists again. The list
+/// brings the new one, newer than the record: it is the news, not an older event to skip. Skipped, it was never
+/// indexed, and once its claim was gone no orphan release found it: a leak.
+#[test]
+fn a_relist_that_brings_a_newer_ipaddress_of_a_recorded_name_indexes_it() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    // The claim's IPAddress is created; the IPAddress watch shows nothing of it.
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    let first = w.read(Kind::Address, &m0).expect("m0's IPAddress");
+    // It goes with its claim, and another claim m0 gets an IPAddress of the name (clusterctl, or another manager),
+    // whose claim then goes too: an orphan to release.
+    w.force_delete_claim(&m0);
+    w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
+    w.remove(Kind::Address, &m0);
+    let (_, claim) = claim_of_cluster(&mut w, "m0");
+    w.create(Kind::Address, json!({
+        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+        "metadata": {"name": "m0", "namespace": "a", "labels": { CLUSTER_NAME_LABEL: "cl" },
+                     "finalizers": [PROTECT_ADDRESS_FINALIZER],
+                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                                          "name": "m0", "uid": claim["metadata"]["uid"], "controller": true}]},
+        "spec": {"claimRef": {"name": "m0"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
+                 "address": first["spec"]["address"], "prefix": 24},
+    }));
+    w.force_delete_claim(&m0);
+    // The IPAddress watch expires before it delivered any of this, and lists again.
+    w.expire_watch_of(Kind::Address);
+    w.deliver_all(&[]);
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    assert!(w.read(Kind::Address, &m0).is_none(), "the orphan was never released:\n{}", w.trace_text());
+}

@@ -1418,6 +1418,14 @@ impl World {
         let _ = self.server_delete(kind, key);
     }
 
+    /// The watch of `kind` expires (410 Gone) before it delivered what it has: it lists again.
+    pub(super) fn expire_watch_of(&mut self, kind: Kind) {
+        let Some(term) = self.term.as_mut() else { return };
+        for watch in term.watches.iter_mut().filter(|w| w.kind == kind) {
+            watch.state = WatchState::Start;
+        }
+    }
+
     pub(super) fn begin_term(&mut self) {
         self.start_term();
     }
