@@ -354,15 +354,21 @@ async fn assert_arrived(
 /// counted as used, and a new claim there gets another address.
 async fn assert_reserved(source: &Side, global_pool: &str, moved: &BTreeMap<String, (String, i64, String, String)>) {
     let c = &source.client;
-    let mut expected: Vec<String> =
-        moved.values().filter(|(_, _, kind, _)| kind == "GlobalInClusterIPPool").map(|(a, ..)| a.clone()).collect();
+    let global: Vec<(&String, &String)> = moved
+        .iter()
+        .filter(|(_, (_, _, kind, _))| kind == "GlobalInClusterIPPool")
+        .map(|(name, (address, ..))| (name, address))
+        .collect();
+    let addresses: Vec<String> = global.iter().map(|(_, address)| (*address).clone()).collect();
+    // Each entry names the IPAddress that moved away with the address: only that one may hold it here again.
+    let mut expected: Vec<String> = global.iter().map(|(name, address)| format!("{address}@{NS}/{name}")).collect();
     expected.sort();
     assert_eq!(expected.len(), 3);
     // A claim made on the source after the move gets none of them.
     let probe = support::create_namespace(c, "probe").await;
     CAPI.create_claim(c, &probe, "probe", "GlobalInClusterIPPool", global_pool).await;
     let got = support::claims::address_of(&CAPI.wait_bound(c, &probe, "probe").await);
-    assert!(!expected.contains(&got), "{got} moved away with its Cluster ({expected:?}) but was handed out again");
+    assert!(!addresses.contains(&got), "{got} moved away with its Cluster ({addresses:?}) but was handed out again");
     let pools = support::claims::pools(c, "GlobalInClusterIPPool", NS);
     eventually(Duration::from_secs(30), "the moved-away annotation on the source", || async {
         let pool = pools.get(global_pool).await.ok()?;
@@ -378,9 +384,9 @@ async fn assert_reserved(source: &Side, global_pool: &str, moved: &BTreeMap<Stri
     assert!(ready.contains("3 address(es) reserved"), "{ready}");
     CAPI.delete_claim(c, &probe, "probe").await;
     wait_pool_counts(c, "GlobalInClusterIPPool", NS, global_pool, (20, 3, 17, 0)).await;
-    // The global prefix pool keeps its moved child prefix the same way, as `base/length`.
+    // The global prefix pool keeps its moved child prefix the same way, as `base/length@namespace/name`.
     let (address, prefix, ..) = &moved["lb-prefix"];
-    let entry = format!("{address}/{prefix}");
+    let entry = format!("{address}/{prefix}@{NS}/lb-prefix");
     let prefix_pools = support::claims::pools(c, "GlobalInClusterPrefixPool", NS);
     eventually(Duration::from_secs(30), "the moved-away annotation of the prefix pool", || async {
         let pool = prefix_pools.get(&prefix_pool(global_pool)).await.ok()?;

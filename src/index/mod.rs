@@ -643,7 +643,7 @@ impl Index {
     pub fn claim_back(&self, pool: &PoolKey, claim: &ObjectKey, held: Held) {
         // Only a claim that is still here and staying (not deleted for a move meanwhile).
         if self.claims.get(claim).is_some_and(|c| !c.moving_away && c.deletion_timestamp.is_none()) {
-            moved_away::claim_back(self, pool, held);
+            moved_away::claim_back(self, pool, claim, held);
         }
     }
 
@@ -672,16 +672,14 @@ impl Index {
         // back), not one a move left behind under its name.
         let owned = read(&self.addresses).get(&claim.key).is_some_and(|r| r.claim_owner == Some(claim.uid.uid()));
         if owned && let Some(held) = self.registry.held_by(pool, &claim.key) {
-            moved_away::claim_back(self, pool, held);
+            moved_away::claim_back(self, pool, &claim.key, held);
         }
     }
 
     /// Whether the address the IPAddress `key` holds in `pool` is still to be written into the pool's moved-away
     /// annotation.
     pub fn moved_away_unwritten(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
-        self.registry
-            .held_by(pool, key)
-            .is_some_and(|held| self.moved_away_pending(pool).get(&held.to_string()) == Some(&true))
+        self.registry.held_by(pool, key).is_some_and(|held| self.moved_away_unwritten_for(pool, held))
     }
 
     /// The pool holding something for the IPAddress `key` that the API server has not shown yet, a create of ours

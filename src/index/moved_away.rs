@@ -5,10 +5,14 @@
 //! their addresses out again: the same address on two management clusters. So the IPAddress of a claim (or an
 //! IPAddress itself) of a global pool deleted for a move (clusterctl's `delete-for-move` annotation) leaves a
 //! reservation in its place, taken over under the pool's lock so the address is never free in between, and written
-//! into the pool's `ipam.cluster.x-k8s.io/moved-away` annotation (comma-separated addresses, or prefixes for prefix
-//! pools) so that it outlives the manager. A reservation counts as used. It ends when an IPAddress with that address
-//! comes back (the Cluster moved back), or when an operator takes it out of the annotation (the moved Cluster was
-//! deleted over there: docs/operations.md). The writes are `controllers::moved_away`'s.
+//! into the pool's `ipam.cluster.x-k8s.io/moved-away` annotation so that it outlives the manager. Its entries are
+//! comma-separated, each `<address>@<namespace>/<name>` (prefix pools: `<base>/<length>@…`), the address and the
+//! IPAddress that moved away with it; a bare `<address>` (written by hand) names none. A reservation counts as used.
+//! Only an IPAddress of the entry's name takes it over (the Cluster moved back: clusterctl keeps names): one of
+//! another name holding the address, such as a create of a deposed leader that landed late, is a duplicate of the
+//! reservation. It ends when a claim is bound to its IPAddress again, or when an operator takes the entry out of the
+//! annotation (the moved Cluster was deleted over there: docs/operations.md). The writes are
+//! `controllers::moved_away`'s.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
@@ -63,9 +67,16 @@ impl PoolLedger {
 }
 
 impl Index {
-    fn queue_moved_away(&self, pool: &PoolKey, held: Held, add: bool) {
-        lock(&self.moved_away.pools).entry(pool.clone()).or_default().pending.insert(held.to_string(), add);
+    fn queue_moved_away(&self, pool: &PoolKey, entry: String, add: bool) {
+        lock(&self.moved_away.pools).entry(pool.clone()).or_default().pending.insert(entry, add);
         self.sink.moved_away_changed(pool.clone());
+    }
+
+    /// Whether an entry that reserves `held` waits to be written into the pool's annotation.
+    pub(super) fn moved_away_unwritten_for(&self, pool: &PoolKey, held: Held) -> bool {
+        self.moved_away_pending(pool)
+            .iter()
+            .any(|(entry, add)| *add && parse(pool, entry).is_some_and(|e| e.held == held))
     }
 
     /// The changes to the pool's annotation not written yet.
@@ -113,9 +124,27 @@ fn revision_of(pool: &Pool) -> ResourceVersion {
     ResourceVersion::of(pool.metadata.resource_version.as_deref().unwrap_or_default())
 }
 
+/// The entries of the pool's annotation (our changes included) that reserve `held`.
+fn entries_for(index: &Index, pool: &PoolKey, held: Held) -> Vec<(String, Entry)> {
+    if held.address().is_none() {
+        return Vec::new();
+    }
+    index
+        .moved_away_wanted(pool)
+        .into_iter()
+        .filter_map(|text| parse(pool, &text).filter(|e| e.held == held).map(|e| (text, e)))
+        .collect()
+}
+
 /// Whether `held` is reserved in the pool's annotation (our changes included): in use on another management cluster.
 pub fn is_reserved(index: &Index, pool: &PoolKey, held: Held) -> bool {
-    held.address().is_some() && index.moved_away_wanted(pool).contains(&held.to_string())
+    !entries_for(index, pool, held).is_empty()
+}
+
+/// Whether the IPAddress `address` may hold the reserved `held` as the one that moved away (coming back, or left
+/// behind and seen again): an entry names it, or names no IPAddress.
+fn may_hold_reserved(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) -> bool {
+    entries_for(index, pool, held).iter().any(|(_, e)| e.address.as_ref().is_none_or(|a| a == address))
 }
 
 /// The entries of an annotation value, as written.
@@ -125,15 +154,38 @@ pub fn entries(annotation: Option<&str>) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// An entry as the address it holds in a pool of `key`'s kind; `None` when it is not one.
-fn held(key: &PoolKey, entry: &str) -> Option<Held> {
-    let (address, prefix) = match entry.split_once('/') {
-        Some((address, prefix)) => (address, prefix.parse().ok()),
+/// One entry of the annotation: the address reserved, and the IPAddress that moved away with it when it says.
+#[derive(Debug, PartialEq)]
+struct Entry {
+    held: Held,
+    address: Option<ObjectKey>,
+}
+
+/// The entry our manager writes for `held`, moved away with the IPAddress `address`.
+fn entry_text(held: Held, address: &ObjectKey) -> String {
+    format!("{held}@{address}")
+}
+
+/// An entry as the address it holds in a pool of `key`'s kind, and the IPAddress it names; `None` when it is not
+/// one.
+fn parse(key: &PoolKey, entry: &str) -> Option<Entry> {
+    let (reserved, address) = match entry.split_once('@') {
+        Some((reserved, named)) => {
+            let (namespace, name) = named.split_once('/')?;
+            if namespace.is_empty() || name.is_empty() || name.contains('/') {
+                return None;
+            }
+            (reserved, Some(ObjectKey::new(namespace, name)))
+        }
         None => (entry, None),
     };
-    let spec = IpAddressSpec { address: address.to_owned(), prefix, ..Default::default() };
+    let (ip, prefix) = match reserved.split_once('/') {
+        Some((ip, prefix)) => (ip, prefix.parse().ok()),
+        None => (reserved, None),
+    };
+    let spec = IpAddressSpec { address: ip.to_owned(), prefix, ..Default::default() };
     let held = Held::of(key.kind, &spec);
-    (held.to_string() == entry).then_some(held)
+    (held.to_string() == reserved).then_some(Entry { held, address })
 }
 
 /// An IPAddress of a global pool is gone for a move: its address stays held, as a reservation.
@@ -168,31 +220,45 @@ pub fn claim_moved_away(index: &Index, claim: &ObjectKey) {
 /// An IPAddress of a global pool marked as moving away (its claim was deleted for a move, or it carries clusterctl's
 /// `delete-for-move` itself): its address goes into the pool's annotation unless it is there already.
 pub fn still_moving_away(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
-    if held.address().is_some() && !is_reserved(index, pool, held) {
+    if held.address().is_some() && !may_hold_reserved(index, pool, address, held) {
         record_moved_away(index, pool, address, held);
     }
 }
 
 fn record_moved_away(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
     info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
-    index.queue_moved_away(pool, held, true);
+    index.queue_moved_away(pool, entry_text(held, address), true);
 }
 
-/// An IPAddress appeared holding an address reserved as moved away: it holds it now, never free in between. It may be
-/// the IPAddress a move left behind here (seen again after a restart) rather than one that came back, so the
-/// annotation entry stays until a claim of the pool is bound to it again ([`claim_back`]).
+/// An IPAddress appeared holding an address reserved as moved away. The one that moved away (its entry names it)
+/// holds it now, never free in between: it came back, or it is the IPAddress a move left behind here, seen again after
+/// a restart, so the entry stays until a claim of the pool is bound to it again ([`claim_back`]). One of another name
+/// is not the moved one coming back: it stays a duplicate of the reservation, which its claim withdraws.
 pub fn came_back(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
+    if index.registry.held_by(pool, &reservation_key(held)).is_none() {
+        // Not reserved (or not yet: the pool's annotation is applied later, and `sync` decides then).
+        return;
+    }
+    if !may_hold_reserved(index, pool, address, held) {
+        warn!(pool = %pool, ipaddress = %address, address = %held, annotation = MOVED_AWAY_ANNOTATION, "an IPAddress holds an address reserved for another IPAddress that moved to another management cluster; it is a duplicate, not that one coming back");
+        return;
+    }
     if index.registry.transfer(pool, &reservation_key(held), address).is_some() {
         info!(pool = %pool, ipaddress = %address, address = %held, "an IPAddress holds a reserved address");
     }
 }
 
-/// A live claim of the pool is bound to the IPAddress holding `held`: if the address was reserved as moved away, its
-/// Cluster came back with it and the reservation ends.
-pub fn claim_back(index: &Index, pool: &PoolKey, held: Held) {
-    if pool.kind.is_global() && is_reserved(index, pool, held) {
-        info!(pool = %pool, address = %held, "moved back; the reservation ends");
-        index.queue_moved_away(pool, held, false);
+/// A live claim of the pool is bound to its IPAddress `address`, holding `held`: if the address was reserved as moved
+/// away with that IPAddress, its Cluster came back with it and the reservation ends.
+pub fn claim_back(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
+    if !pool.kind.is_global() {
+        return;
+    }
+    for (text, entry) in entries_for(index, pool, held) {
+        if entry.address.as_ref().is_none_or(|a| a == address) {
+            info!(pool = %pool, ipaddress = %address, address = %held, "moved back; the reservation ends");
+            index.queue_moved_away(pool, text, false);
+        }
     }
 }
 
@@ -213,18 +279,19 @@ pub fn sync(index: &Index, key: &PoolKey, pool: &Pool) {
             None => entries(annotation),
         }
     };
-    let wanted: HashMap<Held, String> = wanted
-        .into_iter()
-        .filter_map(|entry| match held(key, &entry) {
-            Some(held) => Some((held, entry)),
+    // Each address reserved, with the IPAddresses its entries name (`None`: an entry that names none).
+    let mut wanted_by: HashMap<Held, Vec<Option<ObjectKey>>> = HashMap::new();
+    for entry in wanted {
+        match parse(key, &entry) {
+            Some(parsed) => wanted_by.entry(parsed.held).or_default().push(parsed.address),
             None => {
                 if lock(&index.moved_away.reported).insert((key.clone(), entry.clone())) {
                     warn!(pool = %key, entry, annotation = MOVED_AWAY_ANNOTATION, "not an address of this pool; ignored");
                 }
-                None
             }
-        })
-        .collect();
+        }
+    }
+    let wanted = wanted_by;
     let reserved: HashSet<Held> = index.registry.reservations(key).into_iter().collect();
     for held in &reserved {
         if !wanted.contains_key(held) {
@@ -232,9 +299,18 @@ pub fn sync(index: &Index, key: &PoolKey, pool: &Pool) {
             index.wake_all(index.registry.forget(key, &reservation_key(*held)));
         }
     }
-    for held in wanted.into_keys().filter(|h| !reserved.contains(h)) {
-        // Held by an IPAddress here already (one a move left behind, or one that came back): it stays held by it.
-        index.registry.reserve(key, held);
+    for (held, named) in wanted.into_iter().filter(|(h, _)| !reserved.contains(h)) {
+        let moved_one_holds =
+            named.iter().any(|n| n.as_ref().is_none_or(|address| index.registry.held_by(key, address) == Some(held)));
+        if moved_one_holds {
+            // Held by the IPAddress that moved away, here already (left behind, or come back), or free: it stays held
+            // by it, or is reserved.
+            index.registry.reserve(key, held);
+        } else if let Some(duplicate) = index.registry.reserve_alongside(key, held) {
+            // Held by another IPAddress (a late create of a deposed leader): the reservation is held beside it, a
+            // duplicate its claim withdraws unless bound.
+            index.report_duplicate(&duplicate);
+        }
     }
 }
 
@@ -247,15 +323,31 @@ mod tests {
     fn entries_are_addresses_of_the_pool_kind_and_nothing_else() {
         let ip = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
         let prefix = PoolKey::new(PoolKind::GlobalInClusterPrefixPool, "", "p");
-        assert_eq!(held(&ip, "10.0.0.1").map(|h| h.to_string()).as_deref(), Some("10.0.0.1"));
-        assert_eq!(held(&ip, "fd00::1").map(|h| h.to_string()).as_deref(), Some("fd00::1"));
-        assert_eq!(held(&prefix, "fd00:0:0:1::/64").map(|h| h.to_string()).as_deref(), Some("fd00:0:0:1::/64"));
-        for bad in ["", "10.0.0", "10.0.0.1/24", "nope", "010.0.0.1"] {
-            assert_eq!(held(&ip, bad), None, "{bad:?}");
+        let reserved = |key: &PoolKey, entry: &str| parse(key, entry).map(|e| e.held.to_string());
+        assert_eq!(reserved(&ip, "10.0.0.1").as_deref(), Some("10.0.0.1"));
+        assert_eq!(reserved(&ip, "fd00::1").as_deref(), Some("fd00::1"));
+        assert_eq!(reserved(&prefix, "fd00:0:0:1::/64").as_deref(), Some("fd00:0:0:1::/64"));
+        for bad in ["", "10.0.0", "10.0.0.1/24", "nope", "010.0.0.1", "10.0.0.1@", "10.0.0.1@ns", "10.0.0.1@/m0"] {
+            assert_eq!(parse(&ip, bad), None, "{bad:?}");
         }
-        for bad in ["fd00::", "fd00::1/64", "10.0.0.0/24", "fd00::/200"] {
-            assert_eq!(held(&prefix, bad), None, "{bad:?}");
+        for bad in ["fd00::", "fd00::1/64", "10.0.0.0/24", "fd00::/200", "fd00:0:0:1::/64@a/b/c"] {
+            assert_eq!(parse(&prefix, bad), None, "{bad:?}");
         }
         assert_eq!(entries(Some(" 10.0.0.2, 10.0.0.1,,")).into_iter().collect::<Vec<_>>(), ["10.0.0.1", "10.0.0.2"]);
+    }
+
+    #[test]
+    fn an_entry_names_the_ipaddress_that_moved_away_and_reads_back_as_written() {
+        let ip = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+        let prefix = PoolKey::new(PoolKind::GlobalInClusterPrefixPool, "", "p");
+        let moved = ObjectKey::new("cluster-a", "vm-0-eth0-g");
+        for (key, entry) in
+            [(&ip, "10.0.0.1@cluster-a/vm-0-eth0-g"), (&prefix, "fd00:0:0:1::/64@cluster-a/vm-0-eth0-g")]
+        {
+            let parsed = parse(key, entry).expect(entry);
+            assert_eq!(parsed.address.as_ref(), Some(&moved), "{entry}");
+            assert_eq!(entry_text(parsed.held, &moved), entry, "written as read");
+        }
+        assert_eq!(parse(&ip, "10.0.0.1").expect("a bare address").address, None);
     }
 }

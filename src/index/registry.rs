@@ -515,6 +515,22 @@ impl Registry {
         lock(&pool).holders.get(address).map(|h| h.held)
     }
 
+    /// Reserves `held` even when an IPAddress holds it already; returns the duplicate that makes then.
+    pub fn reserve_alongside(&self, pool_key: &PoolKey, held: Held) -> Option<Duplicate> {
+        let pool = self.pool(pool_key);
+        let mut state = lock(&pool);
+        let key = reservation_key(held);
+        if state.holders.contains_key(&key) {
+            return None;
+        }
+        let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, &key, held));
+        state.record(held);
+        state.holders.insert(key, Holding { held, confirmed: true });
+        drop(state);
+        self.mark_dirty(pool_key);
+        duplicate
+    }
+
     /// Reserves `held` (see [`reservation_key`]) unless something holds it already; returns whether it did.
     pub fn reserve(&self, pool_key: &PoolKey, held: Held) -> bool {
         let pool = self.pool(pool_key);

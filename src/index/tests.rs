@@ -358,7 +358,7 @@ fn orphans_are_ipaddresses_of_claims_gone_whose_cluster_is_not_paused() {
 fn what_is_kept_per_object_stays_small() {
     use std::mem::size_of;
     assert!(size_of::<Claim>() <= 232, "Claim: {} bytes", size_of::<Claim>());
-    assert!(size_of::<AddressRecord>() <= 80, "AddressRecord: {} bytes", size_of::<AddressRecord>());
+    assert!(size_of::<AddressRecord>() <= 88, "AddressRecord: {} bytes", size_of::<AddressRecord>());
     assert!(size_of::<Held>() <= 20, "Held: {} bytes", size_of::<Held>());
     assert_eq!(size_of::<ObjectKey>(), 32);
 }
@@ -552,14 +552,14 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
     Relist::default().on_event(&index, Event::Delete(address));
     assert_eq!(index.registry().reservations(&global).len(), 1);
     let changes = index.moved_away_pending(&global);
-    assert_eq!(changes, [("10.1.0.1".to_owned(), true)].into());
+    assert_eq!(changes, [("10.1.0.1@ns/x".to_owned(), true)].into(), "the entry names the IPAddress that moved");
     index.moved_away_written(&global, Some((&changes, crate::compact::ResourceVersion::of("12"))));
     // The status writer's event from before our write arrives late, without the annotation.
     feed(global_pool(11, None));
     let next = index.registry().allocate(&global, &key("y"), None).expect("free");
     assert_eq!(next.address.to_string(), "10.1.0.2", "the reserved address was handed out again");
     // Our write's event, then an operator's removal of the entry: now the address is free.
-    feed(global_pool(12, Some("10.1.0.1")));
+    feed(global_pool(12, Some("10.1.0.1@ns/x")));
     assert_eq!(index.registry().reservations(&global).len(), 1);
     feed(global_pool(13, None));
     assert!(index.registry().reservations(&global).is_empty());

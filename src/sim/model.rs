@@ -189,6 +189,8 @@ impl Held {
 
     /// An entry of the moved-away annotation, as our controllers write it.
     pub fn of_entry(pool: PoolId, entry: &str) -> Option<Held> {
+        // `<address>@<namespace>/<name>`, or a bare `<address>`.
+        let entry = entry.split_once('@').map_or(entry, |(reserved, _)| reserved);
         let (address, len) = match entry.split_once('/') {
             Some((a, l)) => (a, Some(l.parse::<u8>().ok()?)),
             None => (entry, None),

@@ -401,3 +401,104 @@ fn a_relist_that_brings_a_newer_ipaddress_of_a_recorded_name_indexes_it() {
     fails(&w, result);
     assert!(w.read(Kind::Address, &m0).is_none(), "the orphan was never released:\n{}", w.trace_text());
 }
+
+/// Seed 9093993 of a soak led to it: the create of claim `b/m4`'s IPAddress, sent by a leader whose term then ended,
+/// lands late, after the address it chose went to claim `a/m3` of Cluster `cl`, `cl` moved away, and the IPAddress
+/// it left behind was released into a reservation. The late IPAddress holds a reserved address, but it is not the one
+/// that moved away coming back (that one has the moved IPAddress's name): a duplicate of the reservation, withdrawn,
+/// never adopted, and the reservation stays.
+#[test]
+fn a_late_ipaddress_holding_a_reserved_address_under_another_name_is_not_adopted() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
+    let cl = cluster(&mut w, false);
+    let (m3, _) = claim_of_cluster(&mut w, "m3");
+    let m4 = w.create_claim_named(1, "m4", gip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m3.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    // The pool's one address is a/m3's: b/m4 waits.
+    w.run_job(Job::Claim(m4.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let moved = w.read(Kind::Address, &m3).expect("a/m3's IPAddress")["spec"]["address"].clone();
+    // clusterctl moves cl away; the IPAddress a/m3 left behind is released into a reservation.
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.patch(Kind::Claim, &m3, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.force_delete_claim(&m3);
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_job(Job::Sweep);
+    w.answer_everything();
+    w.deliver_all(&[]);
+    assert!(w.read(Kind::Address, &m3).is_none(), "the IPAddress left behind is released:\n{}", w.trace_text());
+    // The late create of b/m4's IPAddress lands, holding that address.
+    let claim = w.read(Kind::Claim, &m4).expect("claim b/m4");
+    w.create(Kind::Address, json!({
+        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+        "metadata": {"name": "m4", "namespace": "b", "finalizers": [PROTECT_ADDRESS_FINALIZER],
+                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                                          "name": "m4", "uid": claim["metadata"]["uid"], "controller": true}]},
+        "spec": {"claimRef": {"name": "m4"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
+                 "address": moved, "prefix": 24},
+    }));
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m4.clone()));
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    let bound = w.read(Kind::Claim, &m4).expect("claim b/m4");
+    assert!(
+        bound["status"]["addressRef"]["name"].is_null()
+            || w.read(Kind::Address, &m4).is_some_and(|a| a["spec"]["address"] != moved),
+        "b/m4 took the address in use over there:\n{}",
+        w.trace_text()
+    );
+    assert!(
+        moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")),
+        "the reservation is gone:\n{}",
+        w.trace_text()
+    );
+}
+
+/// The same late IPAddress, met by a manager that starts after it landed, with the IPAddress watch listed before the
+/// pool's (so the reservation comes after the IPAddress that holds its address): still a duplicate of the
+/// reservation, not the IPAddress the entry names.
+#[test]
+fn a_late_ipaddress_holding_a_reserved_address_is_not_adopted_when_listed_before_its_pool() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
+    w.patch(
+        gip.server_kind(),
+        &gip.key(),
+        json!({"metadata": {"annotations": { MOVED_AWAY_ANNOTATION: "10.1.0.1@a/m3" }}}),
+    );
+    let m4 = w.create_claim_named(1, "m4", gip);
+    let claim = w.read(Kind::Claim, &m4).expect("claim b/m4");
+    w.create(Kind::Address, json!({
+        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+        "metadata": {"name": "m4", "namespace": "b", "finalizers": [PROTECT_ADDRESS_FINALIZER],
+                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                                          "name": "m4", "uid": claim["metadata"]["uid"], "controller": true}]},
+        "spec": {"claimRef": {"name": "m4"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
+                 "address": "10.1.0.1", "prefix": 24},
+    }));
+    w.begin_term();
+    w.deliver_all(&[Kind::Address]);
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m4.clone()));
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    let bound = w.read(Kind::Claim, &m4).expect("claim b/m4");
+    assert!(bound["status"]["addressRef"]["name"].is_null(), "b/m4 took the reserved address:\n{}", w.trace_text());
+    assert!(w.read(Kind::Address, &m4).is_none(), "the late IPAddress is withdrawn:\n{}", w.trace_text());
+    assert_eq!(moved_away_entries(&w), "10.1.0.1@a/m3", "the reservation stays:\n{}", w.trace_text());
+}

@@ -1640,8 +1640,9 @@ impl World {
     // ---- Invariants ----
 
     /// What every step keeps: no address held twice (by two live IPAddresses of a pool, or by one here and the
-    /// same address on the other management cluster once our manager recorded it), and every bound claim names a
-    /// live IPAddress of its own.
+    /// same address on the other management cluster once our manager recorded it; of an IPAddress no claim is bound
+    /// to, which may be a late write, only under `Late::BeforeNextTerm`), and every bound claim names a live
+    /// IPAddress of its own.
     fn check_always(&mut self) -> Result<(), String> {
         if let Some(term) = &self.term {
             term.ctx.index.registry().check_consistency()?;
@@ -1682,7 +1683,10 @@ impl World {
                     ));
                 }
             }
+            // An IPAddress no claim is bound to may be a late create of a deposed leader (as above): the claim
+            // withdraws it, and only a bound one uses the address here.
             if pool == PoolId::Global
+                && (strict || bound.contains(&key))
                 && let Some((e, where_)) = self.elsewhere.iter().find(|(e, w)| {
                     w.protected && e.overlaps(h) && a["metadata"]["uid"].as_str() != Some(&*w.left_behind)
                 })
@@ -1776,6 +1780,18 @@ impl World {
             let Some(h) = Held::of_address(pool, a) else { continue };
             if let Some((_, other, other_key)) = held.iter().find(|(p, o, _)| *p == pool && o.overlaps(h)) {
                 return Err(format!("after settling, {other_key} ({other}) and {key} ({h}) hold the same address"));
+            }
+            // Nor across management clusters: a late create holding an address in use over there is withdrawn.
+            if pool == PoolId::Global
+                && let Some((e, where_)) = self.elsewhere.iter().find(|(e, w)| {
+                    w.protected && e.overlaps(h) && a["metadata"]["uid"].as_str() != Some(&*w.left_behind)
+                })
+            {
+                return Err(format!(
+                    "after settling, IPAddress {key} holds {h}, which claim {}/{} of the moved Cluster uses over there \
+                     ({e})",
+                    NAMESPACES[where_.namespace], where_.claim
+                ));
             }
             held.push((pool, h, key));
         }
