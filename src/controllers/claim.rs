@@ -15,7 +15,7 @@ use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
 use crate::apiserver::{ApiError, Read, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, AllocateError, Assigned, Index, ObjectKey, PoolKey};
+use crate::index::{AddressRecord, AllocateError, Assigned, Duplicate, Index, ObjectKey, PoolKey};
 use crate::runtime::queue::Next;
 
 /// A claim that found its pool exhausted (or was refused for good) is woken by a change; this requeue is only a
@@ -97,7 +97,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     let gate = gate(claim, &pool_key, &ctx.index);
     if matches!(gate, Gate::Paused | Gate::WaitForCluster(..))
         && claim.address_ref().is_none()
-        && registry.duplicate_of(&pool_key, key).is_some()
+        && registry.duplicate_of(&pool_key, key).is_some_and(|d| !moved_one_wins(ctx, &pool_key, key, &d))
         && let Some(record) = ctx.index.address(key).filter(|r| !r.deleting && *r.pool == pool_key)
     {
         // Pause holds our decisions, not the undoing of a write that landed too late (a fenced leader's): an
@@ -291,7 +291,7 @@ async fn adopt(
     // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
     // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
     let duplicate = ctx.index.registry().duplicate_of(pool_key, key);
-    if claim.address_ref().is_none() && duplicate.is_some() {
+    if claim.address_ref().is_none() && duplicate.as_ref().is_some_and(|d| !moved_one_wins(ctx, pool_key, key, d)) {
         if record.deleting {
             // Withdrawn already, or an orphan whose release did not finish: no one else finishes it while a claim of
             // its name exists (the orphan release leaves those alone), so this claim does.
@@ -344,6 +344,17 @@ async fn adopt(
     }
     set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
     Ok(Next::AwaitChange)
+}
+
+/// Whether the IPAddress `key`, part of `duplicate`, is the one that moved away with its address and came back (the
+/// pool's moved-away annotation names it): it stays, and the others holding the address, none bound (a late create
+/// of a deposed leader, the reservation), go. Withdrawn, the machine that came back would lose the address it uses.
+fn moved_one_wins(ctx: &Context, pool_key: &PoolKey, key: &ObjectKey, duplicate: &Duplicate) -> bool {
+    ctx.index.is_moved_holder(pool_key, key)
+        && !duplicate
+            .holders
+            .iter()
+            .any(|other| other != key && ctx.index.claim(other).is_some_and(|c| c.address_ref() == Some(&*other.name)))
 }
 
 /// Deletes an IPAddress whose address another IPAddress of the pool holds, before its claim is bound to it; the

@@ -382,6 +382,7 @@ impl Index {
         if self.is_stale(&key, &record) {
             return key;
         }
+        self.replacing(&key, uid);
         let held = Held::of(record.pool.kind, &address.spec);
         let pool = record.pool.clone();
         let moving_away = pool.kind.is_global()
@@ -467,16 +468,44 @@ impl Index {
     }
 
     /// The hold of an IPAddress that is gone ends: its address is free, unless the pool's annotation says it is in
-    /// use on another management cluster (an IPAddress a move left behind here), where it stays reserved.
+    /// use on another management cluster and this is the IPAddress that moved (one a move left behind here), where
+    /// it stays reserved. Another IPAddress holding a reserved address (a duplicate of the reservation, or of the
+    /// moved one) just lets go.
     fn release_hold(&self, pool: &PoolKey, key: &ObjectKey) {
-        if pool.kind.is_global()
-            && let Some(held) = self.registry.held_by(pool, key)
-            && moved_away::is_reserved(self, pool, held)
-        {
-            moved_away::moved_away(self, pool, key);
+        if self.keep_reserved(pool, key) {
             return;
         }
         self.wake_all(self.registry.forget(pool, key));
+    }
+
+    /// If `key` holds a reserved address as the IPAddress that moved, its hold becomes the reservation (under the
+    /// pool's lock, never free in between); returns whether it did.
+    fn keep_reserved(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        if pool.kind.is_global()
+            && let Some(held) = self.registry.held_by(pool, key)
+            && moved_away::may_hold_reserved(self, pool, key, held)
+        {
+            moved_away::moved_away(self, pool, key);
+            return true;
+        }
+        false
+    }
+
+    /// Another object of the name than the one recorded is applied, newer: the recorded one is gone. If it held a
+    /// reserved address as the IPAddress that moved, the reservation takes its hold over first (replaced in place,
+    /// the hold would be released, and the address free here while in use over there).
+    fn replacing(&self, key: &ObjectKey, uid: Option<Uid>) {
+        let replaced = read(&self.addresses).get(key).filter(|r| r.uid != uid).map(|r| r.pool.clone());
+        if let Some(pool) = replaced {
+            self.keep_reserved(&pool, key);
+        }
+    }
+
+    /// Whether the IPAddress `key` is the one an entry of the pool's moved-away annotation names for the address it
+    /// holds: it came back (or was left behind), and wins over any other IPAddress holding that address.
+    pub fn is_moved_holder(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        pool.kind.is_global()
+            && self.registry.held_by(pool, key).is_some_and(|held| moved_away::is_named_holder(self, pool, key, held))
     }
 
     /// The IPAddress watch begins a list: the tombstones it must list again to keep.
@@ -563,6 +592,7 @@ impl Index {
                 None => {}
             }
         }
+        self.replacing(key, record.uid);
         let held = Held::of(record.pool.kind, &object.spec);
         if record.pool.kind.is_global() {
             // It holds a reserved address now (one that came back with its Cluster, read before the watch saw it).

@@ -142,9 +142,23 @@ pub fn is_reserved(index: &Index, pool: &PoolKey, held: Held) -> bool {
 }
 
 /// Whether the IPAddress `address` may hold the reserved `held` as the one that moved away (coming back, or left
-/// behind and seen again): an entry names it, or names no IPAddress.
-fn may_hold_reserved(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) -> bool {
-    entries_for(index, pool, held).iter().any(|(_, e)| e.address.as_ref().is_none_or(|a| a == address))
+/// behind and seen again): an entry names it, or only bare entries (naming none) reserve the address.
+pub(super) fn may_hold_reserved(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) -> bool {
+    let named: Vec<Option<ObjectKey>> = entries_for(index, pool, held).into_iter().map(|(_, e)| e.address).collect();
+    !named.is_empty() && allows(&named, address)
+}
+
+/// Whether an entry names the IPAddress `address` for the reserved `held`: it is the one that moved away, which wins
+/// over any other IPAddress holding the address.
+pub(super) fn is_named_holder(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) -> bool {
+    entries_for(index, pool, held).iter().any(|(_, e)| e.address.as_ref() == Some(address))
+}
+
+/// Whether entries naming `named` (`None`: a bare entry) let `address` hold their address: one names it, or none
+/// names any (a bare entry, written by hand, cannot tell; a named one beside it can, so it decides).
+fn allows(named: &[Option<ObjectKey>], address: &ObjectKey) -> bool {
+    let names: Vec<&ObjectKey> = named.iter().flatten().collect();
+    names.is_empty() || names.contains(&address)
 }
 
 /// The entries of an annotation value, as written.
@@ -254,11 +268,14 @@ pub fn claim_back(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held
     if !pool.kind.is_global() {
         return;
     }
-    for (text, entry) in entries_for(index, pool, held) {
-        if entry.address.as_ref().is_none_or(|a| a == address) {
-            info!(pool = %pool, ipaddress = %address, address = %held, "moved back; the reservation ends");
-            index.queue_moved_away(pool, text, false);
-        }
+    let entries = entries_for(index, pool, held);
+    let named: Vec<Option<ObjectKey>> = entries.iter().map(|(_, e)| e.address.clone()).collect();
+    if entries.is_empty() || !allows(&named, address) {
+        return;
+    }
+    info!(pool = %pool, ipaddress = %address, address = %held, "moved back; the reservation ends");
+    for (text, _) in entries {
+        index.queue_moved_away(pool, text, false);
     }
 }
 
@@ -300,8 +317,8 @@ pub fn sync(index: &Index, key: &PoolKey, pool: &Pool) {
         }
     }
     for (held, named) in wanted.into_iter().filter(|(h, _)| !reserved.contains(h)) {
-        let moved_one_holds =
-            named.iter().any(|n| n.as_ref().is_none_or(|address| index.registry.held_by(key, address) == Some(held)));
+        let names: Vec<&ObjectKey> = named.iter().flatten().collect();
+        let moved_one_holds = names.is_empty() || names.iter().any(|a| index.registry.held_by(key, a) == Some(held));
         if moved_one_holds {
             // Held by the IPAddress that moved away, here already (left behind, or come back), or free: it stays held
             // by it, or is reserved.
@@ -349,5 +366,16 @@ mod tests {
             assert_eq!(entry_text(parsed.held, &moved), entry, "written as read");
         }
         assert_eq!(parse(&ip, "10.0.0.1").expect("a bare address").address, None);
+    }
+
+    #[test]
+    fn a_named_entry_decides_who_may_hold_its_address_even_beside_a_bare_one() {
+        let moved = ObjectKey::new("a", "m0");
+        let late = ObjectKey::new("b", "m1");
+        assert!(allows(&[None], &late), "a bare entry names no IPAddress: any may hold it");
+        assert!(allows(&[Some(moved.clone())], &moved));
+        assert!(!allows(&[Some(moved.clone())], &late));
+        assert!(!allows(&[None, Some(moved.clone())], &late), "a bare entry beside a named one opens nothing");
+        assert!(allows(&[None, Some(moved.clone())], &moved));
     }
 }

@@ -1,7 +1,7 @@
 //! Hand-written schedules: one order of events each, the order a hole of issue 25 needed, replayed against the real
 //! controllers on the simulated API server. Each fails on the code before its fix.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::client::Op;
 use super::model::{PoolId, Shape};
@@ -501,4 +501,123 @@ fn a_late_ipaddress_holding_a_reserved_address_is_not_adopted_when_listed_before
     assert!(bound["status"]["addressRef"]["name"].is_null(), "b/m4 took the reserved address:\n{}", w.trace_text());
     assert!(w.read(Kind::Address, &m4).is_none(), "the late IPAddress is withdrawn:\n{}", w.trace_text());
     assert_eq!(moved_away_entries(&w), "10.1.0.1@a/m3", "the reservation stays:\n{}", w.trace_text());
+}
+
+/// Moves `cl` of claim `m0` away as clusterctl does, and releases the IPAddress it left behind into a reservation.
+fn move_away_and_release(w: &mut World, cl: &ObjectKey, m0: &ObjectKey) {
+    let gip = PoolId::Global;
+    w.patch(Kind::Cluster, cl, json!({"spec": {"paused": true}}));
+    w.patch(Kind::Claim, m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.force_delete_claim(m0);
+    w.remove(Kind::Cluster, cl);
+    w.deliver_all(&[]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_job(Job::Sweep);
+    w.answer_everything();
+    w.deliver_all(&[]);
+}
+
+/// An IPAddress of a global pool, as our manager or clusterctl makes it.
+fn global_ipaddress(namespace: &str, name: &str, owner_uid: &Value, address: &Value, cluster: Option<&str>) -> Value {
+    let labels = cluster.map_or_else(|| json!({}), |c| json!({ CLUSTER_NAME_LABEL: c }));
+    json!({
+        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "finalizers": [PROTECT_ADDRESS_FINALIZER],
+                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                                          "name": name, "uid": owner_uid, "controller": true}]},
+        "spec": {"claimRef": {"name": name}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
+                 "address": address, "prefix": 24},
+    })
+}
+
+/// The review of the fix above found it: a late IPAddress of `b/m1` holding an address reserved for `a/m0` lands, and
+/// before `b/m1`'s claim withdraws it, Cluster `cl` moves back with `a/m0` and the IPAddress of that name. The one that
+/// came back wins: it is the address its machine uses, so `a/m0` is bound to it and the reservation ends, while the
+/// late one is withdrawn.
+#[test]
+fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    let m1 = w.create_claim_named(1, "m1", gip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m1.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    move_away_and_release(&mut w, &cl, &m0);
+    // The late create of b/m1's IPAddress lands, and clusterctl brings cl back with a/m0 and its IPAddress.
+    let m1_uid = w.read(Kind::Claim, &m1).expect("claim b/m1")["metadata"]["uid"].clone();
+    w.create(Kind::Address, global_ipaddress("b", "m1", &m1_uid, &moved, None));
+    cluster(&mut w, true);
+    let (_, back) = claim_of_cluster(&mut w, "m0");
+    w.create(Kind::Address, global_ipaddress("a", "m0", &back["metadata"]["uid"], &moved, Some("cl")));
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.run_job(Job::Claim(m1.clone()));
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    let back = w.read(Kind::Claim, &m0).expect("claim a/m0");
+    assert_eq!(back["status"]["addressRef"]["name"], "m0", "a/m0 is bound again:\n{}", w.trace_text());
+    let address = w.read(Kind::Address, &m0).expect("its IPAddress");
+    assert_eq!(address["spec"]["address"], moved, "the IPAddress that came back was withdrawn:\n{}", w.trace_text());
+    assert!(w.read(Kind::Address, &m1).is_none_or(|a| a["spec"]["address"] != moved), "{}", w.trace_text());
+    assert_eq!(moved_away_entries(&w), "", "the reservation outlived the move back:\n{}", w.trace_text());
+}
+
+/// The same review found it: the IPAddress a move left behind is released, and before the IPAddress watch delivers
+/// its deletion, a late create of its name lands holding another address; the watch then lists again. The record
+/// replaced in place must hand the reserved address to the reservation, not free it.
+#[test]
+fn a_record_replaced_by_a_newer_ipaddress_of_its_name_keeps_its_reserved_address_reserved() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let cl = cluster(&mut w, false);
+    let (m0, claim) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    // Moved away; the IPAddress left behind is released, and the IPAddress watch does not show that.
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.force_delete_claim(&m0);
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[Kind::Claim, Kind::Cluster]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    w.deliver_all(&[gip.server_kind()]);
+    w.run_job(Job::Sweep);
+    w.answer_everything();
+    assert!(w.read(Kind::Address, &m0).is_none(), "the IPAddress left behind is released:\n{}", w.trace_text());
+    assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "{}", w.trace_text());
+    // A late create of a/m0 (for the claim that moved) lands holding the other address; the watch lists again.
+    let other = if moved == "10.1.0.1" { json!("10.1.0.2") } else { json!("10.1.0.1") };
+    w.create(Kind::Address, global_ipaddress("a", "m0", &claim["metadata"]["uid"], &other, Some("cl")));
+    w.expire_watch_of(Kind::Address);
+    w.deliver_all(&[Kind::Address]);
+    // A new claim of the pool must not get the address in use over there.
+    let m5 = w.create_claim_named(1, "m5", gip);
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m5.clone()));
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    let got = w.read(Kind::Address, &m5).map(|a| a["spec"]["address"].clone());
+    assert_ne!(got, Some(moved.clone()), "b/m5 got the address in use over there:\n{}", w.trace_text());
+    assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "{}", w.trace_text());
 }
