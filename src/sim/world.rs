@@ -365,6 +365,8 @@ pub struct World {
     shapes: BTreeMap<PoolId, Shape>,
     moves: [Move; 2],
     elsewhere: BTreeMap<Held, Elsewhere>,
+    /// The claims clusterctl brought back, by UID, with the IPAddress and address they came back with.
+    returned: Vec<(String, ObjectKey, Held)>,
     trace: Vec<String>,
     step: usize,
     /// What the per-step check last saw (the server's revision, and the addresses of the other management cluster).
@@ -447,6 +449,7 @@ impl World {
             shapes: BTreeMap::new(),
             moves: [Move::Home, Move::Home],
             elsewhere: BTreeMap::new(),
+            returned: Vec::new(),
             trace: Vec::new(),
             step: 0,
             checked: None,
@@ -1333,6 +1336,8 @@ impl World {
             });
             let Ok(claim) = self.server_create(Kind::Claim, claim) else { continue };
             let uid = claim["metadata"]["uid"].clone();
+            let key = ObjectKey::new(NAMESPACES[n], &name);
+            self.returned.push((uid.as_str().unwrap_or_default().to_owned(), key, held));
             let address = json!({
                 "apiVersion": format!("{GROUP}/v1beta2"),
                 "kind": "IPAddress",
@@ -1907,6 +1912,35 @@ impl World {
                     free.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
                     c["status"]
                 ));
+            }
+        }
+        self.check_returned(&claims, &addresses)
+    }
+
+    /// A claim that came back with its Cluster, still here (the same UID), keeps the IPAddress it came back with (its
+    /// machine uses that address), and once bound to it, the address is no longer reserved as moved away.
+    fn check_returned(&self, claims: &[Value], addresses: &[Value]) -> Result<(), String> {
+        let pool = PoolId::Global;
+        let reserved: Vec<Held> = self
+            .object(pool.server_kind(), &pool.key())
+            .map(|o| entries_of(&o).iter().filter_map(|e| Held::of_entry(pool, e)).collect())
+            .unwrap_or_default();
+        for (uid, key, held) in &self.returned {
+            let Some(claim) = claims.iter().find(|c| c["metadata"]["uid"].as_str() == Some(uid)) else { continue };
+            if !claim["metadata"]["deletionTimestamp"].is_null() {
+                continue;
+            }
+            let address = addresses.iter().find(|a| key_of(a) == *key);
+            let holds = address.and_then(|a| Held::of_address(pool, a)) == Some(*held);
+            if !holds {
+                return Err(format!(
+                    "claim {key} came back with {held}, and its IPAddress is gone or holds another address: {}",
+                    address.map_or_else(|| "none".to_owned(), |a| describe(Kind::Address, a))
+                ));
+            }
+            let bound = claim.pointer("/status/addressRef/name").and_then(Value::as_str) == Some(&*key.name);
+            if bound && reserved.contains(held) {
+                return Err(format!("claim {key} is bound again to {held}, which is still reserved as moved away"));
             }
         }
         Ok(())
