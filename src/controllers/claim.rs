@@ -327,10 +327,6 @@ async fn adopt(
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
     }
     let held = ctx.index.registry().held_by(pool_key, key);
-    if let Some(held) = held {
-        // Bound to a claim again: an address that was moved away came back with its Cluster.
-        ctx.index.claim_back(pool_key, key, held);
-    }
     // The address as `spec.address` shows it; one that does not parse is said so.
     let address = held.map_or_else(String::new, |held| {
         held.address().map_or_else(|| held.to_string(), |address| address.to_string())
@@ -343,6 +339,11 @@ async fn adopt(
         ));
     }
     set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
+    if let Some(held) = held {
+        // Bound to a claim again: an address that was moved away came back with its Cluster. Only once the binding is
+        // written: the entry naming this IPAddress is what keeps it from being withdrawn as a duplicate until then.
+        ctx.index.claim_back(pool_key, key, held);
+    }
     Ok(Next::AwaitChange)
 }
 

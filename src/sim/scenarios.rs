@@ -535,7 +535,8 @@ fn global_ipaddress(namespace: &str, name: &str, owner_uid: &Value, address: &Va
 /// The review of the fix above found it: a late IPAddress of `b/m1` holding an address reserved for `a/m0` lands, and
 /// before `b/m1`'s claim withdraws it, Cluster `cl` moves back with `a/m0` and the IPAddress of that name. The one that
 /// came back wins: it is the address its machine uses, so `a/m0` is bound to it and the reservation ends, while the
-/// late one is withdrawn.
+/// late one is withdrawn. A second review added: even when `a/m0`'s first status write fails (the reservation must
+/// not end before the binding is written, or the next look finds two unnamed holders and withdraws `a/m0`).
 #[test]
 fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
     let mut w = World::scripted();
@@ -561,6 +562,16 @@ fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
     let (_, back) = claim_of_cluster(&mut w, "m0");
     w.create(Kind::Address, global_ipaddress("a", "m0", &back["metadata"]["uid"], &moved, Some("cl")));
     w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
+    w.deliver_all(&[]);
+    // a/m0's first binding fails (its status write never arrives); the moved-away writer runs meanwhile.
+    w.run_job(Job::Claim(m0.clone()));
+    let is_status_write = |op: &Op| matches!(op, Op::PatchMerge { kind: Kind::Claim, status: true, .. });
+    while !w.answer_where(is_status_write, Fate::NotApplied) {
+        assert!(w.answer_where(|op| !is_status_write(op), Fate::Answered), "a/m0 never wrote its status");
+    }
+    w.answer_everything();
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
     w.deliver_all(&[]);
     w.run_job(Job::Claim(m0.clone()));
     w.answer_everything();
