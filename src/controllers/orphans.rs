@@ -1,6 +1,7 @@
 //! IPAddresses whose claim is gone are released (docs/compatibility.md D11): at once when the claim's Delete event says
 //! so, and by a sweep for those whose claim vanished while no watch saw it. The API server confirms the claim is gone
-//! before anything is deleted (the cache may lag), and a paused Cluster (a move in progress) keeps its addresses.
+//! before anything is deleted (the cache may lag), and a paused Cluster (a move in progress) keeps its addresses, but
+//! for a late duplicate of a bound claim's address.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -34,7 +35,7 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     let Some(record) = ctx.index.address(key).filter(AddressRecord::made_for_a_claim) else {
         return;
     };
-    if ctx.index.keeps_addresses(&key.namespace, &record) {
+    if ctx.index.keeps_orphan(key, &record) {
         return;
     }
     release_if_claim_gone(ctx, key, &record).await;

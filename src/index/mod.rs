@@ -734,7 +734,27 @@ impl Index {
             })
             .map(|(k, r)| (k.clone(), r.clone()))
             .collect();
-        candidates.into_iter().filter(|(key, record)| !self.keeps_addresses(&key.namespace, record)).collect()
+        candidates.into_iter().filter(|(key, record)| !self.keeps_orphan(key, record)).collect()
+    }
+
+    /// Whether the IPAddress `key`, whose claim is gone, is kept: its Cluster is paused (a move in progress), unless a
+    /// bound claim's IPAddress holds its address too (this one is then a late create no claim was ever bound to, and
+    /// kept, it stays a duplicate for as long as the pause lasts).
+    pub fn keeps_orphan(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
+        self.keeps_addresses(&key.namespace, record) && !self.duplicates_a_bound_one(&record.pool, key)
+    }
+
+    /// Whether another IPAddress holding the address `key` holds in `pool` is the one of a live claim bound to it.
+    fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.registry.duplicate_of(pool, key).is_some_and(|d| {
+            d.holders.iter().any(|other| {
+                other != key
+                    && self
+                        .claims
+                        .get(other)
+                        .is_some_and(|c| c.deletion_timestamp.is_none() && c.address_ref() == Some(&*other.name))
+            })
+        })
     }
 
     /// Whether the IPAddress's Cluster is paused (a move in progress): it keeps its addresses.

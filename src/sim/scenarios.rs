@@ -632,3 +632,39 @@ fn a_record_replaced_by_a_newer_ipaddress_of_its_name_keeps_its_reserved_address
     assert_ne!(got, Some(moved.clone()), "b/m5 got the address in use over there:\n{}", w.trace_text());
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "{}", w.trace_text());
 }
+
+/// Seed 9311354 of the soak of the final code found it: a deposed leader's late IPAddress `a/m2` holds the address
+/// bound claim `a/m0` has, its claim is gone, a new claim `a/m2` is of another pool (so it cannot withdraw it), and
+/// the late IPAddress's Cluster is paused (so the orphan release kept it): a duplicate for as long as the pause
+/// lasted. A paused Cluster keeps its addresses, but not a late duplicate of a bound claim's.
+#[test]
+fn a_late_duplicate_of_a_bound_address_is_released_even_while_its_cluster_is_paused() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
+    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2 });
+    let cl = cluster(&mut w, false);
+    let m0 = w.create_claim_named(0, "m0", gip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let taken = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    // The late create of a gone claim a/m2 of Cluster cl lands with that address; cl is paused; a new claim a/m2 of
+    // another pool appears.
+    let gone = json!("00000000-0000-4000-8000-0000000000ff");
+    w.create(Kind::Address, global_ipaddress("a", "m2", &gone, &taken, Some("cl")));
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    let m2 = w.create_claim_named(0, "m2", PoolId::Ip(0));
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m2.clone()));
+    w.answer_everything();
+    w.run_job(Job::Sweep);
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    let late = w.read(Kind::Address, &m2);
+    assert!(late.is_none_or(|a| a["spec"]["address"] != taken), "the late duplicate stays:\n{}", w.trace_text());
+    assert_eq!(w.read(Kind::Claim, &m0).expect("a/m0")["status"]["addressRef"]["name"], "m0");
+}
