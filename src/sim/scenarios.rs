@@ -168,15 +168,7 @@ fn an_address_that_comes_back_is_adopted_even_when_read_before_the_watch_shows_i
             "spec": {"poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"}},
         }),
     );
-    w.create(Kind::Address, json!({
-        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
-        "metadata": {"name": "m0", "namespace": "a", "labels": { CLUSTER_NAME_LABEL: "cl" },
-                     "finalizers": [PROTECT_ADDRESS_FINALIZER],
-                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
-                                          "name": "m0", "uid": claim["metadata"]["uid"], "controller": true}]},
-        "spec": {"claimRef": {"name": "m0"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
-                 "address": "10.1.0.1", "prefix": 24},
-    }));
+    w.create(Kind::Address, global_ipaddress("a", "m0", &claim["metadata"]["uid"], &json!("10.1.0.1"), Some("cl")));
     w.deliver_all(&[Kind::Claim]);
     let m0 = ObjectKey::new("a", "m0");
     w.run_job(Job::Claim(m0.clone()));
@@ -301,15 +293,7 @@ fn a_claim_that_came_back_and_is_deleted_before_it_is_bound_ends_its_reservation
     w.begin_term();
     w.deliver_all(&[]);
     let (m0, claim) = claim_of_cluster(&mut w, "m0");
-    w.create(Kind::Address, json!({
-        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
-        "metadata": {"name": "m0", "namespace": "a", "labels": { CLUSTER_NAME_LABEL: "cl" },
-                     "finalizers": [PROTECT_ADDRESS_FINALIZER],
-                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
-                                          "name": "m0", "uid": claim["metadata"]["uid"], "controller": true}]},
-        "spec": {"claimRef": {"name": "m0"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
-                 "address": "10.1.0.1", "prefix": 24},
-    }));
+    w.create(Kind::Address, global_ipaddress("a", "m0", &claim["metadata"]["uid"], &json!("10.1.0.1"), Some("cl")));
     w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
     w.deliver_all(&[]);
     // Deleted for good before its worker ran.
@@ -339,14 +323,7 @@ fn a_new_claim_lets_a_duplicate_being_deleted_under_its_name_go() {
     let taken = w.read(Kind::Address, &a).expect("a/m0's IPAddress")["spec"]["address"].clone();
     // The late create of a claim b/m0 that is gone: the same address, owned by a claim that no longer exists.
     let b = ObjectKey::new("b", "m0");
-    w.create(Kind::Address, json!({
-        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
-        "metadata": {"name": "m0", "namespace": "b", "finalizers": [PROTECT_ADDRESS_FINALIZER],
-                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
-                                          "name": "m0", "uid": "00000000-0000-4000-8000-0000000000ff", "controller": true}]},
-        "spec": {"claimRef": {"name": "m0"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
-                 "address": taken, "prefix": 24},
-    }));
+    w.create(Kind::Address, global_ipaddress("b", "m0", &json!("00000000-0000-4000-8000-0000000000ff"), &taken, None));
     // Its release sent the DELETE, and stopped before our finalizer came off.
     w.remove(Kind::Address, &b);
     assert!(w.read(Kind::Address, &b).is_some_and(|o| !o["metadata"]["deletionTimestamp"].is_null()));
@@ -383,15 +360,10 @@ fn a_relist_that_brings_a_newer_ipaddress_of_a_recorded_name_indexes_it() {
     w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
     w.remove(Kind::Address, &m0);
     let (_, claim) = claim_of_cluster(&mut w, "m0");
-    w.create(Kind::Address, json!({
-        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
-        "metadata": {"name": "m0", "namespace": "a", "labels": { CLUSTER_NAME_LABEL: "cl" },
-                     "finalizers": [PROTECT_ADDRESS_FINALIZER],
-                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
-                                          "name": "m0", "uid": claim["metadata"]["uid"], "controller": true}]},
-        "spec": {"claimRef": {"name": "m0"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
-                 "address": first["spec"]["address"], "prefix": 24},
-    }));
+    w.create(
+        Kind::Address,
+        global_ipaddress("a", "m0", &claim["metadata"]["uid"], &first["spec"]["address"], Some("cl")),
+    );
     w.force_delete_claim(&m0);
     // The IPAddress watch expires before it delivered any of this, and lists again.
     w.expire_watch_of(Kind::Address);
@@ -426,28 +398,11 @@ fn a_late_ipaddress_holding_a_reserved_address_under_another_name_is_not_adopted
     w.deliver_all(&[]);
     let moved = w.read(Kind::Address, &m3).expect("a/m3's IPAddress")["spec"]["address"].clone();
     // clusterctl moves cl away; the IPAddress a/m3 left behind is released into a reservation.
-    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
-    w.patch(Kind::Claim, &m3, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
-    w.force_delete_claim(&m3);
-    w.remove(Kind::Cluster, &cl);
-    w.deliver_all(&[]);
-    w.run_job(Job::MovedAway(gip.pool_key()));
-    w.answer_everything();
-    w.deliver_all(&[]);
-    w.run_job(Job::Sweep);
-    w.answer_everything();
-    w.deliver_all(&[]);
+    move_away_and_release(&mut w, &cl, &m3);
     assert!(w.read(Kind::Address, &m3).is_none(), "the IPAddress left behind is released:\n{}", w.trace_text());
     // The late create of b/m4's IPAddress lands, holding that address.
     let claim = w.read(Kind::Claim, &m4).expect("claim b/m4");
-    w.create(Kind::Address, json!({
-        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
-        "metadata": {"name": "m4", "namespace": "b", "finalizers": [PROTECT_ADDRESS_FINALIZER],
-                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
-                                          "name": "m4", "uid": claim["metadata"]["uid"], "controller": true}]},
-        "spec": {"claimRef": {"name": "m4"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
-                 "address": moved, "prefix": 24},
-    }));
+    w.create(Kind::Address, global_ipaddress("b", "m4", &claim["metadata"]["uid"], &moved, None));
     w.deliver_all(&[]);
     w.run_job(Job::Claim(m4.clone()));
     w.answer_everything();
@@ -482,14 +437,7 @@ fn a_late_ipaddress_holding_a_reserved_address_is_not_adopted_when_listed_before
     );
     let m4 = w.create_claim_named(1, "m4", gip);
     let claim = w.read(Kind::Claim, &m4).expect("claim b/m4");
-    w.create(Kind::Address, json!({
-        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
-        "metadata": {"name": "m4", "namespace": "b", "finalizers": [PROTECT_ADDRESS_FINALIZER],
-                     "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
-                                          "name": "m4", "uid": claim["metadata"]["uid"], "controller": true}]},
-        "spec": {"claimRef": {"name": "m4"}, "poolRef": {"apiGroup": GROUP, "kind": "GlobalInClusterIPPool", "name": "gip"},
-                 "address": "10.1.0.1", "prefix": 24},
-    }));
+    w.create(Kind::Address, global_ipaddress("b", "m4", &claim["metadata"]["uid"], &json!("10.1.0.1"), None));
     w.begin_term();
     w.deliver_all(&[Kind::Address]);
     w.deliver_all(&[]);
