@@ -14,6 +14,13 @@
 #                 (tests/tools/caip-oracle, built inside a copy of that module's tree so that it may import its
 #                 internal packages), for tests/differential.rs
 #     image       oci-image (tests/tools/oci-image, `make image`) and crane, on go-containerregistry v0.22.1
+#     capm3       the Metal3 provider's controller-manager (github.com/metal3-io/cluster-api-provider-metal3
+#                 v1.13.2, `manager`) with its CRDs (`crd/`, and the BareMetalHost CRD from its examples) and webhook
+#                 configuration (`webhook.yaml`), a consumer of our pools (issue 23)
+#     capv        the vSphere provider's controller-manager (sigs.k8s.io/cluster-api-provider-vsphere v1.16.1,
+#                 `manager`) with its govmomi-mode CRDs and webhook configuration, a consumer of our pools (issue 23;
+#                 govmomi's own vcsim and govc commands are not served by the module proxy as modules, so vCenter's
+#                 stand-in is to be a program of ours on govmomi v0.53.0's simulator package)
 #     prometheus  promtool (github.com/prometheus/prometheus v0.316.0, without service discovery), to test the chart's alert rules, and the
 #                 Prometheus Operator's ServiceMonitor and PrometheusRule CRDs (`crd/`, from its Go module v0.85.0)
 set -euo pipefail
@@ -28,6 +35,8 @@ CAIP_VERSION=v1.1.0
 GGCR_VERSION=v0.22.1
 PROMETHEUS_VERSION=v0.316.0
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
+CAPM3_VERSION=v1.13.2
+CAPV_VERSION=v1.16.1
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 print_dir=0
@@ -35,7 +44,7 @@ set_name=k8s
 for arg in "$@"; do
   case $arg in
     --print-dir) print_dir=1 ;;
-    k8s|release|capi|capi-v1.10|caip|image|prometheus) set_name=$arg ;;
+    k8s|release|capi|capi-v1.10|caip|image|prometheus|capm3|capv) set_name=$arg ;;
     *) echo "k8s-bin: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +55,8 @@ case $set_name in
   capi-v1.10) modules=(capi-v1.10); label="capi-${CAPI_V110_VERSION}"; bins=(manager) ;;
   caip) modules=(caip caip-oracle); label="caip-${CAIP_VERSION}"; bins=(caip caip-oracle) ;;
   image) modules=(oci-image); label="ggcr-${GGCR_VERSION}"; bins=(oci-image crane) ;;
+  capm3) modules=(capm3); label="capm3-${CAPM3_VERSION}"; bins=(manager) ;;
+  capv) modules=(capv); label="capv-${CAPV_VERSION}"; bins=(manager) ;;
   prometheus) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}-nosd-operator-${PROMETHEUS_OPERATOR_VERSION}"; bins=(promtool) ;;
 esac
 # Keyed by the pins and by our own Go sources (oci-image), so a change to either rebuilds.
@@ -124,6 +135,28 @@ elif [[ $set_name == caip ]]; then
     (cd "$tree" && go build -trimpath -ldflags "-s -w" -o "$dir.tmp/caip-oracle" ./caiporacle) ||
       { echo "k8s-bin: building caip-oracle failed" >&2; exit 1; }
     rm -rf "$tree"
+  fi
+elif [[ $set_name == capm3 ]]; then
+  build "the Metal3 provider ($CAPM3_VERSION)" capm3 "$dir.tmp/manager" manager -- -ldflags "-s -w" \
+    github.com/metal3-io/cluster-api-provider-metal3
+  if [[ ! -f $dir/webhook.yaml ]]; then
+    src=$(cd "$here/capm3" && go list -m -f '{{.Dir}}' github.com/metal3-io/cluster-api-provider-metal3)
+    mkdir -p "$dir.tmp/crd"
+    cp "$src"/config/crd/bases/*.yaml "$dir.tmp/crd/"
+    cp "$src"/examples/metal3crds/metal3.io_baremetalhosts.yaml "$dir.tmp/crd/"
+    cp "$src/config/webhook/manifests.yaml" "$dir.tmp/webhook.yaml"
+    chmod -R u+w "$dir.tmp"
+  fi
+elif [[ $set_name == capv ]]; then
+  build "the vSphere provider ($CAPV_VERSION)" capv "$dir.tmp/manager" manager -- -ldflags "-s -w" \
+    sigs.k8s.io/cluster-api-provider-vsphere
+  if [[ ! -f $dir/webhook.yaml ]]; then
+    src=$(cd "$here/capv" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-provider-vsphere)
+    mkdir -p "$dir.tmp/crd"
+    # The govmomi (vCenter) mode's CRDs and webhooks, not the supervisor's.
+    cp "$src"/config/default/crd/bases/*.yaml "$dir.tmp/crd/"
+    cp "$src/config/govmomi/webhook/manifests.yaml" "$dir.tmp/webhook.yaml"
+    chmod -R u+w "$dir.tmp"
   fi
 elif [[ $set_name == image ]]; then
   build "oci-image and crane (go-containerregistry $GGCR_VERSION)" oci-image "$dir.tmp/" oci-image crane -- \
