@@ -310,6 +310,9 @@ struct Elsewhere {
     left_behind: String,
     /// Our manager recorded it in the pool's annotation: from then on it must never be handed out here.
     protected: bool,
+    /// The annotation was seen without it since this move began. An entry left from an earlier trip of the same
+    /// address (the Cluster came back, and the entry was not yet taken out) is not our manager recording this one.
+    seen_absent: bool,
 }
 
 /// Swarm testing (Groce et al.): each seed weighs the kinds of steps its own way (a watch that crawls, users who
@@ -1269,7 +1272,9 @@ impl World {
                 && address.pointer("/spec/poolRef/name").and_then(Value::as_str) == Some(PoolId::Global.name())
             {
                 let left_behind = address["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
-                let e = Elsewhere { namespace: n, claim: key.name.to_string(), left_behind, protected: false };
+                let seen_absent = !self.annotation_holds(held);
+                let e =
+                    Elsewhere { namespace: n, claim: key.name.to_string(), left_behind, protected: false, seen_absent };
                 self.elsewhere.insert(held, e);
             }
         }
@@ -1751,7 +1756,15 @@ impl World {
         format!("[{}] counts {counts:?} {error:?}", held.join(", "))
     }
 
-    /// Marks the addresses of the other management cluster that our manager wrote into the pool's annotation.
+    /// Whether the global pool's annotation holds an entry for `held` now.
+    fn annotation_holds(&self, held: Held) -> bool {
+        let pool = PoolId::Global;
+        self.object(pool.server_kind(), &pool.key())
+            .is_some_and(|o| entries_of(&o).iter().any(|e| Held::of_entry(pool, e) == Some(held)))
+    }
+
+    /// Marks the addresses of the other management cluster that our manager wrote into the pool's annotation (for
+    /// this move: an entry left from an earlier one must have been seen gone first).
     fn protect_recorded(&mut self) {
         if self.elsewhere.is_empty() {
             return;
@@ -1762,10 +1775,11 @@ impl World {
             // A pool being deleted takes its reservations with it (docs/operations.md).
             return;
         }
-        for entry in entries_of(&object) {
-            if let Some(h) = Held::of_entry(pool, &entry)
-                && let Some(e) = self.elsewhere.get_mut(&h)
-            {
+        let recorded: Vec<Held> = entries_of(&object).iter().filter_map(|e| Held::of_entry(pool, e)).collect();
+        for (h, e) in &mut self.elsewhere {
+            if !recorded.contains(h) {
+                e.seen_absent = true;
+            } else if e.seen_absent {
                 e.protected = true;
             }
         }
