@@ -16,7 +16,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use support::claims::{Capi, create_pool, wait_pool_counts};
 use support::manager::Manager;
-use support::release::{clusterctl, clusterctl_init, helm, install_fixture_crds, ok, scratch};
+use support::release::{clusterctl_init, clusterctl_move, helm, install_fixture_crds, ok};
 use support::{Plane, eventually, unique_name};
 
 const CAPI: Capi = Capi::V1Beta2;
@@ -58,18 +58,7 @@ impl Side {
 
     /// Creates of IPAddresses in the tenant namespace that our manager made, from the API server's audit log.
     fn ipaddresses_we_created(&self) -> usize {
-        let audit = std::fs::read_to_string(self.plane.dir.join("logs/audit.log")).expect("audit log");
-        audit
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| {
-                e["verb"] == "create"
-                    && e["objectRef"]["resource"] == "ipaddresses"
-                    && e["objectRef"]["namespace"] == NS
-                    && e["responseStatus"]["code"] == 201
-                    && e["userAgent"].as_str().is_some_and(|a| a.starts_with("capi-ipam-in-cluster-manager/"))
-            })
-            .count()
+        self.plane.audited_writes("create", "ipaddresses", NS, "capi-ipam-in-cluster-manager/")
     }
 }
 
@@ -282,24 +271,7 @@ async fn addresses(c: &Client) -> BTreeMap<String, (String, i64, String, String)
 }
 
 fn move_between(from: &Side, to: &Side) {
-    let dir = scratch("move");
-    let out = clusterctl(
-        &dir,
-        &[
-            "move",
-            "--kubeconfig",
-            &from.plane.kubeconfig().to_string_lossy(),
-            "--to-kubeconfig",
-            &to.plane.kubeconfig().to_string_lossy(),
-            "--namespace",
-            NS,
-            "-v",
-            "1",
-        ],
-    );
-    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "clusterctl move failed:\n{log}");
-    assert!(log.contains("Moving Cluster API objects"), "{log}");
+    clusterctl_move(&from.plane, &to.plane, NS);
 }
 
 /// After a move to `to`: the same addresses, bound, the waiting claim still waiting, the pools counting them, and the

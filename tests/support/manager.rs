@@ -186,23 +186,9 @@ impl Manager {
     /// Starts the process (again), with the same ports and flags.
     pub fn spawn(&mut self) {
         let spawned_at = Instant::now();
-        // bash starts the manager in the background, prints its pid, and kills it when stdin closes: the test process
-        // holds the other end, so the manager never outlives the test binary.
-        let mut wrapper = Command::new("bash")
-            .arg("-c")
-            .arg(r#"log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & pid=$!; echo "$pid"; cat >/dev/null; kill -9 "$pid" 2>/dev/null; wait"#)
-            .arg("manager-wrapper")
-            .arg(&self.log)
-            .args(&self.command)
-            .args(&self.args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting the manager");
-        let mut line = String::new();
-        BufReader::new(wrapper.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("manager pid");
-        self.pid = Some(line.trim().parse().expect("a pid"));
+        let command: Vec<OsString> = self.command.iter().cloned().chain(self.args.iter().map(OsString::from)).collect();
+        let (wrapper, pid) = spawn_tied(&self.log, &command);
+        self.pid = Some(pid);
         self.spawned_at = Some(spawned_at);
         self.wrapper = Some(wrapper);
     }
@@ -313,13 +299,33 @@ impl Drop for Manager {
     }
 }
 
+/// Starts `command` with its output appended to `log`, tied to this test process: bash starts it in the background,
+/// prints its pid, and kills it when stdin closes. The test process holds the other end, so the program never outlives
+/// the test binary, even one that is killed. Returns the wrapper (drop its stdin to stop the program) and the pid.
+pub fn spawn_tied(log: &Path, command: &[OsString]) -> (Child, u32) {
+    let mut wrapper = Command::new("bash")
+        .arg("-c")
+        .arg(r#"log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & pid=$!; echo "$pid"; cat >/dev/null; kill -9 "$pid" 2>/dev/null; wait"#)
+        .arg("tied-wrapper")
+        .arg(log)
+        .args(command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting a program tied to the test process");
+    let mut line = String::new();
+    BufReader::new(wrapper.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("the program's pid");
+    (wrapper, line.trim().parse().expect("a pid"))
+}
+
 /// The manager binary under test: this build's, or `CAPI_IPAM_MANAGER_BIN` (to run a suite against another build,
 /// such as an older commit's, and see a test fail there).
 fn manager_binary() -> OsString {
     std::env::var_os("CAPI_IPAM_MANAGER_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_manager").into())
 }
 
-fn is_zombie(pid: u32) -> bool {
+pub fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
         .unwrap_or(true)

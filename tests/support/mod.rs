@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod claims;
+pub mod consumers;
 pub mod load;
 pub mod manager;
 pub mod process;
@@ -193,6 +194,23 @@ impl Plane {
     /// The last `lines` lines of the API server log.
     pub fn apiserver_log_tail(&self, lines: usize) -> String {
         tail(&self.dir.join("logs/apiserver.log"), lines)
+    }
+
+    /// Successful writes (`verb`: create, delete, ...) of `resource` in `namespace` whose user agent starts with
+    /// `agent`, from the API server's audit log (control-plane.sh audits the writes of the IPAM group).
+    pub fn audited_writes(&self, verb: &str, resource: &str, namespace: &str, agent: &str) -> usize {
+        let audit = std::fs::read_to_string(self.dir.join("logs/audit.log")).expect("audit log");
+        audit
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| {
+                e["verb"] == verb
+                    && e["objectRef"]["resource"] == resource
+                    && e["objectRef"]["namespace"] == namespace
+                    && e["responseStatus"]["code"].as_u64().is_some_and(|c| (200..300).contains(&c))
+                    && e["userAgent"].as_str().is_some_and(|a| a.starts_with(agent))
+            })
+            .count()
     }
 
     /// Runs kubectl against this plane as admin and returns its stdout; panics with stderr on failure.

@@ -223,6 +223,28 @@ pub fn clusterctl(dir: &Path, args: &[&str]) -> Output {
         .expect("clusterctl")
 }
 
+/// `clusterctl move` of `namespace` from one plane to another; panics with clusterctl's output when it fails.
+pub fn clusterctl_move(from: &Plane, to: &Plane, namespace: &str) {
+    let dir = scratch("move");
+    let out = clusterctl(
+        &dir,
+        &[
+            "move",
+            "--kubeconfig",
+            &from.kubeconfig().to_string_lossy(),
+            "--to-kubeconfig",
+            &to.kubeconfig().to_string_lossy(),
+            "--namespace",
+            namespace,
+            "-v",
+            "1",
+        ],
+    );
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "clusterctl move failed:\n{log}");
+    assert!(log.contains("Moving Cluster API objects"), "{log}");
+}
+
 /// `clusterctl init` of the core provider (and the kubeadm providers it always adds), with our IPAM provider when
 /// `with_ipam`, from a local repository of our release manifests; returns clusterctl's output.
 pub fn clusterctl_init(plane: &Plane, with_ipam: bool) -> String {
