@@ -2,7 +2,7 @@
 # A real etcd + kube-apiserver + Cluster API core controller-manager on free 127.0.0.1 ports, for `make run`,
 # `make test` and the integration tests.
 #
-#   control-plane.sh up     [--dir DIR] [--no-watch-cache] [--capi v1.14|v1.10|none]
+#   control-plane.sh up     [--dir DIR] [--no-watch-cache] [--capi v1.14|v1.10|none] [--garbage-collector]
 #                                                  start (or keep) a control plane; returns once /readyz is OK,
 #                                                  namespace default exists and CAPI's webhooks answer. Harmless when
 #                                                  it is already running.
@@ -14,10 +14,13 @@
 #                                                  IPAM v1beta1 storage), crds (v1.14.2's CRDs alone, without
 #                                                  conversion webhooks: no manager, no webhook; the side-by-side
 #                                                  bench with the Go provider) or none
+#                                                  --garbage-collector: kube-controller-manager with its garbage
+#                                                  collector alone (dependents of a deleted owner are deleted, as in
+#                                                  a real cluster; CAPV leaves its claims to it)
 #   control-plane.sh down   [--dir DIR]            stop everything it started and remove its state
 #   control-plane.sh status [--dir DIR]            exit 0 when it is running and ready
-#   control-plane.sh stop   [--dir DIR] etcd|apiserver|capi   stop one component, keeping the state (restart tests)
-#   control-plane.sh start  [--dir DIR] etcd|apiserver|capi   start one component again on the same port and data
+#   control-plane.sh stop   [--dir DIR] etcd|apiserver|capi|gc   stop one component, keeping the state (restart tests)
+#   control-plane.sh start  [--dir DIR] etcd|apiserver|capi|gc   start one component again on the same port and data
 #
 # DIR defaults to <repo>/.dev. It receives kubeconfig (admin, group system:masters), kubeconfig-restricted (user
 # it-restricted in group it:restricted, with no permissions until a test grants some), pki/, etcd/, logs/ and
@@ -32,14 +35,16 @@ dir="$repo/.dev"
 component=""
 watch_cache=true
 capi=v1.14
+gc=false
 while (($#)); do
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --no-watch-cache) watch_cache=false; shift ;;
+    --garbage-collector) gc=true; shift ;;
     --capi) capi=$2; shift 2
       [[ $capi =~ ^(v1\.14|v1\.10|crds|none)$ ]] ||
         { echo "control-plane: --capi takes v1.14, v1.10, crds or none" >&2; exit 2; } ;;
-    etcd|apiserver|capi) component=$1; shift ;;
+    etcd|apiserver|capi|gc) component=$1; shift ;;
     *) echo "control-plane: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +68,7 @@ CAPI_DIR=$CAPI_DIR
 CAPI_WEBHOOK_PORT=$CAPI_WEBHOOK_PORT
 CAPI_HEALTH_PORT=$CAPI_HEALTH_PORT
 CAPI_METRICS_PORT=$CAPI_METRICS_PORT
+GC=$GC
 EOF
   mv -f "$env_file.tmp" "$env_file"
 }
@@ -217,6 +223,23 @@ start_capi() {
   done
 }
 
+# kube-controller-manager with the garbage collector alone, out of cluster as admin; it serves nothing.
+start_gc() {
+  [[ ${GC:-false} == true ]] || return 0
+  pid_alive "$dir/gc.pid" && return
+  mkdir -p "$dir/logs"
+  "$("$here/k8s-bin.sh" kcm | tail -n 1)/kube-controller-manager" --kubeconfig="$dir/kubeconfig" \
+    --controllers=garbagecollector --leader-elect=false --secure-port=0 --v=1 >>"$dir/logs/gc.log" 2>&1 &
+  echo $! >"$dir/gc.pid"
+  local deadline=$((SECONDS + 60))
+  until grep -q "all resource monitors have synced" "$dir/logs/gc.log" 2>/dev/null; do
+    if ! pid_alive "$dir/gc.pid" || ((SECONDS > deadline)); then
+      log "the garbage collector did not start; the end of $dir/logs/gc.log:"; tail -n 30 "$dir/logs/gc.log" >&2; exit 1
+    fi
+    sleep 0.2
+  done
+}
+
 stop_pid() { # <pid file> <name>
   local f=$1 pid
   [[ -f $f ]] || return 0
@@ -241,7 +264,8 @@ case $cmd in
     if [[ -f $env_file ]]; then
       source "$env_file"
       if [[ -n ${CAPI:-} ]] && pid_alive "$dir/etcd.pid" && pid_alive "$dir/apiserver.pid" &&
-        { [[ $CAPI == none || $CAPI == crds ]] || pid_alive "$dir/capi.pid"; }; then
+        { [[ $CAPI == none || $CAPI == crds ]] || pid_alive "$dir/capi.pid"; } &&
+        { [[ ${GC:-false} != true ]] || pid_alive "$dir/gc.pid"; }; then
         log "already running: https://127.0.0.1:$API_PORT (kubeconfig: $dir/kubeconfig)"; exit 0
       fi
     fi
@@ -252,6 +276,7 @@ case $cmd in
       ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
       WATCH_CACHE=$watch_cache
     fi
+    GC=${GC:-$gc}
     if [[ -z ${CAPI:-} || -z ${CAPI_WEBHOOK_PORT:-} ]]; then
       CAPI=$capi CAPI_WEBHOOK_PORT=$(free_port) CAPI_HEALTH_PORT=$(free_port) CAPI_METRICS_PORT=$(free_port)
     fi
@@ -267,10 +292,12 @@ case $cmd in
     start_etcd
     start_apiserver
     start_capi
+    start_gc
     log "ready in $((SECONDS - started)) s: https://127.0.0.1:$API_PORT  (kubectl --kubeconfig $dir/kubeconfig ...)"
     ;;
   down)
     if [[ -f $env_file ]]; then
+      stop_pid "$dir/gc.pid" "the garbage collector"
       stop_pid "$dir/capi.pid" "Cluster API manager"
       stop_pid "$dir/apiserver.pid" kube-apiserver
       stop_pid "$dir/etcd.pid" etcd
@@ -282,6 +309,7 @@ case $cmd in
     load_env
     pid_alive "$dir/etcd.pid" && pid_alive "$dir/apiserver.pid" &&
       { [[ ${CAPI:-none} == none ]] || pid_alive "$dir/capi.pid"; } &&
+      { [[ ${GC:-false} != true ]] || pid_alive "$dir/gc.pid"; } &&
       curl -sf --cacert "$dir/pki/ca.crt" "https://127.0.0.1:$API_PORT/readyz" >/dev/null
     ;;
   stop)
@@ -290,7 +318,8 @@ case $cmd in
       etcd) stop_pid "$dir/etcd.pid" etcd ;;
       apiserver) stop_pid "$dir/apiserver.pid" kube-apiserver ;;
       capi) stop_pid "$dir/capi.pid" "Cluster API manager" ;;
-      *) log "stop needs etcd, apiserver or capi"; exit 2 ;;
+      gc) stop_pid "$dir/gc.pid" "the garbage collector" ;;
+      *) log "stop needs etcd, apiserver, capi or gc"; exit 2 ;;
     esac
     ;;
   start)
@@ -299,8 +328,9 @@ case $cmd in
       etcd) start_etcd ;;
       apiserver) start_apiserver ;;
       capi) start_capi ;;
-      *) log "start needs etcd, apiserver or capi"; exit 2 ;;
+      gc) start_gc ;;
+      *) log "start needs etcd, apiserver, capi or gc"; exit 2 ;;
     esac
     ;;
-  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,28p' "$0" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@
 # outside the repository keyed by the pins and the go.sum files, only when they are missing. Prints the folder on the
 # last line of stdout; progress goes to stderr.
 #
-#   tests/tools/k8s-bin.sh [--print-dir] [k8s|release|capi|capi-v1.10]
+#   tests/tools/k8s-bin.sh [--print-dir] [k8s|release|capi|capi-v1.10|caip|image|capm3|capv|vcsim|kcm|prometheus]
 #     k8s         kube-apiserver and kubectl (k8s.io/kubernetes v1.36.3) and etcd (v3.6.16)   (default)
 #     release     helm (v3.22.0) and clusterctl (v1.14.2), for the packaging checks
 #     capi        the Cluster API core controller-manager v1.14.2 (`manager`), with its CRDs (`crd/`) and webhook
@@ -21,6 +21,11 @@
 #                 `manager`) with its govmomi-mode CRDs and webhook configuration, a consumer of our pools (issue 23;
 #                 govmomi's own vcsim and govc commands are not served by the module proxy as modules, so vCenter's
 #                 stand-in is to be a program of ours on govmomi v0.53.0's simulator package)
+#     vcsim       vCenter's stand-in for the CAPV test (tests/tools/vcsim, `vcsim`): govmomi v0.53.0's simulator with a
+#                 template to clone, a ready-file and an endpoint serving a VM's decoded guestinfo.metadata
+#     kcm         kube-controller-manager (k8s.io/kubernetes v1.36.3, its own tools module: it needs more of the
+#                 module's dependencies than kube-apiserver), whose garbage collector alone runs in the planes of the
+#                 consumer tests (`control-plane.sh up --garbage-collector`): CAPV leaves its claims to it
 #     prometheus  promtool (github.com/prometheus/prometheus v0.316.0, without service discovery), to test the chart's alert rules, and the
 #                 Prometheus Operator's ServiceMonitor and PrometheusRule CRDs (`crd/`, from its Go module v0.85.0)
 set -euo pipefail
@@ -37,6 +42,7 @@ PROMETHEUS_VERSION=v0.316.0
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
 CAPM3_VERSION=v1.13.2
 CAPV_VERSION=v1.16.1
+GOVMOMI_VERSION=v0.53.0
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 print_dir=0
@@ -44,7 +50,7 @@ set_name=k8s
 for arg in "$@"; do
   case $arg in
     --print-dir) print_dir=1 ;;
-    k8s|release|capi|capi-v1.10|caip|image|prometheus|capm3|capv) set_name=$arg ;;
+    k8s|release|capi|capi-v1.10|caip|image|prometheus|capm3|capv|vcsim|kcm) set_name=$arg ;;
     *) echo "k8s-bin: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -57,9 +63,11 @@ case $set_name in
   image) modules=(oci-image); label="ggcr-${GGCR_VERSION}"; bins=(oci-image crane) ;;
   capm3) modules=(capm3); label="capm3-${CAPM3_VERSION}"; bins=(manager) ;;
   capv) modules=(capv); label="capv-${CAPV_VERSION}"; bins=(manager) ;;
+  kcm) modules=(kube-controller-manager); label="kcm-${K8S_VERSION}"; bins=(kube-controller-manager) ;;
+  vcsim) modules=(vcsim); label="vcsim-govmomi-${GOVMOMI_VERSION}"; bins=(vcsim) ;;
   prometheus) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}-nosd-operator-${PROMETHEUS_OPERATOR_VERSION}"; bins=(promtool) ;;
 esac
-# Keyed by the pins and by our own Go sources (oci-image), so a change to either rebuilds.
+# Keyed by the pins and by our own Go sources (oci-image, vcsim), so a change to either rebuilds.
 key=$(for m in "${modules[@]}"; do
   find "$here/$m" -maxdepth 1 \( -name go.mod -o -name go.sum -o -name '*.go' \) -print0 | sort -z | xargs -0 cat
 done | sha256sum | cut -c1-12)
@@ -89,17 +97,26 @@ build() { # <what> <module dir> <output> <binaries...> -- <go build args...>
   for b in "${built[@]}"; do [[ -x "$dir.tmp/$b" ]] || { echo "k8s-bin: $b was not built" >&2; exit 1; }; done
 }
 
-if [[ $set_name == k8s ]]; then
-  # The same version variables as upstream's kube::version::ldflags, so /version reports the pin (clusterctl checks it).
-  minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-  ldflags="-s -w"
+# The same version variables as upstream's kube::version::ldflags, so /version reports the pin (clusterctl checks it).
+k8s_ldflags() {
+  local minor=${K8S_VERSION#v1.} p flags="-s -w"
+  minor=${minor%%.*}
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-    ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+    flags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    flags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
+  echo "$flags"
+}
+
+if [[ $set_name == k8s ]]; then
+  ldflags=$(k8s_ldflags)
   build "kube-apiserver + kubectl ($K8S_VERSION)" k8s "$dir.tmp/" kube-apiserver kubectl -- \
     -tags selinux,notest -ldflags "$ldflags" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
   build "etcd ($ETCD_VERSION)" etcd "$dir.tmp/etcd" etcd -- -ldflags "-s -w" go.etcd.io/etcd/server/v3
+elif [[ $set_name == kcm ]]; then
+  ldflags=$(k8s_ldflags)
+  build "kube-controller-manager ($K8S_VERSION)" kube-controller-manager "$dir.tmp/kube-controller-manager" \
+    kube-controller-manager -- -tags selinux,notest -ldflags "$ldflags" k8s.io/kubernetes/cmd/kube-controller-manager
 elif [[ $set_name == capi* ]]; then
   # The core manager's main package and its config/ folder: under core/ since v1.11, at the module root before.
   if [[ $set_name == capi ]]; then version=$CAPI_VERSION main=sigs.k8s.io/cluster-api/core sub=core
@@ -158,6 +175,8 @@ elif [[ $set_name == capv ]]; then
     cp "$src/config/govmomi/webhook/manifests.yaml" "$dir.tmp/webhook.yaml"
     chmod -R u+w "$dir.tmp"
   fi
+elif [[ $set_name == vcsim ]]; then
+  build "vCenter's stand-in (govmomi $GOVMOMI_VERSION simulator)" vcsim "$dir.tmp/vcsim" vcsim -- -ldflags "-s -w" .
 elif [[ $set_name == image ]]; then
   build "oci-image and crane (go-containerregistry $GGCR_VERSION)" oci-image "$dir.tmp/" oci-image crane -- \
     -ldflags "-s -w" . github.com/google/go-containerregistry/cmd/crane
