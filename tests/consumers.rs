@@ -14,7 +14,7 @@ use kube::Client;
 use kube::api::ListParams;
 use serde_json::Value;
 use support::claims::{Capi, address_of, wait_pool_counts};
-use support::consumers::Consumer;
+use support::consumers::{Consumer, Vcsim};
 use support::manager::Manager;
 use support::release::{clusterctl_move, ok};
 use support::{Plane, eventually};
@@ -32,18 +32,32 @@ struct Site {
 }
 
 impl Site {
-    async fn metal3(name: &str) -> Site {
+    /// A private plane started with `options`, the consumer `start` makes on it, and our manager.
+    async fn start<F>(name: &str, options: &'static [&'static str], start: F) -> Site
+    where
+        F: FnOnce(&Plane) -> Consumer + Send + 'static,
+    {
         let name = name.to_owned();
         let (plane, consumer, manager) = tokio::task::spawn_blocking(move || {
-            let plane = Plane::private(&name);
-            let consumer = Consumer::metal3(&plane);
+            let plane = Plane::private_with(&name, options);
+            let consumer = start(&plane);
             let manager = Manager::start(&plane, &["--insecure-diagnostics", "--orphan-release-delay=2"]);
             (plane, consumer, manager)
         })
         .await
-        .expect("a management cluster with CAPM3");
+        .expect("a management cluster with a consumer");
         let client = plane.client().await;
         Site { consumer, manager, client, plane }
+    }
+
+    async fn metal3(name: &str) -> Site {
+        Site::start(name, &[], Consumer::metal3).await
+    }
+
+    /// CAPV leaves its claims to the garbage collector: this plane runs kube-controller-manager's.
+    async fn vsphere(name: &str, vcsim: &Vcsim) -> Site {
+        let credentials = vcsim.credentials();
+        Site::start(name, &["--garbage-collector"], move |plane| Consumer::vsphere(plane, credentials)).await
     }
 
     fn apply(&self, namespace: Option<&str>, yaml: &str) {
@@ -114,6 +128,151 @@ fn assert_no_duplicates(held: &BTreeMap<String, (String, i64, String, String)>) 
     }
 }
 
+/// Runs two tests as tasks of their own (they block their thread on kubectl and clusterctl); the first failure
+/// stops the other and fails the test.
+async fn side_by_side<A, B>(a: A, b: B)
+where
+    A: std::future::Future<Output = ()> + Send + 'static,
+    B: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (mut a, mut b) = (tokio::spawn(a), tokio::spawn(b));
+    let (first, other) = tokio::select! {
+        result = &mut a => (result, b),
+        result = &mut b => (result, a),
+    };
+    if let Err(e) = first {
+        other.abort();
+        std::panic::resume_unwind(e.into_panic());
+    }
+    if let Err(e) = other.await {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+type Held = BTreeMap<String, (String, i64, String, String)>;
+
+/// The Secret holding the workload cluster's kubeconfig: the plane itself, where a test makes the Nodes of
+/// provisioned machines (CAPI sets a Machine's nodeRef from the Node with its providerID; `clusterctl move` wants
+/// every Machine to have one).
+fn workload_kubeconfig(site: &Site, namespace: &str, cluster: &str) -> String {
+    let kubeconfig = std::fs::read_to_string(site.plane.kubeconfig()).expect("kubeconfig");
+    let kubeconfig = serde_json::to_string(&kubeconfig).expect("JSON");
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {cluster}-kubeconfig, namespace: {namespace}, labels: \
+         {{cluster.x-k8s.io/cluster-name: {cluster}}}}}\ntype: cluster.x-k8s.io/secret\nstringData: {{value: {kubeconfig}}}\n"
+    )
+}
+
+/// The Node a machine with `provider_id` would register, then CAPI's nodeRef on Machine `machine`.
+async fn add_node(site: &Site, namespace: &str, machine: &str, provider_id: &str) {
+    site.apply(
+        None,
+        &format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: {machine}}}\nspec: {{providerID: \"{provider_id}\"}}\n"
+        ),
+    );
+    let what = format!("machine/{machine}");
+    site.wait_get(namespace, &what, "{.status.nodeRef.name}", &format!("{machine}'s nodeRef")).await;
+}
+
+fn delete_machine(site: &Site, namespace: &str, machine: &str) {
+    ok(site.plane.kubectl_output(&["delete", "-n", namespace, "machine", machine, "--wait=false"]), "delete");
+}
+
+fn set_paused(site: &Site, namespace: &str, cluster: &str, paused: bool) {
+    let patch = format!(r#"{{"spec":{{"paused":{paused}}}}}"#);
+    ok(
+        site.plane.kubectl_output(&["patch", "-n", namespace, "cluster", cluster, "--type=merge", "-p", &patch]),
+        "pause",
+    );
+}
+
+/// Waits until the IPAddresses of `claims` are gone.
+async fn wait_released(site: &Site, namespace: &str, claims: &[String]) {
+    let api = CAPI.addresses(&site.client, namespace);
+    eventually(Duration::from_secs(120), &format!("the IPAddresses of {claims:?} released"), || async {
+        for claim in claims {
+            if api.get_opt(claim).await.ok()?.is_some() {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
+/// Pauses the Cluster, deletes `machine`, and checks for a while that nothing is allocated or released: the
+/// addresses, and our manager's creates and deletes of IPAddresses by the audit log. Then unpauses it.
+async fn delete_while_paused(site: &Site, namespace: &str, cluster: &str, machine: &str) {
+    set_paused(site, namespace, cluster, true);
+    let paused = r#"{.status.conditions[?(@.type=="Paused")].status}"#;
+    eventually(Duration::from_secs(60), &format!("{machine} paused"), || async {
+        (site.get(namespace, &format!("machine/{machine}"), paused) == "True").then_some(())
+    })
+    .await;
+    let before = addresses(&site.client, namespace).await;
+    let writes = |verb| site.plane.audited_writes(verb, "ipaddresses", namespace, OUR_AGENT);
+    let (created, deleted) = (writes("create"), writes("delete"));
+    delete_machine(site, namespace, machine);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(addresses(&site.client, namespace).await, before, "nothing is released while the Cluster is paused");
+    assert_eq!((writes("create"), writes("delete")), (created, deleted), "no IPAddress written while paused");
+    set_paused(site, namespace, cluster, false);
+}
+
+/// After `clusterctl move` from `a` to `b`: every IPAddress arrives unchanged and bound, nothing is allocated anew
+/// on either side, the consumer on the target creates no claim, the source is emptied, and the global pool
+/// `global_pool` keeps the moved addresses reserved on the source, naming each IPAddress that took one away.
+async fn assert_moved(a: &Site, b: &Site, namespace: &str, before: &Held, global_pool: &str, consumer_agent: &str) {
+    let c = &b.client;
+    let got = eventually(Duration::from_secs(60), "every IPAddress on the target", || async {
+        let got = addresses(c, namespace).await;
+        (got.len() == before.len()).then_some(got)
+    })
+    .await;
+    assert_eq!(&got, before, "the IPAddresses arrive unchanged");
+    for claim in before.keys() {
+        let ready = CAPI.wait_reason(c, namespace, claim, "Allocated").await;
+        assert_eq!(ready["status"], "True", "{claim}");
+    }
+    assert_eq!(b.plane.audited_writes("create", "ipaddresses", namespace, OUR_AGENT), 0, "nothing allocated anew");
+    assert_eq!(b.plane.audited_writes("create", "ipaddressclaims", namespace, consumer_agent), 0, "no new claim");
+    let source = &a.client;
+    eventually(Duration::from_secs(30), "the source namespace emptied", || async {
+        let claims = CAPI.claims(source, namespace).list(&ListParams::default()).await.ok()?;
+        let addresses = CAPI.addresses(source, namespace).list(&ListParams::default()).await.ok()?;
+        (claims.items.is_empty() && addresses.items.is_empty()).then_some(())
+    })
+    .await;
+    let mut expected: Vec<String> = before
+        .iter()
+        .filter(|(_, (_, _, _, pool))| pool == global_pool)
+        .map(|(claim, (address, ..))| format!("{address}@{namespace}/{claim}"))
+        .collect();
+    expected.sort();
+    let pools = support::claims::pools(source, "GlobalInClusterIPPool", namespace);
+    eventually(Duration::from_secs(30), "the moved-away annotation on the source", || async {
+        let pool = pools.get(global_pool).await.ok()?;
+        let value = pool.metadata.annotations.as_ref()?.get("ipam.cluster.x-k8s.io/moved-away")?.clone();
+        let mut entries: Vec<String> = value.split(',').map(str::to_owned).collect();
+        entries.sort();
+        (entries == expected).then_some(())
+    })
+    .await;
+    let moved = expected.len() as i64;
+    let total = support::claims::pools(source, "GlobalInClusterIPPool", namespace)
+        .get(global_pool)
+        .await
+        .ok()
+        .and_then(|p| p.data.pointer("/status/ipAddresses/total")?.as_i64())
+        .expect("the global pool's total");
+    wait_pool_counts(source, "GlobalInClusterIPPool", namespace, global_pool, (total, moved, total - moved, 0)).await;
+    for site in [a, b] {
+        assert_eq!(site.our_complaints_about(namespace), Vec::<String>::new());
+        assert!(site.consumer.is_running(), "{}", site.consumer.log_tail(40));
+    }
+}
+
 mod metal3 {
     //! CAPM3: a Metal3DataTemplate (examples/consumers/metal3datatemplate.yaml) whose network data takes an IPv4 address from an
     //! InClusterIPPool and an IPv6 one from a GlobalInClusterIPPool. The chain Cluster → Metal3Cluster → Machine →
@@ -135,8 +294,6 @@ mod metal3 {
     /// The Cluster, its Metal3Cluster, the bootstrap data every Machine uses (no bootstrap provider), and the
     /// workload cluster's kubeconfig: this plane itself, where the test makes a Node for each provisioned machine.
     fn create_cluster(site: &Site) {
-        let kubeconfig = std::fs::read_to_string(site.plane.kubeconfig()).expect("kubeconfig");
-        let kubeconfig = serde_json::to_string(&kubeconfig).expect("JSON");
         site.apply(
             None,
             &format!(
@@ -148,12 +305,6 @@ apiVersion: v1
 kind: Secret
 metadata: {{name: bootstrap, namespace: {NS}, labels: {{cluster.x-k8s.io/cluster-name: metal3}}}}
 stringData: {{value: "#cloud-config\n"}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: metal3-kubeconfig, namespace: {NS}, labels: {{cluster.x-k8s.io/cluster-name: metal3}}}}
-type: cluster.x-k8s.io/secret
-stringData: {{value: {kubeconfig}}}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: Metal3Cluster
@@ -169,6 +320,7 @@ spec:
 "##
             ),
         );
+        site.apply(None, &workload_kubeconfig(site, NS, "metal3"));
         site.apply(Some(NS), &example());
     }
 
@@ -286,30 +438,18 @@ spec:
         assert!(finalizers.contains(&"ipam.cluster.x-k8s.io/ReleaseAddress".to_owned()), "{finalizers:?}");
     }
 
-    async fn delete_machine(site: &Site, i: usize) {
-        ok(site.plane.kubectl_output(&["delete", "-n", NS, "machine", &format!("m-{i}"), "--wait=false"]), "delete");
-    }
-
-    async fn set_paused(site: &Site, paused: bool) {
-        let patch = format!(r#"{{"spec":{{"paused":{paused}}}}}"#);
-        ok(site.plane.kubectl_output(&["patch", "-n", NS, "cluster", "metal3", "--type=merge", "-p", &patch]), "pause");
-    }
-
-    async fn wait_gone(site: &Site, claims: &[String]) {
-        let api = CAPI.addresses(&site.client, NS);
-        eventually(Duration::from_secs(120), &format!("the IPAddresses of {claims:?} released"), || async {
-            for claim in claims {
-                if api.get_opt(claim).await.ok()?.is_some() {
-                    return None;
-                }
-            }
-            Some(())
-        })
+    /// A machine's life and a move, side by side (each on planes of its own): most of their time is spent waiting
+    /// for the controllers, and `make test` runs two tests at a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn metal3_machines_get_wait_for_and_keep_their_addresses_and_move() {
+        side_by_side(
+            a_machine_gets_its_addresses_waits_for_a_freed_one_and_holds_them_while_paused(),
+            clusterctl_move_carries_the_claims_without_a_new_allocation(),
+        )
         .await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_metal3_machine_gets_its_addresses_waits_for_a_freed_one_and_holds_them_while_paused() {
+    async fn a_machine_gets_its_addresses_waits_for_a_freed_one_and_holds_them_while_paused() {
         let site = Site::metal3("capm3-life").await;
         create_cluster(&site);
         add_machine(&site, 0);
@@ -343,31 +483,17 @@ spec:
 
         // The first machine goes: CAPM3 deletes its claims, we release its addresses, and the waiting machine gets
         // the freed IPv4 address without anything being restarted.
-        delete_machine(&site, 0).await;
-        wait_gone(&site, &[format!("{data0}-{V4_POOL}"), format!("{data0}-{V6_POOL}")]).await;
+        delete_machine(&site, NS, "m-0");
+        wait_released(&site, NS, &[format!("{data0}-{V4_POOL}"), format!("{data0}-{V6_POOL}")]).await;
         let (a2, _) = wait_machine_addresses(&site, 2).await;
         assert_eq!(a2, a0, "the waiting machine gets the address the deleted one freed");
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
 
-        // Paused, a deleted machine keeps its addresses: CAPI and CAPM3 hold, and so do we.
-        set_paused(&site, true).await;
-        site.wait_get(NS, "machine/m-1", r#"{.status.conditions[?(@.type=="Paused")].status}"#, "m-1 paused").await;
-        let before = addresses(c, NS).await;
-        let (created, deleted) = (
-            site.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT),
-            site.plane.audited_writes("delete", "ipaddresses", NS, OUR_AGENT),
-        );
-        delete_machine(&site, 1).await;
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(addresses(c, NS).await, before, "nothing is released while the Cluster is paused");
-        assert_eq!(site.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), created);
-        assert_eq!(site.plane.audited_writes("delete", "ipaddresses", NS, OUR_AGENT), deleted);
-        wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
-
-        // Unpaused, the deletion goes through.
-        set_paused(&site, false).await;
-        wait_gone(&site, &[format!("{data1}-{V4_POOL}"), format!("{data1}-{V6_POOL}")]).await;
+        // Paused, a deleted machine keeps its addresses: CAPI and CAPM3 hold, and so do we. Unpaused, the deletion
+        // goes through.
+        delete_while_paused(&site, NS, "metal3", "m-1").await;
+        wait_released(&site, NS, &[format!("{data1}-{V4_POOL}"), format!("{data1}-{V6_POOL}")]).await;
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 1, 1, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 1, 15, 0)).await;
 
@@ -386,18 +512,10 @@ spec:
         set_host_state(site, i, "provisioned");
         let what = format!("metal3machine/m-{i}");
         let provider_id = site.wait_get(NS, &what, "{.spec.providerID}", &format!("m-{i}'s providerID")).await;
-        site.apply(
-            None,
-            &format!(
-                "apiVersion: v1\nkind: Node\nmetadata: {{name: m-{i}}}\nspec: {{providerID: \"{provider_id}\"}}\n"
-            ),
-        );
-        let machine = format!("machine/m-{i}");
-        site.wait_get(NS, &machine, "{.status.nodeRef.name}", &format!("m-{i}'s nodeRef")).await;
+        add_node(site, NS, &format!("m-{i}"), &provider_id).await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn clusterctl_move_carries_metal3_claims_without_a_new_allocation() {
+    async fn clusterctl_move_carries_the_claims_without_a_new_allocation() {
         let a = Site::metal3("capm3-move-a").await;
         let b = Site::metal3("capm3-move-b").await;
         create_cluster(&a);
@@ -423,18 +541,10 @@ spec:
 
         tokio::task::block_in_place(|| clusterctl_move(&a.plane, &b.plane, NS));
 
-        // On the target: the same addresses, bound, counted; CAPM3 renders the machines' data again from them.
+        // On the target: the same addresses, bound and counted; CAPM3 reconciles the machines' data from them (a
+        // move carries no status: `ready` is CAPM3's work on the target).
+        assert_moved(&a, &b, NS, &before, V6_POOL, CAPM3_AGENT).await;
         let c = &b.client;
-        let got = eventually(Duration::from_secs(60), "every IPAddress on the target", || async {
-            let got = addresses(c, NS).await;
-            (got.len() == before.len()).then_some(got)
-        })
-        .await;
-        assert_eq!(got, before, "the IPAddresses arrive unchanged");
-        for claim in before.keys() {
-            let ready = CAPI.wait_reason(c, NS, claim, "Allocated").await;
-            assert_eq!(ready["status"], "True", "{claim}");
-        }
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
         for i in 0..2 {
@@ -444,38 +554,262 @@ spec:
             let v4 = &before[&format!("{data}-{V4_POOL}")].0;
             wait_network_data(&b, i, v4).await;
         }
-        assert_eq!(b.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 0, "nothing allocated anew");
-        assert_eq!(b.plane.audited_writes("create", "ipaddressclaims", NS, CAPM3_AGENT), 0, "no new claim");
         assert_eq!(a.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 4);
+    }
+}
 
-        // The source let everything go without releasing: the namespace is empty and the global pool keeps the
-        // moved IPv6 addresses reserved, naming the IPAddress that took each one away.
-        let source = &a.client;
-        eventually(Duration::from_secs(30), "the source namespace emptied", || async {
-            let claims = CAPI.claims(source, NS).list(&ListParams::default()).await.ok()?;
-            let addresses = CAPI.addresses(source, NS).list(&ListParams::default()).await.ok()?;
-            (claims.items.is_empty() && addresses.items.is_empty()).then_some(())
-        })
-        .await;
-        let mut expected: Vec<String> = before
-            .iter()
-            .filter(|(_, (_, _, _, pool))| pool == V6_POOL)
-            .map(|(claim, (address, ..))| format!("{address}@{NS}/{claim}"))
-            .collect();
-        expected.sort();
-        let pools = support::claims::pools(source, "GlobalInClusterIPPool", NS);
-        eventually(Duration::from_secs(30), "the moved-away annotation on the source", || async {
-            let pool = pools.get(V6_POOL).await.ok()?;
-            let value = pool.metadata.annotations.as_ref()?.get("ipam.cluster.x-k8s.io/moved-away")?.clone();
-            let mut entries: Vec<String> = value.split(',').map(str::to_owned).collect();
-            entries.sort();
-            (entries == expected).then_some(())
-        })
-        .await;
-        wait_pool_counts(source, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
-        for site in [&a, &b] {
-            assert_eq!(site.our_complaints_about(NS), Vec::<String>::new());
-            assert!(site.consumer.is_running(), "{}", site.consumer.log_tail(40));
+mod vsphere {
+    //! CAPV in govmomi mode against vCenter's stand-in (tests/tools/vcsim), with the VSphereMachineTemplate of
+    //! examples/consumers/vspheremachinetemplate.yaml: a device taking IPv4 from an InClusterIPPool and IPv6 from a
+    //! GlobalInClusterIPPool, and a second device taking a /64 from an InClusterPrefixPool. CAPV clones the VM,
+    //! creates the claims, waits for them, then writes the addresses into the VM's guestinfo.metadata. It never
+    //! deletes a claim: it leaves them to the garbage collector, which runs in these planes.
+
+    use super::*;
+
+    const NS: &str = "vsphere";
+    const CLUSTER: &str = "capv";
+    const V4_POOL: &str = "vsphere-nodes";
+    const V6_POOL: &str = "vsphere-v6";
+    const PREFIX_POOL: &str = "vsphere-prefixes";
+    const CAPV_AGENT: &str = "manager/unknown cluster-api-vsphere-manager";
+
+    /// The example's pools, and its template's machine spec pointed at `vcsim`.
+    fn example(site: &Site, vcsim: &Vcsim) -> (String, Value) {
+        let path = support::repo_root().join("examples/consumers/vspheremachinetemplate.yaml");
+        let path = path.to_string_lossy().into_owned();
+        let json = site.plane.kubectl(&["create", "--dry-run=client", "-o", "json", "-f", &path]);
+        // One JSON object per document.
+        let items: Vec<Value> = serde_json::Deserializer::from_str(&json)
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .expect("the example as JSON");
+        let (templates, mut pools): (Vec<Value>, Vec<Value>) =
+            items.into_iter().partition(|o| o["kind"] == "VSphereMachineTemplate");
+        // kubectl filled in its context's namespace; the pools go where the test applies them.
+        for pool in &mut pools {
+            pool["metadata"].as_object_mut().expect("metadata").remove("namespace");
         }
+        let mut spec = templates[0]["spec"]["template"]["spec"].clone();
+        spec["server"] = vcsim.field("server").into();
+        spec["thumbprint"] = vcsim.field("thumbprint").into();
+        let pools = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": pools});
+        (pools.to_string(), spec)
+    }
+
+    fn create_cluster(site: &Site, vcsim: &Vcsim) {
+        site.apply(
+            None,
+            &format!(
+                r##"apiVersion: v1
+kind: Namespace
+metadata: {{name: {NS}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: bootstrap, namespace: {NS}, labels: {{cluster.x-k8s.io/cluster-name: {CLUSTER}}}}}
+type: cluster.x-k8s.io/secret
+stringData: {{format: cloud-config, value: "#cloud-config\n"}}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: VSphereCluster
+metadata: {{name: {CLUSTER}, namespace: {NS}}}
+spec:
+  server: "{server}"
+  thumbprint: "{thumbprint}"
+  controlPlaneEndpoint: {{host: 192.0.2.30, port: 6443}}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {{name: {CLUSTER}, namespace: {NS}}}
+spec:
+  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: VSphereCluster, name: {CLUSTER}}}
+"##,
+                server = vcsim.field("server"),
+                thumbprint = vcsim.field("thumbprint"),
+            ),
+        );
+        site.apply(None, &workload_kubeconfig(site, NS, CLUSTER));
+        let (pools, _) = example(site, vcsim);
+        site.apply(Some(NS), &pools);
+    }
+
+    /// Machine `m-<i>` with its VSphereMachine from the template (the first is the control plane's). The
+    /// VSphereMachine goes first: CAPI backs off while a Machine's infrastructureRef is missing.
+    fn add_machine(site: &Site, vcsim: &Vcsim, i: usize) {
+        let (_, spec) = example(site, vcsim);
+        let role = if i == 0 { r#""cluster.x-k8s.io/control-plane": """# } else { r#""role": "worker""# };
+        let labels = format!(r#"{{"cluster.x-k8s.io/cluster-name": "{CLUSTER}", {role}}}"#);
+        let machine = format!(
+            r#"{{"apiVersion": "v1", "kind": "List", "items": [
+  {{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "VSphereMachine",
+    "metadata": {{"name": "m-{i}", "labels": {labels}}}, "spec": {spec}}},
+  {{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+    "metadata": {{"name": "m-{i}", "labels": {labels}}},
+    "spec": {{"clusterName": "{CLUSTER}", "version": "v1.36.3", "bootstrap": {{"dataSecretName": "bootstrap"}},
+      "infrastructureRef": {{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "VSphereMachine", "name": "m-{i}"}}}}}}
+]}}"#
+        );
+        site.apply(Some(NS), &machine);
+    }
+
+    /// The claims CAPV makes for machine `m-<i>`: `<vspherevm>-<device>-<entry>`.
+    fn claims_of(i: usize) -> [String; 3] {
+        [format!("m-{i}-0-0"), format!("m-{i}-0-1"), format!("m-{i}-1-0")]
+    }
+
+    /// Waits until machine `m-<i>`'s claims are bound and the VM's metadata holds their addresses, prefixes and
+    /// gateways; returns its IPv4 address.
+    async fn wait_machine_addresses(site: &Site, vcsim: &Vcsim, i: usize) -> String {
+        let c = &site.client;
+        let [v4, v6, prefix] = claims_of(i);
+        let v4 = address_of(&CAPI.wait_bound_within(c, NS, &v4, Duration::from_secs(90)).await);
+        let v6 = address_of(&CAPI.wait_bound_within(c, NS, &v6, Duration::from_secs(90)).await);
+        let prefix = address_of(&CAPI.wait_bound_within(c, NS, &prefix, Duration::from_secs(90)).await);
+        let fulfilled = r#"{.status.conditions[?(@.type=="IPAddressClaimsFulfilled")].status}"#;
+        eventually(Duration::from_secs(60), &format!("m-{i}'s IPAddressClaimsFulfilled"), || async {
+            (site.get(NS, &format!("vspherevm/m-{i}"), fulfilled) == "True").then_some(())
+        })
+        .await;
+        let metadata = eventually(Duration::from_secs(60), &format!("m-{i}'s metadata in vCenter"), || async {
+            vcsim.metadata(&format!("m-{i}"))
+        })
+        .await;
+        for expected in [
+            format!("\"{v4}/24\""),
+            "gateway4: \"10.50.0.1\"".to_owned(),
+            format!("\"{v6}/64\""),
+            "gateway6: \"fd00:50::1\"".to_owned(),
+            format!("\"{prefix}/64\""),
+        ] {
+            assert!(metadata.contains(&expected), "{expected} in m-{i}'s metadata:\n{metadata}");
+        }
+        v4
+    }
+
+    /// What CAPV's claims look like: written as v1beta2, owned by the VSphereVM (not as controller), the Cluster's
+    /// name only as a label, CAPV's finalizer beside ours.
+    async fn assert_claim_shape(site: &Site, claim: &str, vm: &str) {
+        let claim = CAPI.claims(&site.client, NS).get(claim).await.expect("claim");
+        let owners = claim.metadata.owner_references.clone().unwrap_or_default();
+        assert!(
+            owners.iter().any(|o| o.kind == "VSphereVM" && o.name == vm && o.controller != Some(true)),
+            "{owners:?}"
+        );
+        let labels = claim.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get("cluster.x-k8s.io/cluster-name").map(String::as_str), Some(CLUSTER), "{labels:?}");
+        assert!(claim.data["spec"].get("clusterName").is_none(), "{}", claim.data["spec"]);
+        let finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
+        let capv = "vspherevm.infrastructure.cluster.x-k8s.io/ip-claim-protection".to_owned();
+        assert!(finalizers.contains(&capv), "{finalizers:?}");
+        assert!(finalizers.contains(&"ipam.cluster.x-k8s.io/ReleaseAddress".to_owned()), "{finalizers:?}");
+    }
+
+    /// A machine's life and a move, side by side (as for CAPM3).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn vsphere_machines_get_wait_for_and_keep_their_addresses_and_move() {
+        side_by_side(
+            a_machine_gets_its_addresses_waits_for_a_freed_one_and_holds_them_while_paused(),
+            clusterctl_move_carries_the_claims_without_a_new_allocation(),
+        )
+        .await;
+    }
+
+    async fn a_machine_gets_its_addresses_waits_for_a_freed_one_and_holds_them_while_paused() {
+        let vcsim = Vcsim::start(&support::release::scratch("vcsim"));
+        let site = Site::vsphere("capv-life", &vcsim).await;
+        create_cluster(&site, &vcsim);
+        add_machine(&site, &vcsim, 0);
+        let a0 = wait_machine_addresses(&site, &vcsim, 0).await;
+        add_machine(&site, &vcsim, 1);
+        let a1 = wait_machine_addresses(&site, &vcsim, 1).await;
+        assert_ne!(a0, a1);
+        assert_claim_shape(&site, "m-0-0-0", "m-0").await;
+        let c = &site.client;
+        wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
+        wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
+        wait_pool_counts(c, "InClusterPrefixPool", NS, PREFIX_POOL, (256, 2, 254, 0)).await;
+
+        // A third machine: the IPv4 pool is exhausted. The claim says so, CAPV reports it with our message, and
+        // the VM gets no metadata.
+        add_machine(&site, &vcsim, 2);
+        CAPI.wait_reason(c, NS, "m-2-0-0", "PoolExhausted").await;
+        let fulfilled = r#"{.status.conditions[?(@.type=="IPAddressClaimsFulfilled")].message}"#;
+        eventually(Duration::from_secs(60), "CAPV reporting the exhausted pool", || async {
+            site.get(NS, "vspherevm/m-2", fulfilled).contains("has no free address").then_some(())
+        })
+        .await;
+        assert_eq!(vcsim.metadata("m-2"), None, "no metadata before every claim is bound");
+
+        // The first machine goes: CAPV lets go of its claims, the garbage collector deletes them, we release the
+        // addresses, and the waiting machine gets the freed IPv4 address.
+        delete_machine(&site, NS, "m-0");
+        wait_released(&site, NS, &claims_of(0)).await;
+        let a2 = wait_machine_addresses(&site, &vcsim, 2).await;
+        assert_eq!(a2, a0, "the waiting machine gets the address the deleted one freed");
+        assert!(!vcsim.has_vm("m-0"), "CAPV destroyed the VM");
+        wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
+        wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
+
+        // Paused, a deleted machine keeps its addresses; unpaused, they go.
+        delete_while_paused(&site, NS, CLUSTER, "m-1").await;
+        wait_released(&site, NS, &claims_of(1)).await;
+        wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 1, 1, 0)).await;
+        wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 1, 15, 0)).await;
+        wait_pool_counts(c, "InClusterPrefixPool", NS, PREFIX_POOL, (256, 1, 255, 0)).await;
+
+        let held = addresses(c, NS).await;
+        assert_eq!(held.len(), 3, "{held:?}");
+        assert_no_duplicates(&held);
+        // Each address was allocated once: three per machine for m-0 and m-1, and m-2's.
+        assert_eq!(site.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 9);
+        assert_eq!(site.our_complaints_about(NS), Vec::<String>::new());
+        assert!(site.consumer.is_running(), "{}", site.consumer.log_tail(40));
+    }
+
+    async fn clusterctl_move_carries_the_claims_without_a_new_allocation() {
+        // Both management clusters use the same vCenter.
+        let vcsim = Vcsim::start(&support::release::scratch("vcsim"));
+        let a = Site::vsphere("capv-move-a", &vcsim).await;
+        let b = Site::vsphere("capv-move-b", &vcsim).await;
+        create_cluster(&a, &vcsim);
+        for i in 0..2 {
+            add_machine(&a, &vcsim, i);
+            wait_machine_addresses(&a, &vcsim, i).await;
+            let machine = format!("machine/m-{i}");
+            let id = a.wait_get(NS, &machine, "{.spec.providerID}", &format!("m-{i}'s providerID")).await;
+            add_node(&a, NS, &format!("m-{i}"), &id).await;
+        }
+        let initialized = r#"{.status.conditions[?(@.type=="ControlPlaneInitialized")].status}"#;
+        eventually(Duration::from_secs(60), "the control plane initialized", || async {
+            (a.get(NS, &format!("cluster/{CLUSTER}"), initialized) == "True").then_some(())
+        })
+        .await;
+        let before = addresses(&a.client, NS).await;
+        assert_eq!(before.len(), 6, "{before:?}");
+        assert_eq!(a.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 6);
+        assert_eq!(a.plane.audited_writes("create", "ipaddressclaims", NS, CAPV_AGENT), 6);
+
+        tokio::task::block_in_place(|| clusterctl_move(&a.plane, &b.plane, NS));
+
+        assert_moved(&a, &b, NS, &before, V6_POOL, CAPV_AGENT).await;
+        let c = &b.client;
+        wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
+        wait_pool_counts(c, "InClusterPrefixPool", NS, PREFIX_POOL, (256, 2, 254, 0)).await;
+        // CAPV on the target takes the VMs over: each VSphereVM is ready again (a move carries no status) and the
+        // VMs keep their metadata.
+        for i in 0..2 {
+            a_vm_is_ready(&b, i).await;
+            let metadata = vcsim.metadata(&format!("m-{i}")).expect("the VM's metadata");
+            assert!(metadata.contains(&format!("\"{}/24\"", before[&format!("m-{i}-0-0")].0)), "{metadata}");
+        }
+        assert_eq!(a.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 6);
+    }
+
+    async fn a_vm_is_ready(site: &Site, i: usize) {
+        eventually(Duration::from_secs(60), &format!("VSphereVM m-{i} ready on the target"), || async {
+            (site.get(NS, &format!("vspherevm/m-{i}"), "{.status.ready}") == "true").then_some(())
+        })
+        .await;
     }
 }

@@ -144,9 +144,20 @@ impl Capi {
 
     /// Waits until the claim's status.addressRef is set, and returns the bound IPAddress.
     pub async fn wait_bound(self, client: &Client, namespace: &str, name: &str) -> DynamicObject {
+        self.wait_bound_within(client, namespace, name, Duration::from_secs(30)).await
+    }
+
+    /// As [`Capi::wait_bound`], for a claim that someone else (a consumer) creates within `timeout`.
+    pub async fn wait_bound_within(
+        self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> DynamicObject {
         let claims = self.claims(client, namespace);
         let addresses = self.addresses(client, namespace);
-        eventually(Duration::from_secs(30), &format!("claim {namespace}/{name} bound"), || async {
+        eventually(timeout, &format!("claim {namespace}/{name} bound"), || async {
             let claim = claims.get(name).await.ok()?;
             let address_name = claim.data.pointer("/status/addressRef/name")?.as_str()?.to_owned();
             addresses.get(&address_name).await.ok()
