@@ -17,7 +17,7 @@ use support::claims::{Capi, address_of, wait_pool_counts};
 use support::consumers::{Consumer, Vcsim};
 use support::manager::Manager;
 use support::release::{clusterctl_move, ok};
-use support::{Plane, eventually};
+use support::{Plane, eventually, eventually_every};
 
 const CAPI: Capi = Capi::V1Beta2;
 const OUR_AGENT: &str = "capi-ipam-in-cluster-manager/";
@@ -50,11 +50,12 @@ impl Site {
         Site { consumer, manager, client, plane }
     }
 
+    /// Both kinds of site run kube-controller-manager's garbage collector, as every real management cluster does:
+    /// CAPV leaves its claims to it, and clusterctl move deletes owners whose dependents it then collects.
     async fn metal3(name: &str) -> Site {
-        Site::start(name, &[], Consumer::metal3).await
+        Site::start(name, &["--garbage-collector"], Consumer::metal3).await
     }
 
-    /// CAPV leaves its claims to the garbage collector: this plane runs kube-controller-manager's.
     async fn vsphere(name: &str, vcsim: &Vcsim) -> Site {
         let credentials = vcsim.credentials();
         Site::start(name, &["--garbage-collector"], move |plane| Consumer::vsphere(plane, credentials)).await
@@ -74,20 +75,28 @@ impl Site {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Waits until the value at `path` is set (a consumer-driven chain: up to 90 s), and returns it.
     async fn wait_get(&self, namespace: &str, what: &str, path: &str, describe: &str) -> String {
-        eventually(Duration::from_secs(90), describe, || async {
+        eventually_every(Duration::from_secs(90), Duration::from_millis(300), describe, || async {
             Some(self.get(namespace, what, path)).filter(|v| !v.is_empty())
         })
         .await
     }
 
-    /// Our manager's WARN and ERROR lines that name `namespace`: a consumer's claims must not make any.
-    fn our_complaints_about(&self, namespace: &str) -> Vec<String> {
+    /// Waits until the value at `path` is `expected`.
+    async fn wait_value(&self, namespace: &str, what: &str, path: &str, expected: &str) {
+        let describe = format!("{what} {path} = {expected}");
+        eventually_every(Duration::from_secs(90), Duration::from_millis(300), &describe, || async {
+            (self.get(namespace, what, path) == expected).then_some(())
+        })
+        .await
+    }
+
+    /// Our manager's WARN and ERROR lines: on a plane of its own, serving the consumer alone, it has nothing to
+    /// warn about (a pool that runs out is reported on the claim, not in the log).
+    fn our_complaints(&self) -> Vec<String> {
         let log = std::fs::read_to_string(&self.manager.log).unwrap_or_default();
-        log.lines()
-            .filter(|l| (l.contains(" WARN ") || l.contains(" ERROR ")) && l.contains(&format!("{namespace}/")))
-            .map(str::to_owned)
-            .collect()
+        log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).map(str::to_owned).collect()
     }
 }
 
@@ -99,8 +108,11 @@ impl Drop for Site {
     }
 }
 
-/// Claim name → (address, prefix, gateway, pool name) of every IPAddress in `namespace`.
-async fn addresses(c: &Client, namespace: &str) -> BTreeMap<String, (String, i64, String, String)> {
+/// Claim name → (address, prefix, gateway, pool name).
+type Held = BTreeMap<String, (String, i64, String, String)>;
+
+/// Every IPAddress in `namespace`.
+async fn addresses(c: &Client, namespace: &str) -> Held {
     let list = CAPI.addresses(c, namespace).list(&ListParams::default()).await.expect("IPAddresses");
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     list.items
@@ -119,7 +131,7 @@ async fn addresses(c: &Client, namespace: &str) -> BTreeMap<String, (String, i64
 }
 
 /// No address is held twice within a pool.
-fn assert_no_duplicates(held: &BTreeMap<String, (String, i64, String, String)>) {
+fn assert_no_duplicates(held: &Held) {
     let mut seen = BTreeMap::new();
     for (claim, (address, _, _, pool)) in held {
         if let Some(other) = seen.insert((pool.clone(), address.clone()), claim.clone()) {
@@ -148,8 +160,6 @@ where
         std::panic::resume_unwind(e.into_panic());
     }
 }
-
-type Held = BTreeMap<String, (String, i64, String, String)>;
 
 /// The Secret holding the workload cluster's kubeconfig: the plane itself, where a test makes the Nodes of
 /// provisioned machines (CAPI sets a Machine's nodeRef from the Node with its providerID; `clusterctl move` wants
@@ -187,12 +197,13 @@ fn set_paused(site: &Site, namespace: &str, cluster: &str, paused: bool) {
     );
 }
 
-/// Waits until the IPAddresses of `claims` are gone.
+/// Waits until `claims` and their IPAddresses are gone (a claim left Terminating with our finalizer is a leak).
 async fn wait_released(site: &Site, namespace: &str, claims: &[String]) {
-    let api = CAPI.addresses(&site.client, namespace);
-    eventually(Duration::from_secs(120), &format!("the IPAddresses of {claims:?} released"), || async {
+    let addresses = CAPI.addresses(&site.client, namespace);
+    let claims_api = CAPI.claims(&site.client, namespace);
+    eventually(Duration::from_secs(120), &format!("{claims:?} and their IPAddresses gone"), || async {
         for claim in claims {
-            if api.get_opt(claim).await.ok()?.is_some() {
+            if addresses.get_opt(claim).await.ok()?.is_some() || claims_api.get_opt(claim).await.ok()?.is_some() {
                 return None;
             }
         }
@@ -201,22 +212,52 @@ async fn wait_released(site: &Site, namespace: &str, claims: &[String]) {
     .await;
 }
 
-/// Pauses the Cluster, deletes `machine`, and checks for a while that nothing is allocated or released: the
-/// addresses, and our manager's creates and deletes of IPAddresses by the audit log. Then unpauses it.
-async fn delete_while_paused(site: &Site, namespace: &str, cluster: &str, machine: &str) {
+/// By the audit log: our manager deleted the IPAddress `released` before it created `taken`, which holds the same
+/// address (an address is handed out again only once it is free).
+fn assert_freed_before_taken(site: &Site, namespace: &str, released: &str, taken: &str) {
+    let time = |verb: &str, name: &str| {
+        site.plane
+            .audited(verb, "ipaddresses", namespace, OUR_AGENT)
+            .into_iter()
+            .filter(|e| e["objectRef"]["name"] == name)
+            .filter_map(|e| e["stageTimestamp"].as_str().map(str::to_owned))
+            .max()
+            .unwrap_or_else(|| panic!("our {verb} of IPAddress {name} in the audit log"))
+    };
+    let (deleted, created) = (time("delete", released), time("create", taken));
+    assert!(deleted < created, "{taken} was created ({created}) before {released} was deleted ({deleted})");
+}
+
+/// Pauses the Cluster and deletes `machine`: CAPI and the consumer hold it, so the test also deletes its claim
+/// `claim` by hand, as a consumer that ignored the pause would. We hold that claim: its IPAddress stays, with our
+/// finalizer on the claim, and our manager writes no IPAddress at all. Then unpauses the Cluster.
+async fn delete_while_paused(site: &Site, namespace: &str, cluster: &str, machine: &str, claim: &str) {
     set_paused(site, namespace, cluster, true);
     let paused = r#"{.status.conditions[?(@.type=="Paused")].status}"#;
-    eventually(Duration::from_secs(60), &format!("{machine} paused"), || async {
-        (site.get(namespace, &format!("machine/{machine}"), paused) == "True").then_some(())
-    })
-    .await;
+    site.wait_value(namespace, &format!("machine/{machine}"), paused, "True").await;
     let before = addresses(&site.client, namespace).await;
-    let writes = |verb| site.plane.audited_writes(verb, "ipaddresses", namespace, OUR_AGENT);
-    let (created, deleted) = (writes("create"), writes("delete"));
+    let writes = || site.plane.audited_writes("*", "ipaddresses", namespace, OUR_AGENT);
+    let written = writes();
     delete_machine(site, namespace, machine);
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    ok(
+        site.plane.kubectl_output(&[
+            "delete",
+            "-n",
+            namespace,
+            "ipaddressclaims.ipam.cluster.x-k8s.io",
+            claim,
+            "--wait=false",
+        ]),
+        "delete",
+    );
+    // Longer than our manager's orphan-release delay (2 s), which would otherwise have let the address go.
+    tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(addresses(&site.client, namespace).await, before, "nothing is released while the Cluster is paused");
-    assert_eq!((writes("create"), writes("delete")), (created, deleted), "no IPAddress written while paused");
+    assert_eq!(writes(), written, "no IPAddress written while paused");
+    let held = CAPI.claims(&site.client, namespace).get(claim).await.expect("the claim deleted while paused");
+    assert!(held.metadata.deletion_timestamp.is_some(), "{claim} is being deleted");
+    let finalizers = held.metadata.finalizers.unwrap_or_default();
+    assert!(finalizers.contains(&"ipam.cluster.x-k8s.io/ReleaseAddress".to_owned()), "{finalizers:?}");
     set_paused(site, namespace, cluster, false);
 }
 
@@ -231,8 +272,12 @@ async fn assert_moved(a: &Site, b: &Site, namespace: &str, before: &Held, global
     })
     .await;
     assert_eq!(&got, before, "the IPAddresses arrive unchanged");
+    assert_no_duplicates(&got);
     for claim in before.keys() {
-        let ready = CAPI.wait_reason(c, namespace, claim, "Allocated").await;
+        let ready = eventually(Duration::from_secs(90), &format!("{claim} Allocated on the target"), || async {
+            CAPI.ready(c, namespace, claim).await.filter(|r| r["reason"] == "Allocated")
+        })
+        .await;
         assert_eq!(ready["status"], "True", "{claim}");
     }
     assert_eq!(b.plane.audited_writes("create", "ipaddresses", namespace, OUR_AGENT), 0, "nothing allocated anew");
@@ -267,10 +312,25 @@ async fn assert_moved(a: &Site, b: &Site, namespace: &str, before: &Held, global
         .and_then(|p| p.data.pointer("/status/ipAddresses/total")?.as_i64())
         .expect("the global pool's total");
     wait_pool_counts(source, "GlobalInClusterIPPool", namespace, global_pool, (total, moved, total - moved, 0)).await;
-    for site in [a, b] {
-        assert_eq!(site.our_complaints_about(namespace), Vec::<String>::new());
-        assert!(site.consumer.is_running(), "{}", site.consumer.log_tail(40));
-    }
+}
+
+/// The end of a move, once the consumer on the target has reconciled: still the same addresses, nothing written by
+/// us on the target, and the moved claims are ours to release there: deleting `machine` on the target releases
+/// its `claims` (deleted by us, by the audit log) and leaves every other address as it was.
+async fn assert_released_on_the_target(b: &Site, namespace: &str, before: &Held, machine: &str, claims: &[String]) {
+    assert_eq!(&addresses(&b.client, namespace).await, before, "the addresses stay as they arrived");
+    assert_eq!(b.plane.audited_writes("create", "ipaddresses", namespace, OUR_AGENT), 0, "nothing allocated anew");
+    assert_eq!(b.plane.audited_writes("delete", "ipaddresses", namespace, OUR_AGENT), 0, "nothing released");
+    delete_machine(b, namespace, machine);
+    wait_released(b, namespace, claims).await;
+    assert_eq!(b.plane.audited_writes("delete", "ipaddresses", namespace, OUR_AGENT), claims.len());
+    assert_eq!(b.plane.audited_writes("create", "ipaddresses", namespace, OUR_AGENT), 0);
+    let left = addresses(&b.client, namespace).await;
+    let expected: Held =
+        before.iter().filter(|(c, _)| !claims.contains(c)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(left, expected);
+    assert_eq!(b.our_complaints(), Vec::<String>::new());
+    assert!(b.consumer.is_running(), "{}", b.consumer.log_tail(40));
 }
 
 mod metal3 {
@@ -328,24 +388,30 @@ spec:
         format!("00:00:5e:00:53:{i:02x}")
     }
 
-    /// A BareMetalHost `host-<i>` ready to be provisioned, and a Machine `m-<i>` with its Metal3Machine (the first
-    /// machine is the control plane's).
+    /// A BareMetalHost `host-<i>` ready to be provisioned, then a Machine `m-<i>` with its Metal3Machine, which
+    /// selects that host (CAPM3 picks among free hosts at random). The first machine is the control plane's.
     fn add_machine(site: &Site, i: usize) {
+        site.apply(
+            Some(NS),
+            &format!(
+                "apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata: {{name: host-{i}, labels: {{host: host-{i}}}}}\n\
+                 spec: {{online: true, bootMACAddress: \"{}\"}}\n",
+                mac(i)
+            ),
+        );
+        // Available before CAPM3 looks: it maps a host's events only to the machine that already holds it.
+        set_host_state(site, i, "available");
         let role = if i == 0 { "cluster.x-k8s.io/control-plane: \"\"" } else { "role: worker" };
         site.apply(
             Some(NS),
             &format!(
-                r#"apiVersion: metal3.io/v1alpha1
-kind: BareMetalHost
-metadata: {{name: host-{i}}}
-spec: {{online: true, bootMACAddress: "{mac}"}}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+                r#"apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: Metal3Machine
 metadata: {{name: m-{i}}}
 spec:
   image: {{url: "http://192.0.2.1/image.qcow2", checksum: "http://192.0.2.1/image.qcow2.sha256sum", checksumType: sha256, diskFormat: qcow2}}
   dataTemplate: {{name: workers}}
+  hostSelector: {{matchLabels: {{host: host-{i}}}}}
 ---
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: Machine
@@ -356,11 +422,9 @@ spec:
   clusterName: metal3
   bootstrap: {{dataSecretName: bootstrap}}
   infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: Metal3Machine, name: m-{i}}}
-"#,
-                mac = mac(i)
+"#
             ),
         );
-        set_host_state(site, i, "available");
     }
 
     /// What the bare-metal operator would report: the host is inspected and `state`.
@@ -397,7 +461,8 @@ spec:
     async fn wait_network_data(site: &Site, i: usize, address: &str) -> String {
         let secret = format!("secret/m-{i}-networkdata");
         let template = r#"go-template={{index .data "networkData" | base64decode}}"#;
-        eventually(Duration::from_secs(60), &format!("{address} in the network data of m-{i}"), || async {
+        let what = format!("{address} in the network data of m-{i}");
+        eventually_every(Duration::from_secs(60), Duration::from_millis(300), &what, || async {
             let out = site.plane.kubectl_output(&["get", "-n", NS, &secret, "-o", template]);
             let text = String::from_utf8(out.stdout).ok()?;
             text.contains(&format!("ip_address: {address}\n")).then_some(text)
@@ -410,8 +475,9 @@ spec:
     async fn wait_machine_addresses(site: &Site, i: usize) -> (String, String) {
         let data = data_of(site, i).await;
         let c = &site.client;
-        let v4 = address_of(&CAPI.wait_bound(c, NS, &format!("{data}-{V4_POOL}")).await);
-        let v6 = address_of(&CAPI.wait_bound(c, NS, &format!("{data}-{V6_POOL}")).await);
+        let within = Duration::from_secs(90);
+        let v4 = address_of(&CAPI.wait_bound_within(c, NS, &format!("{data}-{V4_POOL}"), within).await);
+        let v6 = address_of(&CAPI.wait_bound_within(c, NS, &format!("{data}-{V6_POOL}"), within).await);
         let network = wait_network_data(site, i, &v4).await;
         assert!(network.contains(&format!("ip_address: {v6}\n")), "{network}");
         // The pool's prefix and gateway reach the host too.
@@ -464,45 +530,53 @@ spec:
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
 
-        // A third machine: the IPv4 pool is exhausted; the claim says so, and CAPM3 waits for its data.
+        // CAPM3 creates claims as v1beta2 (its cache watches them as v1beta1, through CAPI's conversion webhook).
+        let created = site.plane.audited("create", "ipaddressclaims", NS, CAPM3_AGENT);
+        assert!(
+            !created.is_empty() && created.iter().all(|e| e["objectRef"]["apiVersion"] == "v1beta2"),
+            "{created:?}"
+        );
+
+        // A third machine: the IPv4 pool is exhausted; the claim says so, and CAPM3 waits for its data without
+        // rendering any.
         add_machine(&site, 2);
         let data2 = data_of(&site, 2).await;
         let waiting = format!("{data2}-{V4_POOL}");
-        CAPI.wait_reason(c, NS, &waiting, "PoolExhausted").await;
-        site.wait_get(
-            NS,
-            "metal3machine/m-2",
-            r#"{.status.conditions[?(@.type=="Metal3DataReady")].reason}"#,
-            "m-2 waiting for its Metal3Data",
-        )
+        eventually(Duration::from_secs(90), &format!("{waiting} PoolExhausted"), || async {
+            CAPI.ready(c, NS, &waiting).await.filter(|r| r["reason"] == "PoolExhausted")
+        })
         .await;
-        assert_eq!(
-            site.get(NS, "metal3machine/m-2", r#"{.status.conditions[?(@.type=="Metal3DataReady")].status}"#),
-            "False"
-        );
+        let data_ready = r#"{.status.conditions[?(@.type=="Metal3DataReady")].reason}"#;
+        site.wait_value(NS, "metal3machine/m-2", data_ready, "WaitingForMetal3Data").await;
+        assert_eq!(site.get(NS, "secret/m-2-networkdata", "{.metadata.name}"), "", "no network data while waiting");
+        assert_no_duplicates(&addresses(c, NS).await);
 
         // The first machine goes: CAPM3 deletes its claims, we release its addresses, and the waiting machine gets
-        // the freed IPv4 address without anything being restarted.
+        // the freed IPv4 address without anything being restarted, only once it was released.
         delete_machine(&site, NS, "m-0");
         wait_released(&site, NS, &[format!("{data0}-{V4_POOL}"), format!("{data0}-{V6_POOL}")]).await;
         let (a2, _) = wait_machine_addresses(&site, 2).await;
         assert_eq!(a2, a0, "the waiting machine gets the address the deleted one freed");
+        assert_freed_before_taken(&site, NS, &format!("{data0}-{V4_POOL}"), &waiting);
+        assert_no_duplicates(&addresses(c, NS).await);
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
 
-        // Paused, a deleted machine keeps its addresses: CAPI and CAPM3 hold, and so do we. Unpaused, the deletion
-        // goes through.
-        delete_while_paused(&site, NS, "metal3", "m-1").await;
+        // Paused: CAPI and CAPM3 hold the deleted machine, and we hold the claim deleted by hand. Unpaused, the
+        // deletion goes through.
+        delete_while_paused(&site, NS, "metal3", "m-1", &format!("{data1}-{V4_POOL}")).await;
         wait_released(&site, NS, &[format!("{data1}-{V4_POOL}"), format!("{data1}-{V6_POOL}")]).await;
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 1, 1, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 1, 15, 0)).await;
 
         let held = addresses(c, NS).await;
-        assert_eq!(held.len(), 2, "{held:?}");
-        assert_no_duplicates(&held);
+        let expected: Vec<String> = [V4_POOL, V6_POOL].iter().map(|p| format!("{data2}-{p}")).collect();
+        assert_eq!(held.keys().cloned().collect::<Vec<_>>(), expected, "only m-2's addresses are left");
+        let claims = CAPI.claims(c, NS).list(&ListParams::default()).await.expect("claims");
+        assert_eq!(support::claims::names(&claims.items), expected, "only m-2's claims are left");
         // Each address was allocated once: two per machine, and m-2's IPv4 address once it was freed.
         assert_eq!(site.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 6);
-        assert_eq!(site.our_complaints_about(NS), Vec::<String>::new());
+        assert_eq!(site.our_complaints(), Vec::<String>::new());
         assert!(site.consumer.is_running(), "{}", site.consumer.log_tail(40));
     }
 
@@ -526,13 +600,8 @@ spec:
             wait_machine_addresses(&a, i).await;
             provision(&a, i).await;
         }
-        a.wait_get(
-            NS,
-            "cluster/metal3",
-            r#"{.status.conditions[?(@.type=="ControlPlaneInitialized")].status}"#,
-            "the control plane initialized",
-        )
-        .await;
+        let initialized = r#"{.status.conditions[?(@.type=="ControlPlaneInitialized")].status}"#;
+        a.wait_value(NS, "cluster/metal3", initialized, "True").await;
         let before = addresses(&a.client, NS).await;
         assert_eq!(before.len(), 4, "{before:?}");
         assert_eq!(a.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 4);
@@ -541,20 +610,25 @@ spec:
 
         tokio::task::block_in_place(|| clusterctl_move(&a.plane, &b.plane, NS));
 
-        // On the target: the same addresses, bound and counted; CAPM3 reconciles the machines' data from them (a
-        // move carries no status: `ready` is CAPM3's work on the target).
+        // On the target: the same addresses, bound and counted. CAPM3 reconciles each Metal3Data (a move carries no
+        // status, so `ready` is its work on the target); the network data moved with its Secret, which CAPM3 keeps.
         assert_moved(&a, &b, NS, &before, V6_POOL, CAPM3_AGENT).await;
         let c = &b.client;
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
         for i in 0..2 {
             let data = data_of(&b, i).await;
-            b.wait_get(NS, &format!("metal3data/{data}"), "{.status.ready}", "the Metal3Data reconciled on the target")
-                .await;
-            let v4 = &before[&format!("{data}-{V4_POOL}")].0;
-            wait_network_data(&b, i, v4).await;
+            b.wait_value(NS, &format!("metal3data/{data}"), "{.status.ready}", "true").await;
+            wait_network_data(&b, i, &before[&format!("{data}-{V4_POOL}")].0).await;
         }
+        assert_eq!(b.plane.audited_writes("create", "ipaddressclaims", NS, CAPM3_AGENT), 0, "no new claim");
         assert_eq!(a.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 4);
+        // The moved claims are ours to release on the target.
+        let data1 = data_of(&b, 1).await;
+        let claims: Vec<String> = [V4_POOL, V6_POOL].iter().map(|p| format!("{data1}-{p}")).collect();
+        assert_released_on_the_target(&b, NS, &before, "m-1", &claims).await;
+        wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 1, 1, 0)).await;
+        wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 1, 15, 0)).await;
     }
 }
 
@@ -572,7 +646,7 @@ mod vsphere {
     const V4_POOL: &str = "vsphere-nodes";
     const V6_POOL: &str = "vsphere-v6";
     const PREFIX_POOL: &str = "vsphere-prefixes";
-    const CAPV_AGENT: &str = "manager/unknown cluster-api-vsphere-manager";
+    const CAPV_AGENT: &str = "cluster-api-vsphere-manager";
 
     /// The example's pools, and its template's machine spec pointed at `vcsim`.
     fn example(site: &Site, vcsim: &Vcsim) -> (String, Value) {
@@ -667,11 +741,9 @@ spec:
         let v6 = address_of(&CAPI.wait_bound_within(c, NS, &v6, Duration::from_secs(90)).await);
         let prefix = address_of(&CAPI.wait_bound_within(c, NS, &prefix, Duration::from_secs(90)).await);
         let fulfilled = r#"{.status.conditions[?(@.type=="IPAddressClaimsFulfilled")].status}"#;
-        eventually(Duration::from_secs(60), &format!("m-{i}'s IPAddressClaimsFulfilled"), || async {
-            (site.get(NS, &format!("vspherevm/m-{i}"), fulfilled) == "True").then_some(())
-        })
-        .await;
-        let metadata = eventually(Duration::from_secs(60), &format!("m-{i}'s metadata in vCenter"), || async {
+        site.wait_value(NS, &format!("vspherevm/m-{i}"), fulfilled, "True").await;
+        let what = format!("m-{i}'s metadata in vCenter");
+        let metadata = eventually_every(Duration::from_secs(60), Duration::from_millis(300), &what, || async {
             vcsim.metadata(&format!("m-{i}"))
         })
         .await;
@@ -725,6 +797,12 @@ spec:
         let a1 = wait_machine_addresses(&site, &vcsim, 1).await;
         assert_ne!(a0, a1);
         assert_claim_shape(&site, "m-0-0-0", "m-0").await;
+        // CAPV writes claims as v1beta2.
+        let created = site.plane.audited("create", "ipaddressclaims", NS, CAPV_AGENT);
+        assert!(
+            !created.is_empty() && created.iter().all(|e| e["objectRef"]["apiVersion"] == "v1beta2"),
+            "{created:?}"
+        );
         let c = &site.client;
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
@@ -733,13 +811,18 @@ spec:
         // A third machine: the IPv4 pool is exhausted. The claim says so, CAPV reports it with our message, and
         // the VM gets no metadata.
         add_machine(&site, &vcsim, 2);
-        CAPI.wait_reason(c, NS, "m-2-0-0", "PoolExhausted").await;
+        eventually(Duration::from_secs(90), "m-2-0-0 PoolExhausted", || async {
+            CAPI.ready(c, NS, "m-2-0-0").await.filter(|r| r["reason"] == "PoolExhausted")
+        })
+        .await;
         let fulfilled = r#"{.status.conditions[?(@.type=="IPAddressClaimsFulfilled")].message}"#;
-        eventually(Duration::from_secs(60), "CAPV reporting the exhausted pool", || async {
+        eventually_every(Duration::from_secs(60), Duration::from_millis(300), "CAPV reporting the pool", || async {
             site.get(NS, "vspherevm/m-2", fulfilled).contains("has no free address").then_some(())
         })
         .await;
+        assert!(vcsim.has_vm("m-2"), "CAPV cloned the VM");
         assert_eq!(vcsim.metadata("m-2"), None, "no metadata before every claim is bound");
+        assert_no_duplicates(&addresses(c, NS).await);
 
         // The first machine goes: CAPV lets go of its claims, the garbage collector deletes them, we release the
         // addresses, and the waiting machine gets the freed IPv4 address.
@@ -747,23 +830,27 @@ spec:
         wait_released(&site, NS, &claims_of(0)).await;
         let a2 = wait_machine_addresses(&site, &vcsim, 2).await;
         assert_eq!(a2, a0, "the waiting machine gets the address the deleted one freed");
+        assert_freed_before_taken(&site, NS, "m-0-0-0", "m-2-0-0");
+        assert_no_duplicates(&addresses(c, NS).await);
         assert!(!vcsim.has_vm("m-0"), "CAPV destroyed the VM");
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
 
-        // Paused, a deleted machine keeps its addresses; unpaused, they go.
-        delete_while_paused(&site, NS, CLUSTER, "m-1").await;
+        // Paused: CAPI and CAPV hold the deleted machine, and we hold the claim deleted by hand. Unpaused, they go.
+        delete_while_paused(&site, NS, CLUSTER, "m-1", "m-1-0-0").await;
         wait_released(&site, NS, &claims_of(1)).await;
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 1, 1, 0)).await;
         wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 1, 15, 0)).await;
         wait_pool_counts(c, "InClusterPrefixPool", NS, PREFIX_POOL, (256, 1, 255, 0)).await;
 
         let held = addresses(c, NS).await;
-        assert_eq!(held.len(), 3, "{held:?}");
-        assert_no_duplicates(&held);
+        let expected: Vec<String> = claims_of(2).into();
+        assert_eq!(held.keys().cloned().collect::<Vec<_>>(), expected, "only m-2's addresses are left");
+        let claims = CAPI.claims(c, NS).list(&ListParams::default()).await.expect("claims");
+        assert_eq!(support::claims::names(&claims.items), expected, "only m-2's claims are left");
         // Each address was allocated once: three per machine for m-0 and m-1, and m-2's.
         assert_eq!(site.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 9);
-        assert_eq!(site.our_complaints_about(NS), Vec::<String>::new());
+        assert_eq!(site.our_complaints(), Vec::<String>::new());
         assert!(site.consumer.is_running(), "{}", site.consumer.log_tail(40));
     }
 
@@ -781,10 +868,7 @@ spec:
             add_node(&a, NS, &format!("m-{i}"), &id).await;
         }
         let initialized = r#"{.status.conditions[?(@.type=="ControlPlaneInitialized")].status}"#;
-        eventually(Duration::from_secs(60), "the control plane initialized", || async {
-            (a.get(NS, &format!("cluster/{CLUSTER}"), initialized) == "True").then_some(())
-        })
-        .await;
+        a.wait_value(NS, &format!("cluster/{CLUSTER}"), initialized, "True").await;
         let before = addresses(&a.client, NS).await;
         assert_eq!(before.len(), 6, "{before:?}");
         assert_eq!(a.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 6);
@@ -795,21 +879,21 @@ spec:
         assert_moved(&a, &b, NS, &before, V6_POOL, CAPV_AGENT).await;
         let c = &b.client;
         wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 2, 0, 0)).await;
+        wait_pool_counts(c, "GlobalInClusterIPPool", NS, V6_POOL, (16, 2, 14, 0)).await;
         wait_pool_counts(c, "InClusterPrefixPool", NS, PREFIX_POOL, (256, 2, 254, 0)).await;
         // CAPV on the target takes the VMs over: each VSphereVM is ready again (a move carries no status) and the
         // VMs keep their metadata.
         for i in 0..2 {
-            a_vm_is_ready(&b, i).await;
+            b.wait_value(NS, &format!("vspherevm/m-{i}"), "{.status.ready}", "true").await;
             let metadata = vcsim.metadata(&format!("m-{i}")).expect("the VM's metadata");
             assert!(metadata.contains(&format!("\"{}/24\"", before[&format!("m-{i}-0-0")].0)), "{metadata}");
         }
+        assert_eq!(b.plane.audited_writes("create", "ipaddressclaims", NS, CAPV_AGENT), 0, "no new claim");
         assert_eq!(a.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 6);
-    }
-
-    async fn a_vm_is_ready(site: &Site, i: usize) {
-        eventually(Duration::from_secs(60), &format!("VSphereVM m-{i} ready on the target"), || async {
-            (site.get(NS, &format!("vspherevm/m-{i}"), "{.status.ready}") == "true").then_some(())
-        })
-        .await;
+        // The moved claims are ours to release on the target: CAPV lets go, the target's garbage collector deletes
+        // them, and we release the addresses.
+        assert_released_on_the_target(&b, NS, &before, "m-1", &claims_of(1)).await;
+        wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (2, 1, 1, 0)).await;
+        wait_pool_counts(c, "InClusterPrefixPool", NS, PREFIX_POOL, (256, 1, 255, 0)).await;
     }
 }

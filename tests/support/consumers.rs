@@ -217,9 +217,9 @@ impl Vcsim {
         self.metadata_endpoint(vm).and_then(|(code, body)| (code == 200).then_some(body))
     }
 
-    /// Whether vCenter knows the VM (the endpoint answers 404 for none).
+    /// Whether vCenter knows the VM (the endpoint answers 404 for none); panics when the endpoint does not answer.
     pub fn has_vm(&self, vm: &str) -> bool {
-        self.metadata_endpoint(vm).is_some_and(|(code, _)| code != 404)
+        self.metadata_endpoint(vm).expect("vcsim's metadata endpoint").0 != 404
     }
 
     fn metadata_endpoint(&self, vm: &str) -> Option<(u16, String)> {

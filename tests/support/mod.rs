@@ -196,21 +196,26 @@ impl Plane {
         tail(&self.dir.join("logs/apiserver.log"), lines)
     }
 
-    /// Successful writes (`verb`: create, delete, ...) of `resource` in `namespace` whose user agent starts with
+    /// Successful writes (`verb`: create, delete, ...) of `resource` in `namespace` whose user agent contains
     /// `agent`, from the API server's audit log (control-plane.sh audits the writes of the IPAM group).
     pub fn audited_writes(&self, verb: &str, resource: &str, namespace: &str, agent: &str) -> usize {
+        self.audited(verb, resource, namespace, agent).len()
+    }
+
+    /// The audit events of [`Plane::audited_writes`].
+    pub fn audited(&self, verb: &str, resource: &str, namespace: &str, agent: &str) -> Vec<serde_json::Value> {
         let audit = std::fs::read_to_string(self.dir.join("logs/audit.log")).expect("audit log");
         audit
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|e| {
-                e["verb"] == verb
+                (verb == "*" || e["verb"] == verb)
                     && e["objectRef"]["resource"] == resource
                     && e["objectRef"]["namespace"] == namespace
                     && e["responseStatus"]["code"].as_u64().is_some_and(|c| (200..300).contains(&c))
-                    && e["userAgent"].as_str().is_some_and(|a| a.starts_with(agent))
+                    && e["userAgent"].as_str().is_some_and(|a| a.contains(agent))
             })
-            .count()
+            .collect()
     }
 
     /// Runs kubectl against this plane as admin and returns its stdout; panics with stderr on failure.
@@ -356,7 +361,16 @@ where
 }
 
 /// Polls `check` every 50 ms until it returns `Some`, or panics after `timeout` with `what`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_every(timeout, Duration::from_millis(50), what, check).await
+}
+
+/// As [`eventually`], polling every `interval` (checks that start a process, such as kubectl, poll less often).
+pub async fn eventually_every<T, F, Fut>(timeout: Duration, interval: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -369,6 +383,6 @@ where
         if tokio::time::Instant::now() > deadline {
             panic!("timed out after {timeout:?} waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(interval).await;
     }
 }

@@ -228,11 +228,13 @@ start_gc() {
   [[ ${GC:-false} == true ]] || return 0
   pid_alive "$dir/gc.pid" && return
   mkdir -p "$dir/logs"
+  # Only this run's lines count as started (a restart appends to the log).
+  local skip=$(($(cat "$dir/logs/gc.log" 2>/dev/null | wc -l) + 1))
   "$("$here/k8s-bin.sh" kcm | tail -n 1)/kube-controller-manager" --kubeconfig="$dir/kubeconfig" \
     --controllers=garbagecollector --leader-elect=false --secure-port=0 --v=1 >>"$dir/logs/gc.log" 2>&1 &
   echo $! >"$dir/gc.pid"
   local deadline=$((SECONDS + 60))
-  until grep -q "all resource monitors have synced" "$dir/logs/gc.log" 2>/dev/null; do
+  until tail -n "+$skip" "$dir/logs/gc.log" 2>/dev/null | grep -q "all resource monitors have synced"; do
     if ! pid_alive "$dir/gc.pid" || ((SECONDS > deadline)); then
       log "the garbage collector did not start; the end of $dir/logs/gc.log:"; tail -n 30 "$dir/logs/gc.log" >&2; exit 1
     fi
@@ -276,7 +278,8 @@ case $cmd in
       ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
       WATCH_CACHE=$watch_cache
     fi
-    GC=${GC:-$gc}
+    GC=${GC:-false}
+    if [[ $gc == true ]]; then GC=true; fi
     if [[ -z ${CAPI:-} || -z ${CAPI_WEBHOOK_PORT:-} ]]; then
       CAPI=$capi CAPI_WEBHOOK_PORT=$(free_port) CAPI_HEALTH_PORT=$(free_port) CAPI_METRICS_PORT=$(free_port)
     fi
