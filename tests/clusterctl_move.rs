@@ -307,12 +307,7 @@ async fn assert_arrived(
 
     // Nothing is left on the source but the global pool (clusterctl copies cluster-scoped objects).
     let source = &from.client;
-    eventually(Duration::from_secs(30), "the source namespace emptied", || async {
-        let claims = CAPI.claims(source, NS).list(&ListParams::default()).await.ok()?;
-        let addresses = CAPI.addresses(source, NS).list(&ListParams::default()).await.ok()?;
-        (claims.items.is_empty() && addresses.items.is_empty()).then_some(())
-    })
-    .await;
+    support::claims::wait_no_claims_or_addresses(CAPI, source, NS).await;
     let pools =
         support::claims::pools(source, "InClusterIPPool", NS).list(&ListParams::default()).await.expect("pools");
     assert!(pools.items.is_empty(), "namespaced pools moved: {:?}", support::claims::names(&pools.items));

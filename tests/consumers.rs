@@ -161,6 +161,16 @@ where
     }
 }
 
+/// The namespace and the bootstrap data every Machine of `cluster` uses (`spec.bootstrap.dataSecretName:
+/// bootstrap`: no bootstrap provider).
+fn namespace_and_bootstrap(namespace: &str, cluster: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n---\napiVersion: v1\nkind: Secret\n\
+         metadata: {{name: bootstrap, namespace: {namespace}, labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}}}\n\
+         type: cluster.x-k8s.io/secret\nstringData: {{format: cloud-config, value: \"#cloud-config\\n\"}}\n"
+    )
+}
+
 /// The Secret holding the workload cluster's kubeconfig: the plane itself, where a test makes the Nodes of
 /// provisioned machines (CAPI sets a Machine's nodeRef from the Node with its providerID; `clusterctl move` wants
 /// every Machine to have one).
@@ -283,12 +293,7 @@ async fn assert_moved(a: &Site, b: &Site, namespace: &str, before: &Held, global
     assert_eq!(b.plane.audited_writes("create", "ipaddresses", namespace, OUR_AGENT), 0, "nothing allocated anew");
     assert_eq!(b.plane.audited_writes("create", "ipaddressclaims", namespace, consumer_agent), 0, "no new claim");
     let source = &a.client;
-    eventually(Duration::from_secs(30), "the source namespace emptied", || async {
-        let claims = CAPI.claims(source, namespace).list(&ListParams::default()).await.ok()?;
-        let addresses = CAPI.addresses(source, namespace).list(&ListParams::default()).await.ok()?;
-        (claims.items.is_empty() && addresses.items.is_empty()).then_some(())
-    })
-    .await;
+    support::claims::wait_no_claims_or_addresses(CAPI, source, namespace).await;
     let mut expected: Vec<String> = before
         .iter()
         .filter(|(_, (_, _, _, pool))| pool == global_pool)
@@ -354,19 +359,11 @@ mod metal3 {
     /// The Cluster, its Metal3Cluster, the bootstrap data every Machine uses (no bootstrap provider), and the
     /// workload cluster's kubeconfig: this plane itself, where the test makes a Node for each provisioned machine.
     fn create_cluster(site: &Site) {
+        site.apply(None, &namespace_and_bootstrap(NS, "metal3"));
         site.apply(
             None,
             &format!(
-                r##"apiVersion: v1
-kind: Namespace
-metadata: {{name: {NS}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: bootstrap, namespace: {NS}, labels: {{cluster.x-k8s.io/cluster-name: metal3}}}}
-stringData: {{value: "#cloud-config\n"}}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+                r##"apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: Metal3Cluster
 metadata: {{name: metal3, namespace: {NS}}}
 spec:
@@ -672,20 +669,11 @@ mod vsphere {
     }
 
     fn create_cluster(site: &Site, vcsim: &Vcsim) {
+        site.apply(None, &namespace_and_bootstrap(NS, CLUSTER));
         site.apply(
             None,
             &format!(
-                r##"apiVersion: v1
-kind: Namespace
-metadata: {{name: {NS}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: bootstrap, namespace: {NS}, labels: {{cluster.x-k8s.io/cluster-name: {CLUSTER}}}}}
-type: cluster.x-k8s.io/secret
-stringData: {{format: cloud-config, value: "#cloud-config\n"}}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+                r##"apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: VSphereCluster
 metadata: {{name: {CLUSTER}, namespace: {NS}}}
 spec:
@@ -704,6 +692,11 @@ spec:
             ),
         );
         site.apply(None, &workload_kubeconfig(site, NS, CLUSTER));
+        // The example as a user applies it passes CAPV's schema and webhooks (and ours); the test's machines take
+        // its template's spec.
+        let path = support::repo_root().join("examples/consumers/vspheremachinetemplate.yaml");
+        let path = path.to_string_lossy().into_owned();
+        ok(site.plane.kubectl_output(&["create", "--dry-run=server", "-n", NS, "-f", &path]), "the example");
         let (pools, _) = example(site, vcsim);
         site.apply(Some(NS), &pools);
     }

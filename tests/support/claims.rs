@@ -221,3 +221,13 @@ pub async fn annotate(api: &Api<DynamicObject>, name: &str, key: &str, value: Op
 pub fn names(list: &[DynamicObject]) -> Vec<String> {
     list.iter().map(|o| o.name_any()).collect()
 }
+
+/// Waits until `namespace` holds no claim and no IPAddress (the source of a `clusterctl move`, once it is done).
+pub async fn wait_no_claims_or_addresses(capi: Capi, client: &Client, namespace: &str) {
+    eventually(Duration::from_secs(30), &format!("no claim or IPAddress left in {namespace}"), || async {
+        let claims = capi.claims(client, namespace).list(&Default::default()).await.ok()?;
+        let addresses = capi.addresses(client, namespace).list(&Default::default()).await.ok()?;
+        (claims.items.is_empty() && addresses.items.is_empty()).then_some(())
+    })
+    .await;
+}
