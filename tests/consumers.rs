@@ -161,14 +161,37 @@ where
     }
 }
 
-/// The namespace and the bootstrap data every Machine of `cluster` uses (`spec.bootstrap.dataSecretName:
-/// bootstrap`: no bootstrap provider).
-fn namespace_and_bootstrap(namespace: &str, cluster: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n---\napiVersion: v1\nkind: Secret\n\
-         metadata: {{name: bootstrap, namespace: {namespace}, labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}}}\n\
-         type: cluster.x-k8s.io/secret\nstringData: {{format: cloud-config, value: \"#cloud-config\\n\"}}\n"
-    )
+/// The namespace, the bootstrap data every Machine uses (`spec.bootstrap.dataSecretName: bootstrap`: no bootstrap
+/// provider), a Cluster `cluster` whose infrastructure is the `kind` object of the same name with `spec` (a YAML flow
+/// mapping), and the workload cluster's kubeconfig.
+fn create_cluster_objects(site: &Site, namespace: &str, cluster: &str, kind: &str, spec: &str) {
+    site.apply(
+        None,
+        &format!(
+            r##"apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: bootstrap, namespace: {namespace}, labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}}}
+type: cluster.x-k8s.io/secret
+stringData: {{format: cloud-config, value: "#cloud-config\n"}}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: {kind}
+metadata: {{name: {cluster}, namespace: {namespace}}}
+spec: {spec}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {{name: {cluster}, namespace: {namespace}}}
+spec:
+  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: {kind}, name: {cluster}}}
+"##
+        ),
+    );
+    site.apply(None, &workload_kubeconfig(site, namespace, cluster));
 }
 
 /// The Secret holding the workload cluster's kubeconfig: the plane itself, where a test makes the Nodes of
@@ -356,28 +379,11 @@ mod metal3 {
             .expect("the example")
     }
 
-    /// The Cluster, its Metal3Cluster, the bootstrap data every Machine uses (no bootstrap provider), and the
-    /// workload cluster's kubeconfig: this plane itself, where the test makes a Node for each provisioned machine.
+    /// The Cluster with its Metal3Cluster (the workload cluster is this plane itself, where the test makes a Node
+    /// for each provisioned machine), and the example's pools and template.
     fn create_cluster(site: &Site) {
-        site.apply(None, &namespace_and_bootstrap(NS, "metal3"));
-        site.apply(
-            None,
-            &format!(
-                r##"apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: Metal3Cluster
-metadata: {{name: metal3, namespace: {NS}}}
-spec:
-  controlPlaneEndpoint: {{host: 192.0.2.20, port: 6443}}
----
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata: {{name: metal3, namespace: {NS}}}
-spec:
-  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: Metal3Cluster, name: metal3}}
-"##
-            ),
-        );
-        site.apply(None, &workload_kubeconfig(site, NS, "metal3"));
+        let spec = "{controlPlaneEndpoint: {host: 192.0.2.20, port: 6443}}";
+        create_cluster_objects(site, NS, "metal3", "Metal3Cluster", spec);
         site.apply(Some(NS), &example());
     }
 
@@ -645,11 +651,13 @@ mod vsphere {
     const PREFIX_POOL: &str = "vsphere-prefixes";
     const CAPV_AGENT: &str = "cluster-api-vsphere-manager";
 
+    fn example_path() -> String {
+        support::repo_root().join("examples/consumers/vspheremachinetemplate.yaml").to_string_lossy().into_owned()
+    }
+
     /// The example's pools, and its template's machine spec pointed at `vcsim`.
     fn example(site: &Site, vcsim: &Vcsim) -> (String, Value) {
-        let path = support::repo_root().join("examples/consumers/vspheremachinetemplate.yaml");
-        let path = path.to_string_lossy().into_owned();
-        let json = site.plane.kubectl(&["create", "--dry-run=client", "-o", "json", "-f", &path]);
+        let json = site.plane.kubectl(&["create", "--dry-run=client", "-o", "json", "-f", &example_path()]);
         // One JSON object per document.
         let items: Vec<Value> = serde_json::Deserializer::from_str(&json)
             .into_iter()
@@ -668,43 +676,25 @@ mod vsphere {
         (pools.to_string(), spec)
     }
 
-    fn create_cluster(site: &Site, vcsim: &Vcsim) {
-        site.apply(None, &namespace_and_bootstrap(NS, CLUSTER));
-        site.apply(
-            None,
-            &format!(
-                r##"apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: VSphereCluster
-metadata: {{name: {CLUSTER}, namespace: {NS}}}
-spec:
-  server: "{server}"
-  thumbprint: "{thumbprint}"
-  controlPlaneEndpoint: {{host: 192.0.2.30, port: 6443}}
----
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata: {{name: {CLUSTER}, namespace: {NS}}}
-spec:
-  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: VSphereCluster, name: {CLUSTER}}}
-"##,
-                server = vcsim.field("server"),
-                thumbprint = vcsim.field("thumbprint"),
-            ),
+    /// The Cluster with its VSphereCluster and the example's pools; returns the machine spec of its template.
+    fn create_cluster(site: &Site, vcsim: &Vcsim) -> Value {
+        let spec = format!(
+            r#"{{server: "{}", thumbprint: "{}", controlPlaneEndpoint: {{host: 192.0.2.30, port: 6443}}}}"#,
+            vcsim.field("server"),
+            vcsim.field("thumbprint")
         );
-        site.apply(None, &workload_kubeconfig(site, NS, CLUSTER));
+        create_cluster_objects(site, NS, CLUSTER, "VSphereCluster", &spec);
         // The example as a user applies it passes CAPV's schema and webhooks (and ours); the test's machines take
         // its template's spec.
-        let path = support::repo_root().join("examples/consumers/vspheremachinetemplate.yaml");
-        let path = path.to_string_lossy().into_owned();
-        ok(site.plane.kubectl_output(&["create", "--dry-run=server", "-n", NS, "-f", &path]), "the example");
-        let (pools, _) = example(site, vcsim);
+        ok(site.plane.kubectl_output(&["create", "--dry-run=server", "-n", NS, "-f", &example_path()]), "the example");
+        let (pools, spec) = example(site, vcsim);
         site.apply(Some(NS), &pools);
+        spec
     }
 
     /// Machine `m-<i>` with its VSphereMachine from the template (the first is the control plane's). The
     /// VSphereMachine goes first: CAPI backs off while a Machine's infrastructureRef is missing.
-    fn add_machine(site: &Site, vcsim: &Vcsim, i: usize) {
-        let (_, spec) = example(site, vcsim);
+    fn add_machine(site: &Site, spec: &Value, i: usize) {
         let role = if i == 0 { r#""cluster.x-k8s.io/control-plane": """# } else { r#""role": "worker""# };
         let labels = format!(r#"{{"cluster.x-k8s.io/cluster-name": "{CLUSTER}", {role}}}"#);
         let machine = format!(
@@ -783,10 +773,10 @@ spec:
     async fn a_machine_gets_its_addresses_waits_for_a_freed_one_and_holds_them_while_paused() {
         let vcsim = Vcsim::start(&support::release::scratch("vcsim"));
         let site = Site::vsphere("capv-life", &vcsim).await;
-        create_cluster(&site, &vcsim);
-        add_machine(&site, &vcsim, 0);
+        let spec = create_cluster(&site, &vcsim);
+        add_machine(&site, &spec, 0);
         let a0 = wait_machine_addresses(&site, &vcsim, 0).await;
-        add_machine(&site, &vcsim, 1);
+        add_machine(&site, &spec, 1);
         let a1 = wait_machine_addresses(&site, &vcsim, 1).await;
         assert_ne!(a0, a1);
         assert_claim_shape(&site, "m-0-0-0", "m-0").await;
@@ -803,7 +793,7 @@ spec:
 
         // A third machine: the IPv4 pool is exhausted. The claim says so, CAPV reports it with our message, and
         // the VM gets no metadata.
-        add_machine(&site, &vcsim, 2);
+        add_machine(&site, &spec, 2);
         eventually(Duration::from_secs(90), "m-2-0-0 PoolExhausted", || async {
             CAPI.ready(c, NS, "m-2-0-0").await.filter(|r| r["reason"] == "PoolExhausted")
         })
@@ -852,9 +842,9 @@ spec:
         let vcsim = Vcsim::start(&support::release::scratch("vcsim"));
         let a = Site::vsphere("capv-move-a", &vcsim).await;
         let b = Site::vsphere("capv-move-b", &vcsim).await;
-        create_cluster(&a, &vcsim);
+        let spec = create_cluster(&a, &vcsim);
         for i in 0..2 {
-            add_machine(&a, &vcsim, i);
+            add_machine(&a, &spec, i);
             wait_machine_addresses(&a, &vcsim, i).await;
             let machine = format!("machine/m-{i}");
             let id = a.wait_get(NS, &machine, "{.spec.providerID}", &format!("m-{i}'s providerID")).await;
