@@ -518,7 +518,7 @@ type Got = Option<(String, Option<i64>, Option<String>)>;
 /// Our allocator state machine (the registry the claim controller allocates through), driven like the oracle: the
 /// pool, its existing IPAddresses, then claims (allocate and confirm, as a created IPAddress is) and releases.
 fn ours_allocate(case: &Case, pool: &Value) -> (Vec<Got>, [i64; 4]) {
-    let registry = Registry::new();
+    let mut registry = Registry::new();
     let key = PoolKey::new(case.kind, NAMESPACE, "pool");
     let spec = if case.kind.is_prefix_pool() {
         PoolSpec::Prefix(serde_json::from_value(pool["spec"].clone()).expect("a prefix pool spec"))

@@ -68,17 +68,7 @@ pub fn gate(claim: &Claim, pool_key: &PoolKey, index: &Index) -> Gate {
 /// its IPAddress held before it was deleted from under the live claim (while still free), else the lowest free one.
 pub fn allocate(claim: &Claim, pool_key: &PoolKey, pool: &Pool, index: &Index) -> Result<Assigned, AllocateError> {
     let requested = claim.requested_address.as_deref().or_else(|| pool.spec.pre_allocation(&claim.key.name));
-    let registry = index.registry();
-    if requested.is_some() {
-        return registry.allocate(pool_key, &claim.key, requested);
-    }
-    match index.take_vanished_address(claim, pool_key) {
-        Some(previous) => match registry.allocate(pool_key, &claim.key, Some(&previous)) {
-            Err(AllocateError::Requested { .. }) => registry.allocate(pool_key, &claim.key, None),
-            again => again,
-        },
-        None => registry.allocate(pool_key, &claim.key, None),
-    }
+    index.allocate(claim, pool_key, requested)
 }
 
 /// Runs once every watch has listed (the claim workers wait for that before they read the claim).
@@ -93,11 +83,10 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     let key = &claim.key;
     let Some(kind) = claim.pool_kind else { return Ok(Next::AwaitChange) };
     let pool_key = PoolKey::new(kind, &key.namespace, &claim.pool_name);
-    let registry = ctx.index.registry();
     let gate = gate(claim, &pool_key, &ctx.index);
     if matches!(gate, Gate::Paused | Gate::WaitForCluster(..))
         && claim.address_ref().is_none()
-        && registry.duplicate_of(&pool_key, key).is_some_and(|d| !moved_one_wins(ctx, &pool_key, key, &d))
+        && ctx.index.duplicate_of(&pool_key, key).is_some_and(|d| !moved_one_wins(ctx, &pool_key, key, &d))
         && let Some(record) = ctx.index.address(key).filter(|r| !r.deleting && *r.pool == pool_key)
     {
         // Pause holds our decisions, not the undoing of a write that landed too late (a fenced leader's): an
@@ -106,12 +95,12 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     }
     match gate {
         Gate::Paused => {
-            registry.stop_waiting(&pool_key, key);
+            ctx.index.stop_waiting(&pool_key, key);
             debug!(claim = %key, pool = %pool_key, "paused");
             return Ok(Next::AwaitChange);
         }
         Gate::WaitForCluster(reason, message) => {
-            registry.stop_waiting(&pool_key, key);
+            ctx.index.stop_waiting(&pool_key, key);
             settle_own_uncertain_create(ctx, &pool_key, key).await?;
             debug!(claim = %key, reason = reason.as_str(), "waiting for the Cluster");
             // A bound claim keeps its Ready as it is (nothing changes for it).
@@ -162,7 +151,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     match allocate(claim, &pool_key, &pool, &ctx.index) {
         Ok(assigned) => create_address(claim, ctx, &pool_key, &pool, &assigned).await,
         Err(AllocateError::Exhausted { .. }) => {
-            registry.wait(&pool_key, key);
+            ctx.index.wait_for_address(&pool_key, key);
             set_ready(claim, ctx, ClaimReason::PoolExhausted, format!("{pool_key} has no free address"), None).await?;
             Ok(Next::After(RECHECK))
         }
@@ -172,7 +161,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         }
         Err(e @ AllocateError::Requested { .. }) => {
             // Retried when an address of the pool frees up (it may be the requested one) or the pool changes.
-            registry.wait(&pool_key, key);
+            ctx.index.wait_for_address(&pool_key, key);
             set_ready(claim, ctx, ClaimReason::AllocationFailed, e.to_string(), None).await?;
             Ok(Next::After(RECHECK))
         }
@@ -206,9 +195,8 @@ async fn create_address(
     // Fenced, it is uncertain whether it was created: the hold stays (this replica's state goes with its term).
     match ctx.api.create_address(&object).await {
         Ok(created) => {
-            ctx.index.registry().confirm(pool_key, key);
-            let record = ctx.index.remember_address(key, &created);
-            ctx.metrics.allocated(pool_key.kind, ctx.index.allocation_latency(claim));
+            let (record, latency) = ctx.index.address_created(claim, pool_key, &created);
+            ctx.metrics.allocated(pool_key.kind, latency);
             info!(claim = %key, address = %assigned.address, pool = %pool_key, "allocated");
             let message = format!("allocated {} from {pool_key}", assigned.address);
             match set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await {
@@ -249,7 +237,7 @@ async fn create_address(
         Err(e @ (ApiError::Refused { .. } | ApiError::NotFound)) => {
             // Refused: nothing was created now. An earlier attempt that timed out may have created it, though (the
             // refusal comes from admission, before a name conflict): the hold goes only if no IPAddress exists.
-            if ctx.index.registry().holds_unconfirmed(pool_key, key)
+            if ctx.index.holds_unconfirmed(pool_key, key)
                 && let Some(existing) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?
                 && AddressRecord::of(&existing).is_some_and(|r| *r.pool == *pool_key)
                 && let Some(record) = ctx.index.remember_address(key, &existing)
@@ -287,10 +275,10 @@ async fn adopt(
     if *record.pool != *pool_key {
         return belongs_elsewhere(claim, ctx, pool_key, &record.pool.to_string()).await;
     }
-    ctx.index.registry().stop_waiting(pool_key, key);
+    ctx.index.stop_waiting(pool_key, key);
     // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
     // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
-    let duplicate = ctx.index.registry().duplicate_of(pool_key, key);
+    let duplicate = ctx.index.duplicate_of(pool_key, key);
     if claim.address_ref().is_none() && duplicate.as_ref().is_some_and(|d| !moved_one_wins(ctx, pool_key, key, d)) {
         if record.deleting {
             // Withdrawn already, or an orphan whose release did not finish: no one else finishes it while a claim of
@@ -326,7 +314,7 @@ async fn adopt(
     if record.deleting {
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
     }
-    let held = ctx.index.registry().held_by(pool_key, key);
+    let held = ctx.index.held_by(pool_key, key);
     // The address as `spec.address` shows it; one that does not parse is said so.
     let address = held.map_or_else(String::new, |held| {
         held.address().map_or_else(|| held.to_string(), |address| address.to_string())
@@ -373,7 +361,7 @@ async fn withdraw_duplicate(
     tracing::error!(
         claim = %key,
         pool = %pool_key,
-        address = %ctx.index.registry().held_by(pool_key, key).map_or_else(String::new, |h| h.to_string()),
+        address = %ctx.index.held_by(pool_key, key).map_or_else(String::new, |h| h.to_string()),
         "DUPLICATE ADDRESS withdrawn: IPAddress {key} holds an address another IPAddress of the pool holds, and its \
          claim was not bound to it yet; deleting it so that the claim gets a free address"
     );
@@ -438,7 +426,7 @@ fn is_the_one(address: &IpAddress, judged: Option<Uid>) -> bool {
 /// immutable, and the name is taken).
 async fn belongs_elsewhere(claim: &Claim, ctx: &Context, pool_key: &PoolKey, owner: &str) -> Result<Next, Error> {
     let key = &claim.key;
-    ctx.index.registry().stop_waiting(pool_key, key);
+    ctx.index.stop_waiting(pool_key, key);
     let message = format!("IPAddress {key} already exists and belongs to {owner}, not to {pool_key}");
     set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
     Ok(Next::AwaitChange)
@@ -568,7 +556,7 @@ pub async fn resolve_doubtful_record(ctx: &Context, key: &ObjectKey) -> Result<(
 /// finds out whether an earlier create that failed uncertainly happened: if not, the hold goes, so that the address
 /// is free and a pool being deleted is not held up by it.
 async fn settle_own_uncertain_create(ctx: &Context, pool_key: &PoolKey, key: &ObjectKey) -> Result<(), Error> {
-    if !ctx.index.registry().holds_unconfirmed(pool_key, key) {
+    if !ctx.index.holds_unconfirmed(pool_key, key) {
         return Ok(());
     }
     match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
@@ -582,7 +570,7 @@ async fn settle_own_uncertain_create(ctx: &Context, pool_key: &PoolKey, key: &Ob
 /// index keeps about the claim goes with its Delete event.
 async fn release(claim: &Claim, ctx: &Context, pool_key: &PoolKey) -> Result<Next, Error> {
     let key = &claim.key;
-    ctx.index.registry().stop_waiting(pool_key, key);
+    ctx.index.stop_waiting(pool_key, key);
     if claim.release_finalizer_index.is_none() {
         return Ok(Next::AwaitChange);
     }

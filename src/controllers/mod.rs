@@ -288,7 +288,7 @@ pub async fn run(
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             loop {
                 tick.tick().await;
-                for key in ctx.index.registry().take_dirty(1) {
+                for key in ctx.index.take_changed_pools(1) {
                     work.pools.add(key);
                 }
             }

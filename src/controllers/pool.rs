@@ -48,13 +48,12 @@ fn stored_ready(pool: &Pool) -> Option<&Condition> {
 /// What the index says the pool's status is: an invalid spec, addresses held twice, or Ready (with the count of
 /// addresses reserved for Clusters moved away).
 pub fn desired_status(index: &Index, key: &PoolKey) -> DesiredStatus {
-    let registry = index.registry();
-    let (counts, spec_error) = registry.counts(key);
-    let duplicates = registry.duplicates(key);
+    let ((counts, spec_error), duplicates, reservations) =
+        index.read(|s| (s.pool_counts(key), s.duplicates(key), s.reservations(key).len()));
     let addresses = PoolAddressesStatus::from(counts);
     let (ready, reason, message) = match (spec_error, duplicates.as_slice()) {
         (Some(e), _) => (false, "InvalidSpec", e),
-        (None, []) => match registry.reservations(key).len() {
+        (None, []) => match reservations {
             0 => (true, "Ready", String::new()),
             n => (
                 true,
@@ -107,8 +106,8 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
             .map_err(Error::api("adding a finalizer"))?;
     }
     let desired = desired_status(&ctx.index, key);
-    ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, ctx.index.registry().counts(key).0);
-    ctx.metrics.set_pool_duplicated(key.kind, &key.namespace, &key.name, ctx.index.registry().duplicates(key).len());
+    ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, ctx.index.pool_counts(key).0);
+    ctx.metrics.set_pool_duplicated(key.kind, &key.namespace, &key.name, ctx.index.duplicates(key).len());
     if desired.is_current(pool) {
         return Ok(Next::After(RESYNC));
     }

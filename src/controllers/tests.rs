@@ -140,7 +140,7 @@ fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
     let reserved = desired_status(&index, &global);
     assert_eq!((reserved.ready, reserved.addresses.used), (true, 1));
     assert!(reserved.message.starts_with("1 address(es) reserved"), "{}", reserved.message);
-    assert_eq!(index.registry().reservations(&global), [Held::Ip(Some("10.1.0.2".parse().expect("ip")))]);
+    assert_eq!(index.reservations(&global), [Held::Ip(Some("10.1.0.2".parse().expect("ip")))]);
 
     let mut invalid = pool("nope", 2);
     invalid.metadata.generation = Some(2);
@@ -167,8 +167,8 @@ async fn decisions_that_write_nothing_make_no_request() {
     let error = claim::reconcile(&unbound, &ctx).await.expect_err("nothing listens");
     assert!(error.is_unreachable() && error.is_transient(), "{error}");
     // Its hold was taken before the create, and stays for the retry (an unanswered create may have landed).
-    assert_eq!(ctx.index.registry().counts(&pool_key()).0.free, 0);
-    let again = ctx.index.registry().allocate(&pool_key(), &key("unbound"), None).expect("its own hold");
+    assert_eq!(ctx.index.pool_counts(&pool_key()).0.free, 0);
+    let again = ctx.index.write(|s| s.registry().allocate(&pool_key(), &key("unbound"), None)).expect("its own hold");
     assert_eq!(again.address.to_string(), "10.0.0.1");
 }
 

@@ -4,14 +4,14 @@
 use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use super::registry::ObjectKey;
 use crate::capi::Claim;
 
 #[derive(Default)]
 pub struct ClaimCache {
-    claims: RwLock<HashSet<Cached>>,
+    claims: HashSet<Cached>,
 }
 
 struct Cached(Arc<Claim>);
@@ -37,34 +37,26 @@ impl PartialEq for Cached {
 impl Eq for Cached {}
 
 impl ClaimCache {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<Cached>> {
-        self.claims.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashSet<Cached>> {
-        self.claims.write().unwrap_or_else(|e| e.into_inner())
-    }
-
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<Claim>> {
-        self.read().get(key).map(|c| c.0.clone())
+        self.claims.get(key).map(|c| c.0.clone())
     }
 
     /// Stores the claim, replacing the one of the same namespace and name.
-    pub fn insert(&self, claim: Arc<Claim>) {
-        self.write().replace(Cached(claim));
+    pub fn insert(&mut self, claim: Arc<Claim>) {
+        self.claims.replace(Cached(claim));
     }
 
-    pub fn remove(&self, key: &ObjectKey) -> Option<Arc<Claim>> {
-        self.write().take(key).map(|c| c.0)
+    pub fn remove(&mut self, key: &ObjectKey) -> Option<Arc<Claim>> {
+        self.claims.take(key).map(|c| c.0)
     }
 
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.claims.len()
     }
 
     /// The keys of the cached claims for which `predicate` holds.
     pub fn keys_where(&self, predicate: impl Fn(&Claim) -> bool) -> Vec<ObjectKey> {
-        self.read().iter().filter(|c| predicate(&c.0)).map(|c| c.0.key.clone()).collect()
+        self.claims.iter().filter(|c| predicate(&c.0)).map(|c| c.0.key.clone()).collect()
     }
 }
 
@@ -78,7 +70,7 @@ mod tests {
 
     #[test]
     fn claims_are_found_replaced_and_removed_by_key() {
-        let cache = ClaimCache::default();
+        let mut cache = ClaimCache::default();
         cache.insert(claim("a", "c1", "p1"));
         cache.insert(claim("b", "c1", "p1"));
         cache.insert(claim("a", "c1", "p2"));

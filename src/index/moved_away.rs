@@ -4,7 +4,7 @@
 //! deletes their claims and Cluster; the IPAddresses, orphans now, are released. Left alone, the source would hand
 //! their addresses out again: the same address on two management clusters. So the IPAddress of a claim (or an
 //! IPAddress itself) of a global pool deleted for a move (clusterctl's `delete-for-move` annotation) leaves a
-//! reservation in its place, taken over under the pool's lock so the address is never free in between, and written
+//! reservation in its place, taken over in one step so the address is never free in between, and written
 //! into the pool's `ipam.cluster.x-k8s.io/moved-away` annotation so that it outlives the manager. Its entries are
 //! comma-separated, each `<address>@<namespace>/<name>` (prefix pools: `<base>/<length>@…`), the address and the
 //! IPAddress that moved away with it; a bare `<address>` (written by hand) names none. A reservation counts as used.
@@ -15,12 +15,11 @@
 //! `controllers::moved_away`'s.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Mutex;
 
 use tracing::{info, warn};
 
 use super::registry::{Held, PoolKey, reservation_key};
-use super::{Index, ObjectKey, lock, write};
+use super::{Notice, ObjectKey, State};
 use crate::api::{MOVED_AWAY_ANNOTATION, Pool};
 use crate::capi::IpAddressSpec;
 use crate::compact::ResourceVersion;
@@ -29,9 +28,9 @@ use crate::compact::ResourceVersion;
 /// yet seen in a pool event (the watch may still deliver events older than our write, which must not undo it).
 #[derive(Default)]
 pub struct Ledger {
-    pools: Mutex<HashMap<PoolKey, PoolLedger>>,
+    pools: HashMap<PoolKey, PoolLedger>,
     /// Entries already reported as not an address of their pool (said once, not on every pool event).
-    reported: Mutex<HashSet<(PoolKey, String)>>,
+    reported: HashSet<(PoolKey, String)>,
 }
 
 #[derive(Default)]
@@ -46,12 +45,11 @@ struct PoolLedger {
 impl PoolLedger {
     /// The entries the annotation holds once our changes are in, given a pool event's annotation and resourceVersion.
     /// Our written changes count until an event at or after our last write shows the annotation as it is since.
-    fn wanted(&mut self, annotation: Option<&str>, revision: ResourceVersion) -> BTreeSet<String> {
-        if revision.is_at_least(self.written_at) {
-            self.written.clear();
-        }
+    fn wanted(&self, annotation: Option<&str>, revision: ResourceVersion) -> BTreeSet<String> {
+        let shown = revision.is_at_least(self.written_at);
         let mut wanted = entries(annotation);
-        for (entry, add) in self.written.iter().chain(&self.pending) {
+        let written = self.written.iter().filter(|_| !shown);
+        for (entry, add) in written.chain(&self.pending) {
             if *add {
                 wanted.insert(entry.clone());
             } else {
@@ -66,10 +64,10 @@ impl PoolLedger {
     }
 }
 
-impl Index {
-    fn queue_moved_away(&self, pool: &PoolKey, entry: String, add: bool) {
-        lock(&self.moved_away.pools).entry(pool.clone()).or_default().pending.insert(entry, add);
-        self.sink.moved_away_changed(pool.clone());
+impl State {
+    fn queue_moved_away(&mut self, pool: &PoolKey, entry: String, add: bool) {
+        self.moved_away.pools.entry(pool.clone()).or_default().pending.insert(entry, add);
+        self.notices.push(Notice::MovedAwayChanged(pool.clone()));
     }
 
     /// Whether an entry that reserves `held` waits to be written into the pool's annotation.
@@ -81,13 +79,13 @@ impl Index {
 
     /// The changes to the pool's annotation not written yet.
     pub fn moved_away_pending(&self, pool: &PoolKey) -> BTreeMap<String, bool> {
-        lock(&self.moved_away.pools).get(pool).map(|l| l.pending.clone()).unwrap_or_default()
+        self.moved_away.pools.get(pool).map(|l| l.pending.clone()).unwrap_or_default()
     }
 
     /// `changes` landed in the pool's annotation by a write that returned `revision` (or the pool is gone, `None`):
     /// no longer pending, unless they changed meanwhile.
-    pub fn moved_away_written(&self, pool: &PoolKey, written: Option<(&BTreeMap<String, bool>, ResourceVersion)>) {
-        let mut pools = lock(&self.moved_away.pools);
+    pub fn moved_away_written(&mut self, pool: &PoolKey, written: Option<(&BTreeMap<String, bool>, ResourceVersion)>) {
+        let pools = &mut self.moved_away.pools;
         match written {
             None => {
                 pools.remove(pool);
@@ -112,8 +110,7 @@ impl Index {
             Some(p) => (p.annotation(MOVED_AWAY_ANNOTATION), revision_of(p)),
             None => (None, ResourceVersion::default()),
         };
-        let mut pools = lock(&self.moved_away.pools);
-        match pools.get_mut(key) {
+        match self.moved_away.pools.get(key) {
             Some(ledger) => ledger.wanted(annotation, revision),
             None => entries(annotation),
         }
@@ -125,7 +122,7 @@ fn revision_of(pool: &Pool) -> ResourceVersion {
 }
 
 /// The entries of the pool's annotation (our changes included) that reserve `held`.
-fn entries_for(index: &Index, pool: &PoolKey, held: Held) -> Vec<(String, Entry)> {
+fn entries_for(index: &State, pool: &PoolKey, held: Held) -> Vec<(String, Entry)> {
     if held.address().is_none() {
         return Vec::new();
     }
@@ -137,20 +134,20 @@ fn entries_for(index: &Index, pool: &PoolKey, held: Held) -> Vec<(String, Entry)
 }
 
 /// Whether `held` is reserved in the pool's annotation (our changes included): in use on another management cluster.
-pub fn is_reserved(index: &Index, pool: &PoolKey, held: Held) -> bool {
+pub fn is_reserved(index: &State, pool: &PoolKey, held: Held) -> bool {
     !entries_for(index, pool, held).is_empty()
 }
 
 /// Whether the IPAddress `address` may hold the reserved `held` as the one that moved away (coming back, or left
 /// behind and seen again): an entry names it, or only bare entries (naming none) reserve the address.
-pub(super) fn may_hold_reserved(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) -> bool {
+pub(super) fn may_hold_reserved(index: &State, pool: &PoolKey, address: &ObjectKey, held: Held) -> bool {
     let named: Vec<Option<ObjectKey>> = entries_for(index, pool, held).into_iter().map(|(_, e)| e.address).collect();
     !named.is_empty() && allows(&named, address)
 }
 
 /// Whether an entry names the IPAddress `address` for the reserved `held`: it is the one that moved away, which wins
 /// over any other IPAddress holding the address.
-pub(super) fn is_named_holder(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) -> bool {
+pub(super) fn is_named_holder(index: &State, pool: &PoolKey, address: &ObjectKey, held: Held) -> bool {
     entries_for(index, pool, held).iter().any(|(_, e)| e.address.as_ref() == Some(address))
 }
 
@@ -203,7 +200,7 @@ fn parse(key: &PoolKey, entry: &str) -> Option<Entry> {
 }
 
 /// An IPAddress of a global pool is gone for a move: its address stays held, as a reservation.
-pub fn moved_away(index: &Index, pool: &PoolKey, address: &ObjectKey) {
+pub fn moved_away(index: &mut State, pool: &PoolKey, address: &ObjectKey) {
     let Some(held) = index.registry.held_by(pool, address).filter(|h| h.address().is_some()) else { return };
     if index.registry.transfer(pool, address, &reservation_key(held)).is_some() {
         info!(pool = %pool, ipaddress = %address, address = %held, "the IPAddress of an address moved to another management cluster is gone; the address stays reserved here");
@@ -213,9 +210,9 @@ pub fn moved_away(index: &Index, pool: &PoolKey, address: &ObjectKey) {
 /// A claim is gone for a move. clusterctl leaves the IPAddresses of a global pool on the source (they hang below a
 /// cluster-scoped object), so the claim's deletion is the signal: its IPAddress's address is recorded in the pool's
 /// annotation now, and when the IPAddress, an orphan, is deleted later, its hold becomes a reservation.
-pub fn claim_moved_away(index: &Index, claim: &ObjectKey) {
+pub fn claim_moved_away(index: &mut State, claim: &ObjectKey) {
     let (pool, held) = {
-        let mut addresses = write(&index.addresses);
+        let addresses = &mut index.addresses;
         match addresses.get_mut(claim) {
             Some(record) if record.pool.kind.is_global() => {
                 record.moving_away = true;
@@ -233,13 +230,13 @@ pub fn claim_moved_away(index: &Index, claim: &ObjectKey) {
 
 /// An IPAddress of a global pool marked as moving away (its claim was deleted for a move, or it carries clusterctl's
 /// `delete-for-move` itself): its address goes into the pool's annotation unless it is there already.
-pub fn still_moving_away(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
+pub fn still_moving_away(index: &mut State, pool: &PoolKey, address: &ObjectKey, held: Held) {
     if held.address().is_some() && !may_hold_reserved(index, pool, address, held) {
         record_moved_away(index, pool, address, held);
     }
 }
 
-fn record_moved_away(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
+fn record_moved_away(index: &mut State, pool: &PoolKey, address: &ObjectKey, held: Held) {
     info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
     index.queue_moved_away(pool, entry_text(held, address), true);
 }
@@ -248,7 +245,7 @@ fn record_moved_away(index: &Index, pool: &PoolKey, address: &ObjectKey, held: H
 /// holds it now, never free in between: it came back, or it is the IPAddress a move left behind here, seen again after
 /// a restart, so the entry stays until a claim of the pool is bound to it again ([`claim_back`]). One of another name
 /// is not the moved one coming back: it stays a duplicate of the reservation, which its claim withdraws.
-pub fn came_back(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
+pub fn came_back(index: &mut State, pool: &PoolKey, address: &ObjectKey, held: Held) {
     if index.registry.held_by(pool, &reservation_key(held)).is_none() {
         // Not reserved (or not yet: the pool's annotation is applied later, and `sync` decides then).
         return;
@@ -264,7 +261,7 @@ pub fn came_back(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held)
 
 /// A live claim of the pool is bound to its IPAddress `address`, holding `held`: if the address was reserved as moved
 /// away with that IPAddress, its Cluster came back with it and the reservation ends.
-pub fn claim_back(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held) {
+pub fn claim_back(index: &mut State, pool: &PoolKey, address: &ObjectKey, held: Held) {
     if !pool.kind.is_global() {
         return;
     }
@@ -281,13 +278,17 @@ pub fn claim_back(index: &Index, pool: &PoolKey, address: &ObjectKey, held: Held
 
 /// Brings the reservations of a global pool in line with its annotation (and our changes the event may not show
 /// yet): an entry an operator removed frees its address; one an IPAddress here holds stays held by it.
-pub fn sync(index: &Index, key: &PoolKey, pool: &Pool) {
+pub fn sync(index: &mut State, key: &PoolKey, pool: &Pool) {
     let wanted = {
-        let mut pools = lock(&index.moved_away.pools);
+        let pools = &mut index.moved_away.pools;
         let annotation = pool.annotation(MOVED_AWAY_ANNOTATION);
         match pools.get_mut(key) {
             Some(ledger) => {
                 let wanted = ledger.wanted(annotation, revision_of(pool));
+                if revision_of(pool).is_at_least(ledger.written_at) {
+                    // The pool shows the annotation as it is since our last write.
+                    ledger.written.clear();
+                }
                 if ledger.is_empty() {
                     pools.remove(key);
                 }
@@ -302,7 +303,7 @@ pub fn sync(index: &Index, key: &PoolKey, pool: &Pool) {
         match parse(key, &entry) {
             Some(parsed) => wanted_by.entry(parsed.held).or_default().push(parsed.address),
             None => {
-                if lock(&index.moved_away.reported).insert((key.clone(), entry.clone())) {
+                if index.moved_away.reported.insert((key.clone(), entry.clone())) {
                     warn!(pool = %key, entry, annotation = MOVED_AWAY_ANNOTATION, "not an address of this pool; ignored");
                 }
             }
@@ -313,7 +314,8 @@ pub fn sync(index: &Index, key: &PoolKey, pool: &Pool) {
     for held in &reserved {
         if !wanted.contains_key(held) {
             info!(pool = %key, address = %held, "reservation removed from the annotation; the address is free");
-            index.wake_all(index.registry.forget(key, &reservation_key(*held)));
+            let woken = index.registry.forget(key, &reservation_key(*held));
+            index.wake_all(woken);
         }
     }
     for (held, named) in wanted.into_iter().filter(|(h, _)| !reserved.contains(h)) {

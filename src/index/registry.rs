@@ -1,11 +1,11 @@
 //! The shared allocator state of every pool: the allocator of `crate::ipam`, the IPAddresses holding its addresses,
 //! and the claims waiting for a free address. It is fed by the IPAddress watch and by our own writes the moment they
-//! succeed, so allocation never re-lists and never waits for a cache to catch up. Each pool has its own lock:
-//! allocations in one pool are serialized, different pools allocate in parallel. No I/O happens under a lock.
+//! succeed, so allocation never re-lists and never waits for a cache to catch up. It is part of the index's state and
+//! written only through it, one step at a time (`super::Index`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use crate::api::{PoolKind, PoolSpec};
 use crate::capi::IpAddressSpec;
@@ -33,8 +33,9 @@ impl PoolKey {
 
     /// One shared copy of the key, for what every IPAddress of the pool keeps (8 bytes instead of 40 each).
     pub fn shared(self) -> Arc<PoolKey> {
-        static SHARED: std::sync::LazyLock<Mutex<HashSet<Arc<PoolKey>>>> = std::sync::LazyLock::new(Default::default);
-        let mut set = lock(&SHARED);
+        static SHARED: std::sync::LazyLock<parking_lot::Mutex<HashSet<Arc<PoolKey>>>> =
+            std::sync::LazyLock::new(Default::default);
+        let mut set = SHARED.lock();
         if let Some(existing) = set.get(&self) {
             return existing.clone();
         }
@@ -328,9 +329,9 @@ impl PoolState {
 /// The allocator state of all pools.
 #[derive(Default)]
 pub struct Registry {
-    pools: Mutex<HashMap<PoolKey, Arc<Mutex<PoolState>>>>,
+    pools: HashMap<PoolKey, PoolState>,
     /// Pools whose counts changed since the status writer last took them, oldest change first.
-    dirty: Mutex<Dirty>,
+    dirty: Dirty,
 }
 
 /// A queue of pools without repeats: a pool changed again while it waits keeps its place.
@@ -340,10 +341,14 @@ struct Dirty {
     queued: HashSet<PoolKey>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding a pool lock would be a bug; the state it guards is still consistent (every mutation
-    // completes before the guard drops), so keep going rather than poisoning every later allocation.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+impl Dirty {
+    fn mark(&mut self, key: &PoolKey) {
+        // Every allocation passes here, and the pool is queued already but for the first one of a burst.
+        if !self.queued.contains(key) {
+            self.queued.insert(key.clone());
+            self.order.push_back(key.clone());
+        }
+    }
 }
 
 /// What waking after a change found: claims to reconcile now.
@@ -354,27 +359,10 @@ impl Registry {
         Self::default()
     }
 
-    fn pool(&self, key: &PoolKey) -> Arc<Mutex<PoolState>> {
-        lock(&self.pools).entry(key.clone()).or_default().clone()
-    }
-
-    fn existing(&self, key: &PoolKey) -> Option<Arc<Mutex<PoolState>>> {
-        lock(&self.pools).get(key).cloned()
-    }
-
-    fn mark_dirty(&self, key: &PoolKey) {
-        // Every allocation passes here, and the pool is queued already but for the first one of a burst.
-        let mut dirty = lock(&self.dirty);
-        if !dirty.queued.contains(key) {
-            dirty.queued.insert(key.clone());
-            dirty.order.push_back(key.clone());
-        }
-    }
-
     /// Up to `limit` of the pools whose counts changed, those that changed first first; the rest wait their turn (a
     /// pool taken and changed again goes to the back, so every changed pool gets its turn).
-    pub fn take_dirty(&self, limit: usize) -> Vec<PoolKey> {
-        let mut dirty = lock(&self.dirty);
+    pub fn take_dirty(&mut self, limit: usize) -> Vec<PoolKey> {
+        let dirty = &mut self.dirty;
         let n = limit.min(dirty.order.len());
         let taken: Vec<PoolKey> = dirty.order.drain(..n).collect();
         for key in &taken {
@@ -385,10 +373,8 @@ impl Registry {
 
     /// Applies a pool's spec. Addresses in use are kept. Returns the claims to wake when the change may have freed
     /// addresses.
-    pub fn apply_spec(&self, key: &PoolKey, spec: &PoolSpec) -> Woken {
-        let pool = self.pool(key);
-        let mut guard = lock(&pool);
-        let state = &mut *guard;
+    pub fn apply_spec(&mut self, key: &PoolKey, spec: &PoolSpec) -> Woken {
+        let state = self.pools.entry(key.clone()).or_default();
         if state.spec.as_ref() == Some(spec) {
             return Vec::new();
         }
@@ -420,15 +406,13 @@ impl Registry {
                 }
             }
         }
-        drop(guard);
-        self.mark_dirty(key);
+        self.dirty.mark(key);
         self.wake_all(key)
     }
 
     /// Forgets a deleted pool's spec (its IPAddresses stay recorded: they count if the pool comes back).
-    pub fn remove_spec(&self, key: &PoolKey) {
-        if let Some(pool) = self.existing(key) {
-            let mut state = lock(&pool);
+    pub fn remove_spec(&mut self, key: &PoolKey) {
+        if let Some(state) = self.pools.get_mut(key) {
             state.spec = None;
             state.config_error = None;
             state.allocator = None;
@@ -437,9 +421,8 @@ impl Registry {
 
     /// Records an IPAddress seen in the API server (or just created by us). Returns the duplicate when another
     /// IPAddress of the pool holds the same address: that must never happen, and the caller says so loudly.
-    pub fn record(&self, pool_key: &PoolKey, address: &ObjectKey, held: Held) -> Option<Duplicate> {
-        let pool = self.pool(pool_key);
-        let mut state = lock(&pool);
+    pub fn record(&mut self, pool_key: &PoolKey, address: &ObjectKey, held: Held) -> Option<Duplicate> {
+        let state = self.pools.entry(pool_key.clone()).or_default();
         match state.holders.get_mut(address) {
             Some(h) if h.held == held => {
                 h.confirmed = true;
@@ -456,15 +439,13 @@ impl Registry {
         let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, address, held));
         state.record(held);
         state.holders.insert(address.clone(), Holding { held, confirmed: true });
-        drop(state);
-        self.mark_dirty(pool_key);
+        self.dirty.mark(pool_key);
         duplicate
     }
 
     /// The duplicate the IPAddress `address` is part of, if another IPAddress of the pool holds its address too.
     pub fn duplicate_of(&self, pool_key: &PoolKey, address: &ObjectKey) -> Option<Duplicate> {
-        let pool = self.existing(pool_key)?;
-        let state = lock(&pool);
+        let state = self.pools.get(pool_key)?;
         let held = state.holders.get(address)?.held;
         let holders = state.duplicates.get(&held)?.clone();
         Some(Duplicate { pool: pool_key.clone(), held, holders })
@@ -472,8 +453,7 @@ impl Registry {
 
     /// The addresses of a pool that more than one IPAddress holds.
     pub fn duplicates(&self, pool_key: &PoolKey) -> Vec<Duplicate> {
-        let Some(pool) = self.existing(pool_key) else { return Vec::new() };
-        let state = lock(&pool);
+        let Some(state) = self.pools.get(pool_key) else { return Vec::new() };
         let mut out: Vec<Duplicate> = state
             .duplicates
             .iter()
@@ -484,16 +464,15 @@ impl Registry {
     }
 
     /// Forgets an IPAddress that is gone. Returns the claims to wake now that its address is free.
-    pub fn forget(&self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
+    pub fn forget(&mut self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
         self.release_holder_if(pool_key, address, |_| true)
     }
 
-    /// Hands the hold of `from` over to `to` under the pool's lock, so the address is never free in between (an
+    /// Hands the hold of `from` over to `to` in one step, so the address is never free in between (an
     /// IPAddress moved away becomes a reservation, a reservation becomes the IPAddress that came back). Returns what
     /// moved over, `None` when `from` held nothing.
-    pub fn transfer(&self, pool_key: &PoolKey, from: &ObjectKey, to: &ObjectKey) -> Option<Held> {
-        let pool = self.existing(pool_key)?;
-        let mut state = lock(&pool);
+    pub fn transfer(&mut self, pool_key: &PoolKey, from: &ObjectKey, to: &ObjectKey) -> Option<Held> {
+        let state = self.pools.get_mut(pool_key)?;
         let holding = state.holders.remove(from)?;
         if let Some(old) = state.holders.remove(to) {
             let _ = state.clear_duplicate(to, old.held);
@@ -504,21 +483,18 @@ impl Registry {
         }
         let held = holding.held;
         state.holders.insert(to.clone(), Holding { held, confirmed: true });
-        drop(state);
-        self.mark_dirty(pool_key);
+        self.dirty.mark(pool_key);
         Some(held)
     }
 
     /// What `address` holds in the pool, if anything.
     pub fn held_by(&self, pool_key: &PoolKey, address: &ObjectKey) -> Option<Held> {
-        let pool = self.existing(pool_key)?;
-        lock(&pool).holders.get(address).map(|h| h.held)
+        self.pools.get(pool_key)?.holders.get(address).map(|h| h.held)
     }
 
     /// Reserves `held` even when an IPAddress holds it already; returns the duplicate that makes then.
-    pub fn reserve_alongside(&self, pool_key: &PoolKey, held: Held) -> Option<Duplicate> {
-        let pool = self.pool(pool_key);
-        let mut state = lock(&pool);
+    pub fn reserve_alongside(&mut self, pool_key: &PoolKey, held: Held) -> Option<Duplicate> {
+        let state = self.pools.entry(pool_key.clone()).or_default();
         let key = reservation_key(held);
         if state.holders.contains_key(&key) {
             return None;
@@ -526,82 +502,72 @@ impl Registry {
         let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, &key, held));
         state.record(held);
         state.holders.insert(key, Holding { held, confirmed: true });
-        drop(state);
-        self.mark_dirty(pool_key);
+        self.dirty.mark(pool_key);
         duplicate
     }
 
     /// Reserves `held` (see [`reservation_key`]) unless something holds it already; returns whether it did.
-    pub fn reserve(&self, pool_key: &PoolKey, held: Held) -> bool {
-        let pool = self.pool(pool_key);
-        let mut state = lock(&pool);
+    pub fn reserve(&mut self, pool_key: &PoolKey, held: Held) -> bool {
+        let state = self.pools.entry(pool_key.clone()).or_default();
         let key = reservation_key(held);
         if state.holders.contains_key(&key) || state.is_held(held) {
             return false;
         }
         state.record(held);
         state.holders.insert(key, Holding { held, confirmed: true });
-        drop(state);
-        self.mark_dirty(pool_key);
+        self.dirty.mark(pool_key);
         true
     }
 
     /// The reservations of a pool, as the addresses they hold.
     pub fn reservations(&self, pool_key: &PoolKey) -> Vec<Held> {
-        let Some(pool) = self.existing(pool_key) else { return Vec::new() };
-        let state = lock(&pool);
+        let Some(state) = self.pools.get(pool_key) else { return Vec::new() };
         state.holders.iter().filter(|(k, _)| is_reservation(k)).map(|(_, h)| h.held).collect()
     }
 
     /// Drops our not-yet-confirmed hold after a create the API server rejected.
-    pub fn abandon(&self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
+    pub fn abandon(&mut self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
         self.abandon_unless(pool_key, address, || false)
     }
 
-    /// Drops our not-yet-confirmed hold of `address` unless `keep` says otherwise, asked under the pool's lock.
-    pub fn abandon_unless(&self, pool_key: &PoolKey, address: &ObjectKey, keep: impl FnOnce() -> bool) -> Woken {
+    /// Drops our not-yet-confirmed hold of `address` unless `keep` says otherwise.
+    pub fn abandon_unless(&mut self, pool_key: &PoolKey, address: &ObjectKey, keep: impl FnOnce() -> bool) -> Woken {
         self.release_holder_if(pool_key, address, |holding| !holding.confirmed && !keep())
     }
 
-    /// Releases what `address` holds when `release` says so, under the pool's lock: its address is free, a duplicate
+    /// Releases what `address` holds when `release` says so: its address is free, a duplicate
     /// it was part of is cleared, and the claims to wake are returned.
     fn release_holder_if(
-        &self,
+        &mut self,
         pool_key: &PoolKey,
         address: &ObjectKey,
         release: impl FnOnce(&Holding) -> bool,
     ) -> Woken {
-        let Some(pool) = self.existing(pool_key) else { return Vec::new() };
-        let mut state = lock(&pool);
+        let Some(state) = self.pools.get_mut(pool_key) else { return Vec::new() };
         if !state.holders.get(address).is_some_and(release) {
             return Vec::new();
         }
         let Some(old) = state.holders.remove(address) else { return Vec::new() };
         let mut woken = state.clear_duplicate(address, old.held);
         state.release(old.held);
-        woken.extend(take_waiters(&mut state));
-        drop(state);
-        self.mark_dirty(pool_key);
+        woken.extend(take_waiters(state));
+        self.dirty.mark(pool_key);
         woken
     }
 
     /// The pool where `address` holds something not yet seen in the API server, if any.
     pub fn unconfirmed_hold(&self, address: &ObjectKey) -> Option<PoolKey> {
-        let pools: Vec<(PoolKey, Arc<Mutex<PoolState>>)> =
-            lock(&self.pools).iter().map(|(k, p)| (k.clone(), p.clone())).collect();
-        pools.into_iter().find(|(_, p)| lock(p).holders.get(address).is_some_and(|h| !h.confirmed)).map(|(k, _)| k)
+        self.pools.iter().find(|(_, p)| p.holders.get(address).is_some_and(|h| !h.confirmed)).map(|(k, _)| k.clone())
     }
 
     /// Whether `address` holds something not yet seen in the API server (our create of it is uncertain).
     pub fn holds_unconfirmed(&self, pool_key: &PoolKey, address: &ObjectKey) -> bool {
-        self.existing(pool_key).is_some_and(|p| lock(&p).holders.get(address).is_some_and(|h| !h.confirmed))
+        self.pools.get(pool_key).is_some_and(|p| p.holders.get(address).is_some_and(|h| !h.confirmed))
     }
 
     /// Marks our hold confirmed once our create succeeded.
-    pub fn confirm(&self, pool_key: &PoolKey, address: &ObjectKey) {
-        if let Some(pool) = self.existing(pool_key)
-            && let Some(h) = lock(&pool).holders.get_mut(address)
-        {
+    pub fn confirm(&mut self, pool_key: &PoolKey, address: &ObjectKey) {
+        if let Some(h) = self.pools.get_mut(pool_key).and_then(|p| p.holders.get_mut(address)) {
             h.confirmed = true;
         }
     }
@@ -610,13 +576,12 @@ impl Registry {
     /// uncertain create), else `requested` when given, else the lowest free one. The hold is taken here, before the
     /// IPAddress is created, so concurrent allocations in the pool never pick the same address.
     pub fn allocate(
-        &self,
+        &mut self,
         pool_key: &PoolKey,
         address: &ObjectKey,
         requested: Option<&str>,
     ) -> Result<Assigned, AllocateError> {
-        let pool = self.pool(pool_key);
-        let mut state = lock(&pool);
+        let state = self.pools.entry(pool_key.clone()).or_default();
         if let Some(reason) = &state.config_error {
             return Err(AllocateError::InvalidPool { pool: pool_key.clone(), reason: reason.clone() });
         }
@@ -663,30 +628,27 @@ impl Registry {
         };
         state.holders.insert(address.clone(), Holding { held, confirmed: false });
         let result = assigned(&state, held).ok_or_else(|| AllocateError::Unknown { pool: pool_key.clone() });
-        drop(state);
-        self.mark_dirty(pool_key);
+        self.dirty.mark(pool_key);
         result
     }
 
     /// Registers a claim that found the pool exhausted; it is woken when an address frees up.
-    pub fn wait(&self, pool_key: &PoolKey, claim: &ObjectKey) {
-        let pool = self.pool(pool_key);
-        let mut state = lock(&pool);
+    pub fn wait(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
+        let state = self.pools.entry(pool_key.clone()).or_default();
         if !state.waiters.contains(claim) {
             state.waiters.push_back(claim.clone());
         }
     }
 
     /// Removes a claim from a pool's waiting list (it was allocated, deleted or paused).
-    pub fn stop_waiting(&self, pool_key: &PoolKey, claim: &ObjectKey) {
-        if let Some(pool) = self.existing(pool_key) {
-            lock(&pool).waiters.retain(|c| c != claim);
+    pub fn stop_waiting(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
+        if let Some(state) = self.pools.get_mut(pool_key) {
+            state.waiters.retain(|c| c != claim);
         }
     }
 
-    fn wake_all(&self, key: &PoolKey) -> Woken {
-        let Some(pool) = self.existing(key) else { return Vec::new() };
-        let mut state = lock(&pool);
+    fn wake_all(&mut self, key: &PoolKey) -> Woken {
+        let Some(state) = self.pools.get_mut(key) else { return Vec::new() };
         if state.is_exhausted() {
             return Vec::new();
         }
@@ -697,8 +659,7 @@ impl Registry {
     /// after every step).
     #[cfg(test)]
     pub fn check_consistency(&self) -> Result<(), String> {
-        for (key, pool) in lock(&self.pools).iter() {
-            let state = lock(pool);
+        for (key, state) in &self.pools {
             let used = state.counts().used;
             if state.allocator.is_some() && used != state.holders.len() as i64 {
                 let holders: Vec<String> = state.holders.iter().map(|(k, h)| format!("{k}={}", h.held)).collect();
@@ -711,8 +672,7 @@ impl Registry {
     /// Every holder of a pool: the IPAddress (or reservation), what it holds, and whether it is confirmed.
     #[cfg(test)]
     pub fn holders(&self, key: &PoolKey) -> Vec<(ObjectKey, Held, bool)> {
-        let Some(pool) = self.existing(key) else { return Vec::new() };
-        let state = lock(&pool);
+        let Some(state) = self.pools.get(key) else { return Vec::new() };
         let mut holders: Vec<(ObjectKey, Held, bool)> =
             state.holders.iter().map(|(k, h)| (k.clone(), h.held, h.confirmed)).collect();
         holders.sort_by(|a, b| a.0.cmp(&b.0));
@@ -721,11 +681,8 @@ impl Registry {
 
     /// The D4 counts of a pool, and its spec error if any.
     pub fn counts(&self, key: &PoolKey) -> (PoolCounts, Option<String>) {
-        match self.existing(key) {
-            Some(pool) => {
-                let state = lock(&pool);
-                (state.counts(), state.config_error.clone())
-            }
+        match self.pools.get(key) {
+            Some(state) => (state.counts(), state.config_error.clone()),
             None => (PoolCounts::default(), None),
         }
     }
@@ -733,7 +690,7 @@ impl Registry {
     /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0; reservations do not count, they go
     /// with the pool).
     pub fn used(&self, key: &PoolKey) -> usize {
-        self.existing(key).map_or(0, |p| lock(&p).holders.keys().filter(|k| !is_reservation(k)).count())
+        self.pools.get(key).map_or(0, |p| p.holders.keys().filter(|k| !is_reservation(k)).count())
     }
 }
 
@@ -791,7 +748,7 @@ pub(crate) mod tests {
 
     #[test]
     fn holds_are_taken_before_the_create_and_kept_on_retry() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         r.apply_spec(
             &pool(),
             &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24, "gateway": "10.0.0.254"})),
@@ -818,7 +775,7 @@ pub(crate) mod tests {
     /// as unparsable, and its address (IP pools) or child prefix (prefix pools) handed out again.
     #[test]
     fn an_ipaddress_written_with_a_zone_holds_its_address() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let key = PoolKey::new(PoolKind::InClusterIPPool, "ns", "v6");
         r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["fd00::1-fd00::2"], "prefix": 64})));
         let zoned = IpAddressSpec { address: "fd00::1%eth0".into(), prefix: Some(64), ..Default::default() };
@@ -839,7 +796,7 @@ pub(crate) mod tests {
     /// pool was admitted with must not wait for ever on "not an IP address".
     #[test]
     fn a_requested_address_with_a_zone_is_the_address() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let key = PoolKey::new(PoolKind::InClusterIPPool, "ns", "v6");
         r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["fd00::1-fd00::9"], "prefix": 64})));
         assert_eq!(r.allocate(&key, &obj("a"), Some("fd00::5%eth0")).unwrap().address.to_string(), "fd00::5");
@@ -848,7 +805,7 @@ pub(crate) mod tests {
 
     #[test]
     fn addresses_recorded_before_the_pool_spec_count_once_it_arrives() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
         assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::Unknown { .. })));
         r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
@@ -859,7 +816,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_invalid_spec_allocates_nothing_and_counts_everything_out_of_range() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
         r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["nope"], "prefix": 24})));
         assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::InvalidPool { .. })));
@@ -870,7 +827,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_pool_edit_wakes_every_waiter_when_it_frees_space() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1"], "prefix": 24})));
         r.allocate(&pool(), &obj("a"), None).unwrap();
         r.wait(&pool(), &obj("b"));
@@ -883,7 +840,7 @@ pub(crate) mod tests {
 
     #[test]
     fn requested_addresses() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         r.apply_spec(
             &pool(),
             &spec(
@@ -903,7 +860,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_address_held_twice_is_reported_and_stays_in_use_until_both_are_released() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
         let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
         assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
@@ -928,7 +885,7 @@ pub(crate) mod tests {
 
     #[test]
     fn duplicates_recorded_before_the_pool_spec_are_found_when_it_arrives() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
         assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
         assert_eq!(r.record(&pool(), &obj("b"), ip("10.0.0.1")), None, "unknown before the spec");
@@ -940,7 +897,7 @@ pub(crate) mod tests {
 
     #[test]
     fn prefix_pools() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let key = PoolKey::new(PoolKind::GlobalInClusterPrefixPool, "ignored", "pp");
         assert_eq!(&*key.namespace, "");
         r.apply_spec(
@@ -956,7 +913,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_moved_away_address_stays_held_as_a_reservation_until_it_comes_back() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let key = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
         r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24})));
         let ip = Held::Ip(Some("10.0.0.1".parse().unwrap()));

@@ -1,7 +1,9 @@
 //! The index driven by synthetic watch events, as `crate::runtime::watch` feeds it: what it keeps, what it forgets,
 //! and whom it wakes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::ObjectMeta;
@@ -27,7 +29,7 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     pub fn take_woken(&self) -> Vec<ObjectKey> {
-        let mut woken = std::mem::take(&mut *lock(&self.woken));
+        let mut woken = std::mem::take(&mut *self.woken.lock());
         woken.sort();
         woken.dedup();
         woken
@@ -36,20 +38,20 @@ impl Recorder {
 
 impl Sink for Recorder {
     fn wake(&self, claim: ObjectKey) {
-        lock(&self.woken).push(claim);
+        self.woken.lock().push(claim);
     }
     fn wake_first(&self, claim: ObjectKey) {
-        lock(&self.first).push(claim.clone());
-        lock(&self.woken).push(claim);
+        self.first.lock().push(claim.clone());
+        self.woken.lock().push(claim);
     }
     fn pool_changed(&self, pool: PoolKey) {
-        lock(&self.pools).push(pool);
+        self.pools.lock().push(pool);
     }
     fn claim_gone(&self, claim: ObjectKey) {
-        lock(&self.gone).push(claim);
+        self.gone.lock().push(claim);
     }
     fn moved_away_changed(&self, pool: PoolKey) {
-        lock(&self.moved_away).push(pool);
+        self.moved_away.lock().push(pool);
     }
 }
 
@@ -143,7 +145,7 @@ fn a_claim_deleted_while_waiting_for_its_cluster_leaves_nothing_behind() {
     relist.on_event(&index, Event::Delete(claim_event(waiting.clone())));
     assert_eq!(index.books(), 0, "the claim's bookkeeping outlived it");
     assert!(index.claim(&key("w")).is_none());
-    assert_eq!(*lock(&sink.gone), [key("w")], "its IPAddress, if any, is checked at once");
+    assert_eq!(*sink.gone.lock(), [key("w")], "its IPAddress, if any, is checked at once");
     // A late write of a worker that was still running is not kept either.
     index.backoff(&waiting);
     assert_eq!(index.books(), 0);
@@ -159,9 +161,9 @@ fn a_relist_after_410_gone_forgets_what_vanished_and_frees_its_address() {
         relist.on_event(&index, event);
     }
     relist.on_event(&index, Event::Apply(ip_address("b", "10.0.0.2", &b)));
-    assert_eq!(index.registry().counts(&pool_key()).0.free, 0);
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 0);
     // A claim waits for a free address.
-    index.registry().wait(&pool_key(), &key("c"));
+    index.wait_for_address(&pool_key(), &key("c"));
     sink.take_woken();
     // The watch expired (410) and relists: `a` was deleted while no watch saw it.
     assert!(!relist.on_event(&index, Event::<IpAddress>::Init));
@@ -169,7 +171,7 @@ fn a_relist_after_410_gone_forgets_what_vanished_and_frees_its_address() {
     assert!(relist.on_event(&index, Event::<IpAddress>::InitDone), "the relist is complete");
     assert!(index.address(&key("a")).is_none());
     assert!(index.address(&key("b")).is_some(), "what was listed again stays");
-    assert_eq!(index.registry().counts(&pool_key()).0.free, 1, "the vanished IPAddress's address is free");
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 1, "the vanished IPAddress's address is free");
     let woken = sink.take_woken();
     assert!(woken.contains(&key("c")), "the waiting claim is woken: {woken:?}");
     assert!(woken.contains(&key("a")), "the claim of the vanished IPAddress gets another look: {woken:?}");
@@ -192,7 +194,7 @@ fn a_relist_of_claims_forgets_the_claims_deleted_meanwhile() {
         relist.on_event(&index, event);
     }
     assert_eq!(index.claim_keys(), [key("a")]);
-    assert_eq!(*lock(&sink.gone), [key("b")]);
+    assert_eq!(*sink.gone.lock(), [key("b")]);
     assert_eq!(index.books(), 0);
 }
 
@@ -204,10 +206,13 @@ fn an_ipaddress_seen_holds_its_address_and_wakes_the_claim_of_its_name() {
     let a = claim("a");
     index.apply_address(&ip_address("a", "10.0.0.1", &a));
     assert_eq!(sink.take_woken(), [key("a")]);
-    assert_eq!(index.registry().allocate(&pool_key(), &key("b"), None).expect("free").address.to_string(), "10.0.0.2");
+    assert_eq!(
+        index.write(|s| s.registry().allocate(&pool_key(), &key("b"), None)).expect("free").address.to_string(),
+        "10.0.0.2"
+    );
     // Seen again under another name with the same address: a duplicate, and both claims are woken.
     index.apply_address(&ip_address("x", "10.0.0.1", &claim("x")));
-    assert_eq!(index.registry().duplicates(&pool_key()).len(), 1);
+    assert_eq!(index.duplicates(&pool_key()).len(), 1);
     assert_eq!(sink.take_woken(), [key("a"), key("x")]);
 }
 
@@ -222,7 +227,7 @@ fn an_ipaddress_we_deleted_is_not_brought_back_by_a_late_event() {
     // The event of our finalizer removal arrives after the delete.
     index.apply_address(&address);
     assert!(index.address(&key("a")).is_none());
-    assert_eq!(index.registry().counts(&pool_key()).0.free, 1);
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 1);
     // Once the watch lists again without it, the tombstone goes; a new object of the name counts again.
     index.delete_address(&key("a"), None);
     index.addresses_listed();
@@ -255,7 +260,7 @@ fn pool_changes_wake_the_claims_of_the_pool_unless_it_is_paused() {
     sink.take_woken();
     feed_pool(&index, pool("10.0.0.1", 1));
     assert_eq!(sink.take_woken(), [key("a")], "created");
-    assert_eq!(*lock(&sink.pools), [pool_key()], "the pool itself is reconciled");
+    assert_eq!(*sink.pools.lock(), [pool_key()], "the pool itself is reconciled");
     feed_pool(&index, pool("10.0.0.1", 1));
     assert!(sink.take_woken().is_empty(), "nothing changed");
     let mut paused = pool("10.0.0.1-10.0.0.2", 2);
@@ -270,7 +275,10 @@ fn pool_changes_wake_the_claims_of_the_pool_unless_it_is_paused() {
     // Deleted: its claims are told (they report the pool missing), and the spec leaves the allocator.
     index.delete_pool(&pool_key());
     assert_eq!(sink.take_woken(), [key("a")]);
-    assert!(matches!(index.registry().allocate(&pool_key(), &key("a"), None), Err(AllocateError::Unknown { .. })));
+    assert!(matches!(
+        index.write(|s| s.registry().allocate(&pool_key(), &key("a"), None)),
+        Err(AllocateError::Unknown { .. })
+    ));
 }
 
 #[test]
@@ -375,15 +383,14 @@ fn changed_pools_take_turns_for_their_status() {
             PoolKey::new(crate::api::PoolKind::InClusterIPPool, "ns", name)
         })
         .collect();
-    let registry = index.registry();
-    assert_eq!(registry.take_dirty(1), [pools[0].clone()]);
+    assert_eq!(index.take_changed_pools(1), [pools[0].clone()]);
     // Changed again while waiting: it keeps its place; taken and changed again: to the back.
     for p in [&pools[1], &pools[0]] {
-        registry.allocate(p, &key("x"), None).expect("an address");
+        index.write(|s| s.registry().allocate(p, &key("x"), None)).expect("an address");
     }
-    assert_eq!(registry.take_dirty(1), [pools[1].clone()]);
-    assert_eq!(registry.take_dirty(5), [pools[2].clone(), pools[0].clone()]);
-    assert!(registry.take_dirty(5).is_empty());
+    assert_eq!(index.take_changed_pools(1), [pools[1].clone()]);
+    assert_eq!(index.take_changed_pools(5), [pools[2].clone(), pools[0].clone()]);
+    assert!(index.take_changed_pools(5).is_empty());
 }
 
 #[test]
@@ -398,7 +405,7 @@ fn claims_waiting_for_an_address_are_woken_first() {
         relist.on_event(&index, Event::Apply(claim_event(c)));
     }
     assert_eq!(sink.take_woken(), [key("bound"), key("deleting"), key("waiting")]);
-    assert_eq!(*lock(&sink.first), [key("waiting")]);
+    assert_eq!(*sink.first.lock(), [key("waiting")]);
 }
 
 #[test]
@@ -464,17 +471,17 @@ fn a_late_delete_event_of_an_old_ipaddress_leaves_its_same_named_replacement_alo
     relist.on_event(&index, Event::Apply(old.clone()));
     index.deleted_address(&key("x"), &pool_key(), old.metadata.uid.as_deref());
     // The new claim x: its address is held, created and recorded as `controllers::claim` does.
-    let assigned = index.registry().allocate(&pool_key(), &key("x"), None).expect("free");
+    let assigned = index.write(|s| s.registry().allocate(&pool_key(), &key("x"), None)).expect("free");
     let new = ip_address_uid("x", &assigned.address.to_string(), &incarnation("x", 2), 2);
-    index.registry().confirm(&pool_key(), &key("x"));
+    index.write(|s| s.registry().confirm(&pool_key(), &key("x")));
     index.remember_address(&key("x"), &new);
     relist.on_event(&index, Event::Delete(old));
-    let next = index.registry().allocate(&pool_key(), &key("y"), None).expect("free");
+    let next = index.write(|s| s.registry().allocate(&pool_key(), &key("y"), None)).expect("free");
     assert_ne!(next.address, assigned.address, "the address of the live IPAddress x was handed out again");
     assert!(index.address(&key("x")).is_some(), "the record of the live IPAddress x is gone");
     // Its own ADDED event, when it comes, changes nothing.
     relist.on_event(&index, Event::Apply(new));
-    assert!(index.registry().duplicates(&pool_key()).is_empty());
+    assert!(index.duplicates(&pool_key()).is_empty());
 }
 
 /// Issue 25, hole 1 (its other half): a relist that still lists an IPAddress we deleted (the list was served before
@@ -494,11 +501,11 @@ fn a_relist_that_still_lists_an_ipaddress_we_deleted_keeps_it_deleted() {
     finalizer_removed.metadata.finalizers = None;
     relist.on_event(&index, Event::Apply(finalizer_removed));
     assert!(index.address(&key("a")).is_none(), "a late event of the deleted IPAddress brought its record back");
-    assert_eq!(index.registry().counts(&pool_key()).0.used, 0);
+    assert_eq!(index.pool_counts(&pool_key()).0.used, 0);
     // Its DELETED event ends the tombstone; a new object of the name counts again.
     relist.on_event(&index, Event::Delete(a));
     index.apply_address(&ip_address_uid("a", "10.0.0.1", &incarnation("a", 2), 2));
-    assert_eq!(index.registry().counts(&pool_key()).0.used, 1);
+    assert_eq!(index.pool_counts(&pool_key()).0.used, 1);
 }
 
 /// Issue 25, hole 5: an IP pool changed to the other family and back keeps every address in use.
@@ -509,10 +516,10 @@ fn a_family_change_and_back_keeps_every_address_in_use() {
     index.apply_address(&ip_address_uid("a", "10.0.0.1", &incarnation("a", 1), 1));
     feed_pool(&index, pool("fd00::1-fd00::2", 2));
     feed_pool(&index, pool("10.0.0.1-10.0.0.2", 3));
-    let next = index.registry().allocate(&pool_key(), &key("b"), None).expect("free");
+    let next = index.write(|s| s.registry().allocate(&pool_key(), &key("b"), None)).expect("free");
     assert_eq!(next.address.to_string(), "10.0.0.2", "10.0.0.1 is held by IPAddress a");
-    assert!(index.registry().duplicates(&pool_key()).is_empty());
-    let counts = index.registry().counts(&pool_key()).0;
+    assert!(index.duplicates(&pool_key()).is_empty());
+    let counts = index.pool_counts(&pool_key()).0;
     assert_eq!((counts.used, counts.out_of_range, counts.free), (2, 0, 0));
 }
 
@@ -550,18 +557,21 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
     // behind is released, the address is a reservation.
     index.delete_claim(&key("x"));
     Relist::default().on_event(&index, Event::Delete(address));
-    assert_eq!(index.registry().reservations(&global).len(), 1);
+    assert_eq!(index.reservations(&global).len(), 1);
     let changes = index.moved_away_pending(&global);
     assert_eq!(changes, [("10.1.0.1@ns/x".to_owned(), true)].into(), "the entry names the IPAddress that moved");
     index.moved_away_written(&global, Some((&changes, crate::compact::ResourceVersion::of("12"))));
     // The status writer's event from before our write arrives late, without the annotation.
     feed(global_pool(11, None));
-    let next = index.registry().allocate(&global, &key("y"), None).expect("free");
+    let next = index.write(|s| s.registry().allocate(&global, &key("y"), None)).expect("free");
     assert_eq!(next.address.to_string(), "10.1.0.2", "the reserved address was handed out again");
     // Our write's event, then an operator's removal of the entry: now the address is free.
     feed(global_pool(12, Some("10.1.0.1@ns/x")));
-    assert_eq!(index.registry().reservations(&global).len(), 1);
+    assert_eq!(index.reservations(&global).len(), 1);
     feed(global_pool(13, None));
-    assert!(index.registry().reservations(&global).is_empty());
-    assert_eq!(index.registry().allocate(&global, &key("z"), None).expect("free").address.to_string(), "10.1.0.1");
+    assert!(index.reservations(&global).is_empty());
+    assert_eq!(
+        index.write(|s| s.registry().allocate(&global, &key("z"), None)).expect("free").address.to_string(),
+        "10.1.0.1"
+    );
 }

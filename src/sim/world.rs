@@ -1023,7 +1023,7 @@ impl World {
 
     fn coalesce_status(&mut self) {
         let Some(term) = self.term.as_ref() else { return };
-        for key in term.ctx.index.registry().take_dirty(1) {
+        for key in term.ctx.index.take_changed_pools(1) {
             term.sink.pool_changed(key);
         }
     }
@@ -1636,7 +1636,7 @@ impl World {
         }
         if !started {
             // The status coalescer takes what changed.
-            let dirty = self.term.as_ref().map(|t| t.ctx.index.registry().take_dirty(usize::MAX)).unwrap_or_default();
+            let dirty = self.term.as_ref().map(|t| t.ctx.index.take_changed_pools(usize::MAX)).unwrap_or_default();
             if let Some(term) = self.term.as_ref() {
                 for key in &dirty {
                     term.sink.pool_changed(key.clone());
@@ -1655,7 +1655,7 @@ impl World {
     /// IPAddress of its own.
     fn check_always(&mut self) -> Result<(), String> {
         if let Some(term) = &self.term {
-            term.ctx.index.registry().check_consistency()?;
+            term.ctx.index.check_consistency()?;
         }
         // What the API server holds is checked again only when it changed (most steps deliver or poll).
         let protected = self.elsewhere.values().filter(|e| e.protected).count();
@@ -1743,16 +1743,14 @@ impl World {
     fn index_view(&self, pool: PoolId) -> String {
         let Some(term) = &self.term else { return "nothing (no term)".into() };
         let key = pool.pool_key();
-        let registry = term.ctx.index.registry();
-        let held: Vec<String> = registry
-            .holders(&key)
+        let (holders, (counts, error)) = term.ctx.index.read(|s| (s.holders(&key), s.pool_counts(&key)));
+        let held: Vec<String> = holders
             .into_iter()
             .map(|(k, h, confirmed)| {
                 let record = if term.ctx.index.address(&k).is_some() { "" } else { " (no record)" };
                 format!("{k}={h}{}{record}", if confirmed { "" } else { " unconfirmed" })
             })
             .collect();
-        let (counts, error) = registry.counts(&key);
         format!("[{}] counts {counts:?} {error:?}", held.join(", "))
     }
 
