@@ -6,7 +6,10 @@ use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use std::time::{Duration, Instant};
+
 use super::registry::ObjectKey;
+use super::{Notice, PoolKey, State, moved_away};
 use crate::capi::Claim;
 
 #[derive(Default)]
@@ -60,16 +63,182 @@ impl ClaimCache {
     }
 }
 
+/// What the controllers keep about one claim (by UID) while it is reconciled; forgotten with the claim.
+#[derive(Default)]
+pub(super) struct ClaimBook {
+    /// A digest of the Ready state we last wrote: a stale cached claim does not trigger a second write.
+    written: Option<u64>,
+    /// When it was first seen without an address (the allocation latency).
+    pub(super) first_seen: Option<Instant>,
+    /// Failed reconciles in a row (the backoff).
+    failures: u32,
+    /// The address its IPAddress held when that was deleted from under the live claim: it gets it back if free.
+    pub(super) vanished: Option<(PoolKey, Box<str>)>,
+}
+
+impl ClaimBook {
+    fn is_empty(&self) -> bool {
+        self.written.is_none() && self.first_seen.is_none() && self.failures == 0 && self.vanished.is_none()
+    }
+}
+
+impl State {
+    /// A claim as its watch delivers it: one of our pool kinds' is kept and reconciled; any other is not ours.
+    pub fn apply_claim(&mut self, mut claim: Claim) {
+        claim.key = self.shared_key(claim.key);
+        let key = claim.key.clone();
+        if self.claims.get(&key).is_some_and(|c| c.uid != claim.uid) {
+            // Another claim of the name: the one cached was deleted while no watch event said so (a relist).
+            self.delete_claim(&key);
+        }
+        if claim.pool_kind.is_some() {
+            // At start-up every claim is queued: those waiting for an address go before the bound ones, which are
+            // only checked.
+            let waits = claim.address_ref().is_none() && claim.deletion_timestamp.is_none();
+            self.claims.insert(Arc::new(claim));
+            if waits { self.notices.push(Notice::WakeFirst(key)) } else { self.wake(key) }
+        } else {
+            self.claims.remove(&key);
+        }
+    }
+
+    /// A claim is gone: everything kept for it goes, and an IPAddress we made for it is checked. Deleted by
+    /// `clusterctl move`, an address of a global pool stays reserved here.
+    pub fn delete_claim(&mut self, key: &ObjectKey) {
+        let Some(claim) = self.claims.remove(key) else { return };
+        self.books.remove(&claim.uid.uid());
+        let moved_cluster = claim
+            .cluster()
+            .is_some_and(|cluster| self.moved_clusters.contains(&ObjectKey::new(&key.namespace, cluster)));
+        if claim.moving_away || moved_cluster {
+            moved_away::claim_moved_away(self, key);
+        }
+        if let Some(kind) = claim.pool_kind {
+            let pool = PoolKey::new(kind, &key.namespace, &claim.pool_name);
+            self.claim_deleted_for_good(&pool, &claim);
+            // A claim deleted while it waited must not take the wake of an address that frees up.
+            self.registry.stop_waiting(&pool, key);
+            if self.registry.holds_unconfirmed(&pool, key) {
+                // A create of its IPAddress failed uncertainly: its worker finds out whether it happened.
+                self.wake(key.clone());
+            }
+        }
+        self.notices.push(Notice::ClaimGone(key.clone()));
+    }
+
+    pub fn claim(&self, key: &ObjectKey) -> Option<Arc<Claim>> {
+        self.claims.get(key)
+    }
+
+    pub fn claim_keys(&self) -> Vec<ObjectKey> {
+        self.claims.keys_where(|_| true)
+    }
+
+    pub fn claim_count(&self) -> usize {
+        self.claims.len()
+    }
+
+    pub(super) fn wake_claims_where(&mut self, predicate: impl Fn(&Claim) -> bool) {
+        self.wake_all(self.claims.keys_where(predicate));
+    }
+
+    /// The copy of `key` the index holds already, if any: a claim and its IPAddress (and the IPAddress's hold in the
+    /// registry) share one copy of the name.
+    pub(super) fn shared_key(&self, key: ObjectKey) -> ObjectKey {
+        if let Some(claim) = self.claims.get(&key) {
+            return claim.key.clone();
+        }
+        self.addresses.get_key_value(&key).map_or(key, |(k, _)| k.clone())
+    }
+
+    /// Runs `f` on the book of a cached claim; `None` (and nothing kept) once the claim is gone.
+    pub(super) fn book<R>(&mut self, claim: &Claim, f: impl FnOnce(&mut ClaimBook) -> R) -> Option<R> {
+        if self.claims.get(&claim.key).is_none_or(|c| c.uid != claim.uid) {
+            return None;
+        }
+        let uid = claim.uid.uid();
+        let books = &mut self.books;
+        let book = books.entry(uid).or_default();
+        let result = f(book);
+        if book.is_empty() {
+            books.remove(&uid);
+        }
+        Some(result)
+    }
+
+    /// Whether the Ready state `digest` is the one we last wrote for the claim.
+    pub fn already_written(&mut self, claim: &Claim, digest: u64) -> bool {
+        self.book(claim, |b| b.written == Some(digest)).unwrap_or(false)
+    }
+
+    pub fn remember_written(&mut self, claim: &Claim, digest: u64) {
+        self.book(claim, |b| b.written = Some(digest));
+    }
+
+    /// Notes when the claim was first seen without an address.
+    pub fn first_seen(&mut self, claim: &Claim) {
+        self.book(claim, |b| {
+            b.first_seen.get_or_insert_with(Instant::now);
+        });
+    }
+
+    /// The claim has its address (allocated, or adopted from an IPAddress that already named it): it waits no more.
+    /// Every bound claim's check passes here (100,000 at start-up), so it only looks at a book that exists.
+    pub fn bound(&mut self, claim: &Claim) {
+        let uid = claim.uid.uid();
+        let books = &mut self.books;
+        if let Some(book) = books.get_mut(&uid).filter(|b| b.first_seen.is_some()) {
+            book.first_seen = None;
+            if book.is_empty() {
+                books.remove(&uid);
+            }
+        }
+    }
+
+    /// Time since the claim was first seen, once: the allocation latency.
+    pub fn allocation_latency(&mut self, claim: &Claim) -> Option<Duration> {
+        self.book(claim, |b| b.first_seen.take().map(|t| t.elapsed())).flatten()
+    }
+
+    /// Per-claim exponential backoff after a failure: 200 ms doubling to 5 minutes, reset on success.
+    pub fn backoff(&mut self, claim: &Claim) -> Duration {
+        let n = self
+            .book(claim, |b| {
+                b.failures = (b.failures + 1).min(12);
+                b.failures
+            })
+            .unwrap_or(1);
+        let delay = Duration::from_millis(200).saturating_mul(1 << (n - 1)).min(Duration::from_secs(300));
+        // Spread retries of a burst a little.
+        let jitter = Duration::from_millis(crate::compact::digest(&claim.uid) % 100);
+        delay + jitter
+    }
+
+    pub fn reset_backoff(&mut self, claim: &Claim) {
+        self.book(claim, |b| b.failures = 0);
+    }
+
+    /// The address the claim's IPAddress held in `pool` before it was deleted from under the live claim, once.
+    pub fn take_vanished_address(&mut self, claim: &Claim, pool: &PoolKey) -> Option<Box<str>> {
+        self.book(claim, |b| b.vanished.take().filter(|(p, _)| p == pool).map(|(_, address)| address)).flatten()
+    }
+
+    /// How many claims have something kept about them (for tests and diagnostics).
+    pub fn books(&self) -> usize {
+        self.books.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn claim(namespace: &str, name: &str, pool: &str) -> Arc<Claim> {
+    pub(super) fn claim(namespace: &str, name: &str, pool: &str) -> Arc<Claim> {
         Arc::new(Claim { key: ObjectKey::new(namespace, name), pool_name: pool.into(), ..Claim::default() })
     }
 
     #[test]
-    fn claims_are_found_replaced_and_removed_by_key() {
+    pub(super) fn claims_are_found_replaced_and_removed_by_key() {
         let mut cache = ClaimCache::default();
         cache.insert(claim("a", "c1", "p1"));
         cache.insert(claim("b", "c1", "p1"));

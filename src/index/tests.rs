@@ -13,8 +13,11 @@ use serde_json::json;
 use super::relist::{Pools, Relist};
 use super::*;
 use crate::api::v1alpha2::{IPPoolSpec, InClusterIPPool, InClusterIPPoolSpec};
+use crate::api::{CLUSTER_NAME_LABEL, PROTECT_ADDRESS_FINALIZER};
 use crate::api::{PoolKind, PoolResource, PoolSpec};
+use crate::capi::{Claim, IpAddress};
 use crate::capi::{ClaimResource, Cluster, IpAddressSpec, NameRef, PoolRef};
+use crate::compact::intern;
 
 /// Records what the index sends.
 #[derive(Default)]

@@ -1,0 +1,268 @@
+//! The IPAddresses of our pools: their watch's events, our own writes, and the tombstones and doubts that keep the
+//! two in order.
+
+use kube::ResourceExt;
+
+use super::{AddressRecord, Held, ObjectKey, PoolKey, State, moved_away, revision_of};
+use crate::capi::IpAddress;
+use crate::compact::Uid;
+
+impl State {
+    /// An IPAddress as its watch delivers it; returns its key.
+    pub fn apply_address(&mut self, address: &IpAddress) -> ObjectKey {
+        let key = self.shared_key(ObjectKey::new(&address.namespace().unwrap_or_default(), &address.name_any()));
+        let uid = address.metadata.uid.as_deref().map(Uid::of);
+        self.saw_addresses_until(&address.metadata);
+        if self.is_deleted(&key, uid) {
+            return key;
+        }
+        let Some(mut record) = AddressRecord::of(address) else {
+            // Not one of our pools' (IPAddress specs are immutable, so it never was).
+            return key;
+        };
+        record.seen = true;
+        if self.is_stale(&key, &record) {
+            return key;
+        }
+        self.replacing(&key, uid);
+        let held = Held::of(record.pool.kind, &address.spec);
+        let pool = record.pool.clone();
+        let moving_away = pool.kind.is_global()
+            && (record.moving_away || self.addresses.get(&key).is_some_and(|r| r.moving_away && r.uid == uid));
+        record.moving_away = moving_away;
+        if pool.kind.is_global() {
+            // It holds a reserved address now (one that came back, or one a move left behind: never free between).
+            moved_away::came_back(self, &pool, &key, held);
+        }
+        let previous = self.addresses.insert(key.clone(), record);
+        if let Some(old) = previous.filter(|p| *p.pool != *pool) {
+            let woken = self.registry.forget(&old.pool, &key);
+            self.wake_all(woken);
+        }
+        if let Some(duplicate) = self.registry.record(&pool, &key, held) {
+            self.report_duplicate(&duplicate);
+        }
+        if moving_away {
+            moved_away::still_moving_away(self, &pool, &key, held);
+        }
+        // The claim of the same name may need its finalizer, owner references or status (restore, move).
+        self.wake(key.clone());
+        key
+    }
+
+    /// Whether a watch event is about another object of the name than the one we recorded from our own write or read,
+    /// before the watch delivered ours, and older than it: that object is gone already (ours could only be created
+    /// once it was), and the watch, which delivers in order, has not caught up. One newer than our record (a relist
+    /// after ours was deleted and another made, which a record from a read does not know of) is the news. The first
+    /// event of our own object marks it seen.
+    pub(super) fn is_stale(&mut self, key: &ObjectKey, event: &AddressRecord) -> bool {
+        let addresses = &mut self.addresses;
+        let Some(current) = addresses.get_mut(key) else { return false };
+        if current.uid != event.uid {
+            let newer = event.revision != current.revision && event.revision.is_at_least(current.revision);
+            return !current.seen && !newer;
+        }
+        current.seen = true;
+        current.doubtful = false;
+        false
+    }
+
+    /// An IPAddress is gone (its watch's DELETED event, or a list that no longer holds it). Only the object `uid`:
+    /// another of the same name may hold an address now.
+    /// Notes how far the IPAddress watch has come. Not while it lists: a list comes in name order, not in the order
+    /// of changes (the list's newest object is taken once it is complete, [`Index::addresses_listed`]).
+    pub(super) fn saw_addresses_until(&mut self, meta: &kube::api::ObjectMeta) {
+        let Some(revision) = revision_of(meta).number() else { return };
+        if let Some(listing) = self.listing_until.as_mut() {
+            *listing = (*listing).max(revision);
+            return;
+        }
+        self.addresses_seen_until = self.addresses_seen_until.max(revision);
+    }
+
+    /// The IPAddress watch delivered `object`'s DELETED event.
+    pub fn address_deleted(&mut self, key: &ObjectKey, object: &IpAddress) {
+        self.saw_addresses_until(&object.metadata);
+        self.delete_address(key, object.metadata.uid.as_deref().map(Uid::of));
+    }
+
+    pub fn delete_address(&mut self, key: &ObjectKey, uid: Option<Uid>) {
+        if let Some(uid) = uid {
+            self.deleted.remove(&(key.clone(), uid));
+        }
+        let record = {
+            let addresses = &mut self.addresses;
+            match addresses.get(key) {
+                Some(r) if uid.is_none() || r.uid.is_none() || r.uid == uid => addresses.remove(key),
+                _ => None,
+            }
+        };
+        let Some(record) = record else { return };
+        let held = self.registry.held_by(&record.pool, key);
+        self.release_hold(&record.pool, key);
+        self.metrics.released(record.pool.kind);
+        // If its claim still lives, it gets a new IPAddress: with the same address, while that is still free.
+        if let Some(claim) = self.claims.get(key).filter(|c| c.deletion_timestamp.is_none())
+            && let Some(address) = held.and_then(Held::address)
+        {
+            self.book(&claim, |b| b.vanished = Some(((*record.pool).clone(), address.to_string().into())));
+        }
+        self.wake(key.clone());
+    }
+
+    /// The hold of an IPAddress that is gone ends: its address is free, unless the pool's annotation says it is in
+    /// use on another management cluster and this is the IPAddress that moved (one a move left behind here), where
+    /// it stays reserved. Another IPAddress holding a reserved address (a duplicate of the reservation, or of the
+    /// moved one) just lets go.
+    pub(super) fn release_hold(&mut self, pool: &PoolKey, key: &ObjectKey) {
+        if self.keep_reserved(pool, key) {
+            return;
+        }
+        let woken = self.registry.forget(pool, key);
+        self.wake_all(woken);
+    }
+
+    /// If `key` holds a reserved address as the IPAddress that moved, its hold becomes the reservation (in one step,
+    /// never free in between); returns whether it did.
+    pub(super) fn keep_reserved(&mut self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        if pool.kind.is_global()
+            && let Some(held) = self.registry.held_by(pool, key)
+            && moved_away::may_hold_reserved(self, pool, key, held)
+        {
+            moved_away::moved_away(self, pool, key);
+            return true;
+        }
+        false
+    }
+
+    /// Another object of the name than the one recorded is applied, newer: the recorded one is gone. If it held a
+    /// reserved address as the IPAddress that moved, the reservation takes its hold over first (replaced in place,
+    /// the hold would be released, and the address free here while in use over there).
+    pub(super) fn replacing(&mut self, key: &ObjectKey, uid: Option<Uid>) {
+        let replaced = self.addresses.get(key).filter(|r| r.uid != uid).map(|r| r.pool.clone());
+        if let Some(pool) = replaced {
+            self.keep_reserved(&pool, key);
+        }
+    }
+
+    /// Whether the IPAddress `key` is the one an entry of the pool's moved-away annotation names for the address it
+    /// holds: it came back (or was left behind), and wins over any other IPAddress holding that address.
+    pub fn is_moved_holder(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        pool.kind.is_global()
+            && self.registry.held_by(pool, key).is_some_and(|held| moved_away::is_named_holder(self, pool, key, held))
+    }
+
+    /// The IPAddress watch begins a list: the tombstones it must list again to keep.
+    pub fn addresses_listing(&mut self) {
+        self.unlisted_tombstones = Some(self.deleted.clone());
+        self.listing_until = Some(0);
+    }
+
+    /// The watch listed every IPAddress again: the tombstones it did not list are not needed any more, and the records
+    /// of our own writes it did not list (a list marks what it holds seen) may be of objects gone already.
+    pub fn addresses_listed(&mut self) {
+        if let Some(listed_until) = self.listing_until.take() {
+            self.addresses_seen_until = self.addresses_seen_until.max(listed_until);
+        }
+        if let Some(gone) = self.unlisted_tombstones.take() {
+            let deleted = &mut self.deleted;
+            for tombstone in gone {
+                deleted.remove(&tombstone);
+            }
+        }
+        let mut doubtful = Vec::new();
+        for (key, record) in self.addresses.iter_mut().filter(|(_, r)| !r.seen) {
+            record.doubtful = true;
+            doubtful.push(key.clone());
+        }
+        self.wake_all(doubtful);
+    }
+
+    /// A doubtful record (see [`AddressRecord::doubtful`]) was read: `live` is what the API server holds now of that
+    /// name. The record stays if it is that object, else it goes (an object of the name that is not ours to record
+    /// yet comes with the watch).
+    pub fn doubt_resolved(&mut self, key: &ObjectKey, uid: Option<Uid>, live: Option<&IpAddress>) {
+        let live_uid = live.and_then(|a| a.metadata.uid.as_deref()).map(Uid::of);
+        if live_uid.is_some() && live_uid == uid {
+            if let Some(record) = self.addresses.get_mut(key).filter(|r| r.uid == uid) {
+                record.doubtful = false;
+            }
+            return;
+        }
+        let still_doubtful = self.addresses.get(key).is_some_and(|r| r.uid == uid && r.doubtful && !r.seen);
+        if still_doubtful {
+            self.delete_address(key, uid);
+        }
+    }
+
+    pub fn address(&self, key: &ObjectKey) -> Option<AddressRecord> {
+        self.addresses.get(key).cloned()
+    }
+
+    pub fn address_keys(&self) -> Vec<ObjectKey> {
+        self.addresses.keys().cloned().collect()
+    }
+
+    /// The name and UID of every IPAddress recorded (what a relist must see again to keep).
+    pub fn address_ids(&self) -> Vec<(ObjectKey, Option<Uid>)> {
+        self.addresses.iter().map(|(k, r)| (k.clone(), r.uid)).collect()
+    }
+
+    pub fn address_count(&self) -> usize {
+        self.addresses.len()
+    }
+
+    /// Records an IPAddress we just created, read or patched (the watch will confirm it); `None` when it is not of
+    /// our pools.
+    pub fn remember_address(&mut self, key: &ObjectKey, object: &IpAddress) -> Option<AddressRecord> {
+        let mut record = AddressRecord::of(object)?;
+        if let Some(uid) = record.uid
+            && self.deleted.contains(&(key.clone(), uid))
+        {
+            return None;
+        }
+        {
+            let addresses = &self.addresses;
+            match addresses.get(key).filter(|c| c.uid == record.uid) {
+                Some(current) => record.seen = current.seen,
+                // The watch delivered this version of it already, and it is not recorded: it was deleted since (what
+                // we read or wrote is older news than the watch's).
+                None if revision_of(&object.metadata).number().is_some_and(|r| r <= self.addresses_seen_until) => {
+                    return None;
+                }
+                None => {}
+            }
+        }
+        self.replacing(key, record.uid);
+        let held = Held::of(record.pool.kind, &object.spec);
+        if record.pool.kind.is_global() {
+            // It holds a reserved address now (one that came back with its Cluster, read before the watch saw it).
+            moved_away::came_back(self, &record.pool, key, held);
+        }
+        if let Some(duplicate) = self.registry.record(&record.pool, key, held) {
+            self.report_duplicate(&duplicate);
+        }
+        let previous = self.addresses.insert(key.clone(), record.clone());
+        if let Some(old) = previous.filter(|p| *p.pool != *record.pool) {
+            let woken = self.registry.forget(&old.pool, key);
+            self.wake_all(woken);
+        }
+        Some(record)
+    }
+
+    /// We deleted the IPAddress `key` (`uid`) of `pool` and it is gone: its address is free at once, before the
+    /// watch confirms it, and late events about it are ignored.
+    pub fn deleted_address(&mut self, key: &ObjectKey, pool: &PoolKey, uid: Option<&str>) {
+        let uid = uid.map(Uid::of);
+        if let Some(uid) = uid {
+            self.deleted.insert((key.clone(), uid));
+        }
+        let ours = self.addresses.get(key).is_none_or(|r| r.uid.is_none() || uid.is_none() || r.uid == uid);
+        if !ours {
+            return;
+        }
+        self.release_hold(pool, key);
+        self.metrics.released(pool.kind);
+        self.addresses.remove(key);
+    }
+}

@@ -1,0 +1,268 @@
+//! The steps of the index as the rest of the process calls them: each one call, one step under the lock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{AddressRecord, AllocateError, Assigned, Duplicate, Held, Index, ObjectKey, PoolKey};
+use crate::api::Pool;
+use crate::capi::{Claim, IpAddress};
+use crate::compact::{ResourceVersion, Uid};
+use crate::ipam::PoolCounts;
+
+impl Index {
+    pub fn address_created(
+        &self,
+        claim: &Claim,
+        pool: &PoolKey,
+        created: &IpAddress,
+    ) -> (Option<AddressRecord>, Option<Duration>) {
+        self.write(|s| s.address_created(claim, pool, created))
+    }
+
+    pub fn waiting(&self) -> (usize, Duration) {
+        self.read(|s| s.waiting())
+    }
+
+    pub fn apply_claim(&self, claim: Claim) {
+        self.write(|s| s.apply_claim(claim))
+    }
+
+    pub fn delete_claim(&self, key: &ObjectKey) {
+        self.write(|s| s.delete_claim(key))
+    }
+
+    pub fn claim(&self, key: &ObjectKey) -> Option<Arc<Claim>> {
+        self.read(|s| s.claim(key))
+    }
+
+    pub fn claim_keys(&self) -> Vec<ObjectKey> {
+        self.read(|s| s.claim_keys())
+    }
+
+    pub fn claim_count(&self) -> usize {
+        self.read(|s| s.claim_count())
+    }
+
+    pub fn already_written(&self, claim: &Claim, digest: u64) -> bool {
+        self.write(|s| s.already_written(claim, digest))
+    }
+
+    pub fn remember_written(&self, claim: &Claim, digest: u64) {
+        self.write(|s| s.remember_written(claim, digest))
+    }
+
+    pub fn first_seen(&self, claim: &Claim) {
+        self.write(|s| s.first_seen(claim))
+    }
+
+    pub fn bound(&self, claim: &Claim) {
+        self.write(|s| s.bound(claim))
+    }
+
+    pub fn allocation_latency(&self, claim: &Claim) -> Option<Duration> {
+        self.write(|s| s.allocation_latency(claim))
+    }
+
+    pub fn backoff(&self, claim: &Claim) -> Duration {
+        self.write(|s| s.backoff(claim))
+    }
+
+    pub fn reset_backoff(&self, claim: &Claim) {
+        self.write(|s| s.reset_backoff(claim))
+    }
+
+    pub fn take_vanished_address(&self, claim: &Claim, pool: &PoolKey) -> Option<Box<str>> {
+        self.write(|s| s.take_vanished_address(claim, pool))
+    }
+
+    pub fn books(&self) -> usize {
+        self.read(|s| s.books())
+    }
+
+    pub fn apply_address(&self, address: &IpAddress) -> ObjectKey {
+        self.write(|s| s.apply_address(address))
+    }
+
+    pub fn address_deleted(&self, key: &ObjectKey, object: &IpAddress) {
+        self.write(|s| s.address_deleted(key, object))
+    }
+
+    pub fn delete_address(&self, key: &ObjectKey, uid: Option<Uid>) {
+        self.write(|s| s.delete_address(key, uid))
+    }
+
+    pub fn is_moved_holder(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.read(|s| s.is_moved_holder(pool, key))
+    }
+
+    pub fn addresses_listing(&self) {
+        self.write(|s| s.addresses_listing())
+    }
+
+    pub fn addresses_listed(&self) {
+        self.write(|s| s.addresses_listed())
+    }
+
+    pub fn doubt_resolved(&self, key: &ObjectKey, uid: Option<Uid>, live: Option<&IpAddress>) {
+        self.write(|s| s.doubt_resolved(key, uid, live))
+    }
+
+    pub fn address(&self, key: &ObjectKey) -> Option<AddressRecord> {
+        self.read(|s| s.address(key))
+    }
+
+    pub fn address_keys(&self) -> Vec<ObjectKey> {
+        self.read(|s| s.address_keys())
+    }
+
+    pub fn address_ids(&self) -> Vec<(ObjectKey, Option<Uid>)> {
+        self.read(|s| s.address_ids())
+    }
+
+    pub fn address_count(&self) -> usize {
+        self.read(|s| s.address_count())
+    }
+
+    pub fn remember_address(&self, key: &ObjectKey, object: &IpAddress) -> Option<AddressRecord> {
+        self.write(|s| s.remember_address(key, object))
+    }
+
+    pub fn deleted_address(&self, key: &ObjectKey, pool: &PoolKey, uid: Option<&str>) {
+        self.write(|s| s.deleted_address(key, pool, uid))
+    }
+
+    pub fn abandon(&self, pool: &PoolKey, key: &ObjectKey) {
+        self.write(|s| s.abandon(pool, key))
+    }
+
+    pub fn abandon_orphaned_hold(&self, pool: &PoolKey, key: &ObjectKey) {
+        self.write(|s| s.abandon_orphaned_hold(pool, key))
+    }
+
+    pub fn claim_back(&self, pool: &PoolKey, claim: &ObjectKey, held: Held) {
+        self.write(|s| s.claim_back(pool, claim, held))
+    }
+
+    pub fn holds_reserved(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.read(|s| s.holds_reserved(pool, key))
+    }
+
+    pub fn claim_deleted_for_good(&self, pool: &PoolKey, claim: &Claim) {
+        self.write(|s| s.claim_deleted_for_good(pool, claim))
+    }
+
+    pub fn moved_away_unwritten(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.read(|s| s.moved_away_unwritten(pool, key))
+    }
+
+    pub fn orphaned_hold(&self, key: &ObjectKey) -> Option<PoolKey> {
+        self.read(|s| s.orphaned_hold(key))
+    }
+
+    pub fn orphans(&self) -> Vec<(ObjectKey, AddressRecord)> {
+        self.read(|s| s.orphans())
+    }
+
+    pub fn keeps_orphan(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
+        self.read(|s| s.keeps_orphan(key, record))
+    }
+
+    pub fn keeps_addresses(&self, namespace: &str, record: &AddressRecord) -> bool {
+        self.read(|s| s.keeps_addresses(namespace, record))
+    }
+
+    pub fn allocate(&self, claim: &Claim, pool: &PoolKey, requested: Option<&str>) -> Result<Assigned, AllocateError> {
+        self.write(|s| s.allocate(claim, pool, requested))
+    }
+
+    pub fn wait_for_address(&self, pool: &PoolKey, claim: &ObjectKey) {
+        self.write(|s| s.wait_for_address(pool, claim))
+    }
+
+    pub fn stop_waiting(&self, pool: &PoolKey, claim: &ObjectKey) {
+        self.write(|s| s.stop_waiting(pool, claim))
+    }
+
+    pub fn holds_unconfirmed(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.read(|s| s.holds_unconfirmed(pool, key))
+    }
+
+    pub fn held_by(&self, pool: &PoolKey, key: &ObjectKey) -> Option<Held> {
+        self.read(|s| s.held_by(pool, key))
+    }
+
+    pub fn duplicate_of(&self, pool: &PoolKey, key: &ObjectKey) -> Option<Duplicate> {
+        self.read(|s| s.duplicate_of(pool, key))
+    }
+
+    pub fn duplicates(&self, pool: &PoolKey) -> Vec<Duplicate> {
+        self.read(|s| s.duplicates(pool))
+    }
+
+    pub fn pool_counts(&self, pool: &PoolKey) -> (PoolCounts, Option<String>) {
+        self.read(|s| s.pool_counts(pool))
+    }
+
+    pub fn reservations(&self, pool: &PoolKey) -> Vec<Held> {
+        self.read(|s| s.reservations(pool))
+    }
+
+    pub fn take_changed_pools(&self, limit: usize) -> Vec<PoolKey> {
+        self.write(|s| s.take_changed_pools(limit))
+    }
+
+    #[cfg(test)]
+    pub fn check_consistency(&self) -> Result<(), String> {
+        self.read(|s| s.check_consistency())
+    }
+
+    #[cfg(test)]
+    pub fn holders(&self, pool: &PoolKey) -> Vec<(ObjectKey, Held, bool)> {
+        self.read(|s| s.holders(pool))
+    }
+
+    pub fn apply_pool(&self, pool: Pool) {
+        self.write(|s| s.apply_pool(pool))
+    }
+
+    pub fn delete_pool(&self, key: &PoolKey) {
+        self.write(|s| s.delete_pool(key))
+    }
+
+    pub fn pool(&self, key: &PoolKey) -> Option<Arc<Pool>> {
+        self.read(|s| s.pool(key))
+    }
+
+    pub fn pool_in_use(&self, key: &PoolKey) -> bool {
+        self.read(|s| s.pool_in_use(key))
+    }
+
+    pub fn pool_keys(&self) -> Vec<PoolKey> {
+        self.read(|s| s.pool_keys())
+    }
+
+    pub fn apply_cluster(&self, key: ObjectKey, paused: bool) {
+        self.write(|s| s.apply_cluster(key, paused))
+    }
+
+    pub fn delete_cluster(&self, key: &ObjectKey) {
+        self.write(|s| s.delete_cluster(key))
+    }
+
+    pub fn cluster_keys(&self) -> Vec<ObjectKey> {
+        self.read(|s| s.cluster_keys())
+    }
+
+    pub fn cluster_paused(&self, namespace: &str, name: &str) -> Option<bool> {
+        self.read(|s| s.cluster_paused(namespace, name))
+    }
+
+    pub fn moved_away_pending(&self, pool: &PoolKey) -> BTreeMap<String, bool> {
+        self.read(|s| s.moved_away_pending(pool))
+    }
+
+    pub fn moved_away_written(&self, pool: &PoolKey, written: Option<(&BTreeMap<String, bool>, ResourceVersion)>) {
+        self.write(|s| s.moved_away_written(pool, written))
+    }
+}

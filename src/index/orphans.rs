@@ -1,0 +1,148 @@
+//! Holds without an IPAddress, IPAddresses without a claim, addresses held twice, and reservations a claim ends.
+
+use super::{AddressRecord, Duplicate, Held, ObjectKey, PoolKey, State, moved_away};
+use crate::capi::Claim;
+use crate::compact::Uid;
+
+impl State {
+    /// Our create of `key`'s IPAddress was refused (or found another in its place): its hold is given up.
+    pub fn abandon(&mut self, pool: &PoolKey, key: &ObjectKey) {
+        let woken = self.registry.abandon(pool, key);
+        self.wake_all(woken);
+    }
+
+    /// The claim `key` is gone, and no IPAddress of its name exists: a hold its uncertain create left is given up,
+    /// unless a claim of that name is back (its own reconcile owns the hold then). Decided in one step, so
+    /// a new claim's allocation cannot slip in between.
+    pub fn abandon_orphaned_hold(&mut self, pool: &PoolKey, key: &ObjectKey) {
+        let taken_over = || self.claims.get(key).is_some_and(|c| c.uses_pool(pool.kind, &pool.namespace, &pool.name));
+        let woken = self.registry.abandon_unless(pool, key, taken_over);
+        self.wake_all(woken);
+    }
+
+    /// Whether `uid` of `key` is one we deleted (its events are stale).
+    pub(super) fn is_deleted(&mut self, key: &ObjectKey, uid: Option<Uid>) -> bool {
+        let Some(uid) = uid else { return false };
+        let deleted = &self.deleted;
+        if !deleted.contains(&(key.clone(), uid)) {
+            return false;
+        }
+        // Listed again: it still exists, so its tombstone stays after the list.
+        if let Some(unlisted) = self.unlisted_tombstones.as_mut() {
+            unlisted.remove(&(key.clone(), uid));
+        }
+        true
+    }
+
+    /// An address held twice: the one promise of an IPAddress provider is broken, so this is as loud as it gets. An
+    /// IPAddress whose claim was never bound to it is withdrawn (`controllers::claim`); bound ones stay (a machine
+    /// may use them), and the pool's Ready condition, both claims' conditions and the metric say so until one of them
+    /// is released (docs/operations.md).
+    pub(super) fn report_duplicate(&mut self, duplicate: &Duplicate) {
+        let holders: Vec<String> = duplicate.holders.iter().map(ToString::to_string).collect();
+        tracing::error!(
+            pool = %duplicate.pool,
+            address = %duplicate.held,
+            ipaddresses = holders.join(", "),
+            "DUPLICATE ADDRESS: one address of the pool is held by more than one IPAddress"
+        );
+        self.metrics.duplicate_detected(duplicate.pool.kind);
+        // Their claims' conditions name the duplicate (an unbound one withdraws its IPAddress).
+        self.wake_all(duplicate.holders.clone());
+    }
+
+    /// A claim of the pool is bound to the IPAddress holding `held`: a reservation of that address as moved away
+    /// ends (its Cluster came back).
+    pub fn claim_back(&mut self, pool: &PoolKey, claim: &ObjectKey, held: Held) {
+        // Only a claim that is still here and staying (not deleted for a move meanwhile).
+        if self.claims.get(claim).is_some_and(|c| !c.moving_away && c.deletion_timestamp.is_none()) {
+            moved_away::claim_back(self, pool, claim, held);
+        }
+    }
+
+    /// Whether the IPAddress `key` holds an address of `pool` that is reserved as moved away: it came back with its
+    /// Cluster, or a move left it behind here.
+    pub fn holds_reserved(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        pool.kind.is_global()
+            && self.registry.held_by(pool, key).is_some_and(|held| moved_away::is_reserved(self, pool, held))
+    }
+
+    /// The claim is deleted here for good, not for a move (neither marked by clusterctl, nor of a Cluster that is
+    /// paused or was moved): an address of its own IPAddress reserved as moved away (its Cluster came back with it, and
+    /// the claim goes before it was bound again) is in use nowhere any more, and the reservation ends. Unsure, it
+    /// stays: a reservation too many wastes an address, one too few hands it out twice.
+    pub fn claim_deleted_for_good(&mut self, pool: &PoolKey, claim: &Claim) {
+        if !pool.kind.is_global() || claim.moving_away {
+            return;
+        }
+        if let Some(cluster) = claim.cluster()
+            && (self.cluster_paused(&claim.key.namespace, cluster) != Some(false)
+                || self.moved_clusters.contains(&ObjectKey::new(&claim.key.namespace, cluster)))
+        {
+            return;
+        }
+        // Only its own IPAddress (owned by this claim: clusterctl rewrites the owner references of what it brings
+        // back), not one a move left behind under its name.
+        let owned = self.addresses.get(&claim.key).is_some_and(|r| r.claim_owner == Some(claim.uid.uid()));
+        if owned && let Some(held) = self.registry.held_by(pool, &claim.key) {
+            moved_away::claim_back(self, pool, &claim.key, held);
+        }
+    }
+
+    /// Whether the address the IPAddress `key` holds in `pool` is still to be written into the pool's moved-away
+    /// annotation.
+    pub fn moved_away_unwritten(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.registry.held_by(pool, key).is_some_and(|held| self.moved_away_unwritten_for(pool, held))
+    }
+
+    /// The pool holding something for the IPAddress `key` that the API server has not shown yet, a create of ours
+    /// that failed without saying whether it happened, and that is not the pool of the claim of that name (whose
+    /// own reconcile takes the hold over).
+    pub fn orphaned_hold(&self, key: &ObjectKey) -> Option<PoolKey> {
+        let pool = self.registry.unconfirmed_hold(key)?;
+        let claimed = self.claims.get(key).is_some_and(|c| c.uses_pool(pool.kind, &pool.namespace, &pool.name));
+        (!claimed).then_some(pool)
+    }
+
+    /// The IPAddresses made for a claim that is not cached, and whose Cluster (if any) is not paused: candidates for
+    /// release once the API server confirms the claim is gone (docs/compatibility.md D11). Whether ours still protects
+    /// them or a delete of ours did not finish (marked for deletion, or our finalizer already off), they are released.
+    pub fn orphans(&self) -> Vec<(ObjectKey, AddressRecord)> {
+        let candidates: Vec<(ObjectKey, AddressRecord)> = self
+            .addresses
+            .iter()
+            .filter(|(k, r)| {
+                // A claim of the name in another pool cannot adopt it (IPAddress specs are immutable): still an orphan.
+                r.made_for_a_claim()
+                    && !self.claims.get(k).is_some_and(|c| c.uses_pool(r.pool.kind, &r.pool.namespace, &r.pool.name))
+            })
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        candidates.into_iter().filter(|(key, record)| !self.keeps_orphan(key, record)).collect()
+    }
+
+    /// Whether the IPAddress `key`, whose claim is gone, is kept: its Cluster is paused (a move in progress), unless a
+    /// bound claim's IPAddress holds its address too (this one is then a late create no claim was ever bound to, and
+    /// kept, it stays a duplicate for as long as the pause lasts).
+    pub fn keeps_orphan(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
+        self.keeps_addresses(&key.namespace, record) && !self.duplicates_a_bound_one(&record.pool, key)
+    }
+
+    /// Whether another IPAddress holding the address `key` holds in `pool` is the one of a live claim bound to it.
+    pub(super) fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.registry.duplicate_of(pool, key).is_some_and(|d| {
+            d.holders.iter().any(|other| {
+                other != key
+                    && self
+                        .claims
+                        .get(other)
+                        .is_some_and(|c| c.deletion_timestamp.is_none() && c.address_ref() == Some(&*other.name))
+            })
+        })
+    }
+
+    /// Whether the IPAddress's Cluster is paused (a move in progress): it keeps its addresses.
+    pub fn keeps_addresses(&self, namespace: &str, record: &AddressRecord) -> bool {
+        record.cluster_label.as_deref().is_some_and(|cluster| self.cluster_paused(namespace, cluster) == Some(true))
+    }
+}

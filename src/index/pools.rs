@@ -1,0 +1,208 @@
+//! Allocation, the pools and the Clusters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{AddressRecord, AllocateError, Assigned, Duplicate, Held, Notice, ObjectKey, PoolKey, State, moved_away};
+use crate::api::Pool;
+use crate::capi::{Claim, IpAddress};
+use crate::ipam::PoolCounts;
+
+impl State {
+    /// The address for a claim without an IPAddress, held in the pool's allocator before anything is written:
+    /// `requested` when given (docs/compatibility.md D14), else the one its IPAddress held before it was deleted from
+    /// under the live claim (while still free), else the lowest free one.
+    pub fn allocate(
+        &mut self,
+        claim: &Claim,
+        pool: &PoolKey,
+        requested: Option<&str>,
+    ) -> Result<Assigned, AllocateError> {
+        if requested.is_some() {
+            return self.registry.allocate(pool, &claim.key, requested);
+        }
+        match self.take_vanished_address(claim, pool) {
+            Some(previous) => match self.registry.allocate(pool, &claim.key, Some(&previous)) {
+                Err(AllocateError::Requested { .. }) => self.registry.allocate(pool, &claim.key, None),
+                again => again,
+            },
+            None => self.registry.allocate(pool, &claim.key, None),
+        }
+    }
+
+    /// Our create of the claim's IPAddress succeeded: its hold is confirmed and the object recorded. Returns the
+    /// record (`None` when a newer event already said it is gone) and the claim's allocation latency.
+    pub fn address_created(
+        &mut self,
+        claim: &Claim,
+        pool: &PoolKey,
+        created: &IpAddress,
+    ) -> (Option<AddressRecord>, Option<Duration>) {
+        self.registry.confirm(pool, &claim.key);
+        let record = self.remember_address(&claim.key, created);
+        (record, self.allocation_latency(claim))
+    }
+
+    /// The claim found the pool exhausted: it is woken when an address frees up.
+    pub fn wait_for_address(&mut self, pool: &PoolKey, claim: &ObjectKey) {
+        self.registry.wait(pool, claim);
+    }
+
+    /// The claim waits for an address no more (bound, paused, deleted).
+    pub fn stop_waiting(&mut self, pool: &PoolKey, claim: &ObjectKey) {
+        self.registry.stop_waiting(pool, claim);
+    }
+
+    /// Whether our create of `key`'s IPAddress failed without saying whether it happened.
+    pub fn holds_unconfirmed(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.registry.holds_unconfirmed(pool, key)
+    }
+
+    /// What the IPAddress `key` holds in the pool, if anything.
+    pub fn held_by(&self, pool: &PoolKey, key: &ObjectKey) -> Option<Held> {
+        self.registry.held_by(pool, key)
+    }
+
+    /// The duplicate the IPAddress `key` is part of, if another IPAddress of the pool holds its address too.
+    pub fn duplicate_of(&self, pool: &PoolKey, key: &ObjectKey) -> Option<Duplicate> {
+        self.registry.duplicate_of(pool, key)
+    }
+
+    /// The addresses of the pool that more than one IPAddress holds.
+    pub fn duplicates(&self, pool: &PoolKey) -> Vec<Duplicate> {
+        self.registry.duplicates(pool)
+    }
+
+    /// The D4 counts of the pool, and its spec error if any.
+    pub fn pool_counts(&self, pool: &PoolKey) -> (PoolCounts, Option<String>) {
+        self.registry.counts(pool)
+    }
+
+    /// The addresses of the pool reserved as moved away.
+    pub fn reservations(&self, pool: &PoolKey) -> Vec<Held> {
+        self.registry.reservations(pool)
+    }
+
+    /// Up to `limit` of the pools whose counts changed, oldest change first (their status is written next).
+    pub fn take_changed_pools(&mut self, limit: usize) -> Vec<PoolKey> {
+        self.registry.take_dirty(limit)
+    }
+
+    /// The allocator state itself, for tests that take holds without a claim.
+    #[cfg(test)]
+    pub(crate) fn registry(&mut self) -> &mut super::Registry {
+        &mut self.registry
+    }
+
+    /// Whether every pool's allocator agrees with its holders (the simulation checks it after every step).
+    #[cfg(test)]
+    pub fn check_consistency(&self) -> Result<(), String> {
+        self.registry.check_consistency()
+    }
+
+    /// Every holder of the pool: the IPAddress (or reservation), what it holds, and whether it is confirmed.
+    #[cfg(test)]
+    pub fn holders(&self, pool: &PoolKey) -> Vec<(ObjectKey, Held, bool)> {
+        self.registry.holders(pool)
+    }
+
+    // ---- Pools ----
+
+    /// A pool as its watch delivers it: its spec goes to the allocator, and the claims it concerns get another look
+    /// when it was created, changed or unpaused.
+    pub fn apply_pool(&mut self, pool: Pool) {
+        let key = PoolKey::new(pool.kind, pool.namespace(), pool.name());
+        let woken = self.registry.apply_spec(&key, &pool.spec);
+        self.wake_all(woken);
+        if key.kind.is_global() {
+            moved_away::sync(self, &key, &pool);
+        }
+        // What a claim's reconcile decides on: another pool object of the name (deleted and created again while
+        // the watch relisted), a new generation, pause, deletion.
+        let state_of = |p: &Pool| (p.metadata.uid.clone(), p.metadata.generation, p.is_paused(), p.is_deleting());
+        let state = state_of(&pool);
+        let pool = Arc::new(pool);
+        let before = self.pools.insert(key.clone(), pool).map(|p| state_of(&p));
+        if !state.2 && before != Some(state) {
+            self.wake_pool_claims(&key);
+        }
+        self.notices.push(Notice::PoolChanged(key));
+    }
+
+    pub fn delete_pool(&mut self, key: &PoolKey) {
+        self.pools.remove(key);
+        self.registry.remove_spec(key);
+        self.metrics.forget_pool(key.kind, &key.namespace, &key.name);
+        self.wake_pool_claims(key);
+    }
+
+    pub fn pool(&self, key: &PoolKey) -> Option<Arc<Pool>> {
+        self.pools.get(key).cloned()
+    }
+
+    /// Whether an IPAddress references the pool, or a create of one is uncertain (the pool's finalizer waits for
+    /// neither; reservations do not count, they go with the pool).
+    pub fn pool_in_use(&self, key: &PoolKey) -> bool {
+        self.addresses.values().any(|r| *r.pool == *key) || self.registry.used(key) > 0
+    }
+
+    pub fn pool_keys(&self) -> Vec<PoolKey> {
+        self.pools.keys().cloned().collect()
+    }
+
+    pub(super) fn wake_pool_claims(&mut self, key: &PoolKey) {
+        self.wake_claims_where(|claim| {
+            claim.pool_kind == Some(key.kind)
+                && claim.pool_name == key.name
+                && (key.kind.is_global() || claim.key.namespace == key.namespace)
+        });
+    }
+
+    // ---- Clusters ----
+
+    /// A Cluster as its watch delivers it: one that appears, or is unpaused, wakes its claims (docs/compatibility.md
+    /// D9).
+    pub fn apply_cluster(&mut self, key: ObjectKey, paused: bool) {
+        self.moved_clusters.remove(&key);
+        let was = self.clusters.insert(key.clone(), paused);
+        if !paused && was != Some(false) {
+            self.wake_claims_where(|claim| claim.key.namespace == key.namespace && claim.cluster() == Some(&*key.name));
+        }
+    }
+
+    /// A Cluster is gone: the claims it kept waiting (a deleted claim of a paused Cluster) go on without it. Gone
+    /// while paused, it was moved to another management cluster (clusterctl deletes it last, paused): the IPAddresses
+    /// of global pools it left behind, whose claims are gone, keep their addresses reserved even when the claims'
+    /// deletion for the move was not seen (a relist, a restart).
+    pub fn delete_cluster(&mut self, key: &ObjectKey) {
+        let Some(paused) = self.clusters.remove(key) else { return };
+        if paused {
+            self.moved_clusters.insert(key.clone());
+            let left_behind: Vec<ObjectKey> = self
+                .addresses
+                .iter()
+                .filter(|(k, r)| {
+                    r.pool.kind.is_global()
+                        && k.namespace == key.namespace
+                        && r.cluster_label.as_deref() == Some(&*key.name)
+                        && !r.moving_away
+                        && self.claims.get(k).is_none()
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for address in &left_behind {
+                moved_away::claim_moved_away(self, address);
+            }
+        }
+        self.wake_claims_where(|claim| claim.key.namespace == key.namespace && claim.cluster() == Some(&*key.name));
+    }
+
+    pub fn cluster_keys(&self) -> Vec<ObjectKey> {
+        self.clusters.keys().cloned().collect()
+    }
+
+    /// Whether the Cluster is paused; `None` when it does not exist (or Clusters are not served).
+    pub fn cluster_paused(&self, namespace: &str, name: &str) -> Option<bool> {
+        self.clusters.get(&ObjectKey::new(namespace, name)).copied()
+    }
+}

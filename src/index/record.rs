@@ -1,0 +1,78 @@
+//! What the index keeps of one IPAddress of our pools.
+
+use std::sync::Arc;
+
+use super::{PoolKey, revision_of};
+use crate::api::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, PROTECT_ADDRESS_FINALIZER};
+use crate::capi::IpAddress;
+use crate::compact::{ResourceVersion, Uid, intern};
+
+/// An IPAddress of one of our pools, as the controllers keep it: what allocation, adoption and the orphan checks
+/// compare, and no more (100,000 of these stay small). Repairs read the live object.
+#[derive(Clone, Debug)]
+pub struct AddressRecord {
+    pub uid: Option<Uid>,
+    /// The resourceVersion of the version recorded: whether an event of another object of the name is older or newer
+    /// news than this record.
+    pub revision: ResourceVersion,
+    /// The watch delivered this object (by UID). Until then the record comes from our own write, and the watch,
+    /// which delivers in order, can only bring older news of this name.
+    pub seen: bool,
+    /// A list of the watch completed without it while it was not seen yet: it may have been deleted before the list,
+    /// and then no event will ever say so. Its claim's worker reads it to find out.
+    pub doubtful: bool,
+    /// Shared by every IPAddress of the pool. The address itself is the registry's (`Registry::held_by`).
+    pub pool: Arc<PoolKey>,
+    /// Our ProtectAddress finalizer is on it.
+    pub protected: bool,
+    /// The UID of its IPAddressClaim owner reference, if any.
+    pub claim_owner: Option<Uid>,
+    /// The UID of its owner reference to the pool, if any.
+    pub pool_owner: Option<Uid>,
+    pub cluster_label: Option<Arc<str>>,
+    pub deleting: bool,
+    /// clusterctl is deleting it for a move (`moved_away`).
+    pub moving_away: bool,
+}
+
+impl AddressRecord {
+    /// The record of an IPAddress, `None` when it does not reference one of our pools.
+    pub fn of(object: &IpAddress) -> Option<Self> {
+        let kind = object.spec.pool_ref.our_kind()?;
+        let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+        let pool = PoolKey::new(kind, namespace, &object.spec.pool_ref.name).shared();
+        let owner = |k: &str, name: &str| {
+            object
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == k && o.name == name)
+                .map(|o| Uid::of(&o.uid))
+        };
+        Some(Self {
+            uid: object.metadata.uid.as_deref().map(Uid::of),
+            revision: revision_of(&object.metadata),
+            seen: false,
+            doubtful: false,
+            protected: object.metadata.finalizers.iter().flatten().any(|f| f == PROTECT_ADDRESS_FINALIZER),
+            claim_owner: owner("IPAddressClaim", &object.spec.claim_ref.name),
+            pool_owner: owner(kind.kind(), &pool.name),
+            cluster_label: object.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)).map(|v| intern(v)),
+            deleting: object.metadata.deletion_timestamp.is_some(),
+            moving_away: object
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(DELETE_FOR_MOVE_ANNOTATION)),
+            pool,
+        })
+    }
+
+    /// Made for a claim: its owner reference, or our finalizer (the garbage collector takes the owner reference of
+    /// a claim that went without our release off an IPAddress whose pool still owns it, and `spec.claimRef` still
+    /// names the claim), whether or not our finalizer is still on it.
+    pub fn made_for_a_claim(&self) -> bool {
+        self.claim_owner.is_some() || self.protected
+    }
+}

@@ -1,0 +1,163 @@
+//! What the registry's holders are keyed by and hold, and what it answers with.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
+
+use super::pool_state::parse_ipv6;
+use crate::api::PoolKind;
+use crate::capi::IpAddressSpec;
+use crate::compact::{ObjectKey, intern};
+use crate::ipam::Allocation;
+use crate::ipam::address::parse_ip;
+
+/// A pool: its kind, namespace ("" for global pools) and name (shared strings: every IPAddress of the pool keeps
+/// one).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub kind: PoolKind,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+impl PoolKey {
+    pub fn new(kind: PoolKind, namespace: &str, name: &str) -> Self {
+        let namespace = if kind.is_global() { "" } else { namespace };
+        Self { kind, namespace: intern(namespace), name: intern(name) }
+    }
+
+    /// One shared copy of the key, for what every IPAddress of the pool keeps (8 bytes instead of 40 each).
+    pub fn shared(self) -> Arc<PoolKey> {
+        static SHARED: std::sync::LazyLock<parking_lot::Mutex<HashSet<Arc<PoolKey>>>> =
+            std::sync::LazyLock::new(Default::default);
+        let mut set = SHARED.lock();
+        if let Some(existing) = set.get(&self) {
+            return existing.clone();
+        }
+        let shared = Arc::new(self);
+        set.insert(shared.clone());
+        shared
+    }
+}
+
+impl std::fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {:?}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// What an IPAddress holds in its pool: an address (IP pools) or a prefix (prefix pools); `None` when unparsable.
+/// Byte-aligned (20 bytes, where the allocator's 16-byte-aligned `Allocation` would make it 48): one is kept per
+/// IPAddress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Held {
+    Ip(Option<IpAddr>),
+    Prefix(Option<HeldPrefix>),
+}
+
+/// A child prefix as held: its base address and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HeldPrefix {
+    pub base: Ipv6Addr,
+    pub len: u8,
+}
+
+impl From<Allocation> for HeldPrefix {
+    fn from(a: Allocation) -> Self {
+        HeldPrefix { base: Ipv6Addr::from(a.base), len: a.len }
+    }
+}
+
+impl HeldPrefix {
+    pub(super) fn allocation(self) -> Allocation {
+        Allocation { base: u128::from(self.base), len: self.len }
+    }
+}
+
+impl Held {
+    /// Parses the address an IPAddress spec holds, for a pool of `kind`, as Go's netip reads it: a zone, which a
+    /// hand-made IPAddress may carry, is no part of the address, so the address stays held.
+    pub fn of(kind: PoolKind, spec: &IpAddressSpec) -> Held {
+        if kind.is_prefix_pool() {
+            let allocation = parse_ipv6(&spec.address)
+                .zip(spec.prefix.and_then(|p| u8::try_from(p).ok()))
+                .and_then(|(a, len)| Allocation::new(a, len));
+            Held::Prefix(allocation.map(HeldPrefix::from))
+        } else {
+            Held::Ip(parse_ip(&spec.address).ok())
+        }
+    }
+}
+
+impl Held {
+    /// The address an IPAddress of it shows in `spec.address`: the address, or the child prefix's base address.
+    pub fn address(self) -> Option<IpAddr> {
+        match self {
+            Held::Ip(ip) => ip,
+            Held::Prefix(p) => p.map(|a| IpAddr::V6(a.base)),
+        }
+    }
+}
+
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Ip(Some(ip)) => write!(f, "{ip}"),
+            Held::Prefix(Some(a)) => write!(f, "{}/{}", a.base, a.len),
+            Held::Ip(None) | Held::Prefix(None) => f.write_str("(unparsable)"),
+        }
+    }
+}
+
+/// The key of a reservation: an address of a global pool that an IPAddress took with it when `clusterctl move` moved
+/// its Cluster to another management cluster (`super::moved_away`). Keyed by the address, in no namespace: no
+/// IPAddress key is ever equal to it.
+pub fn reservation_key(held: Held) -> ObjectKey {
+    ObjectKey::new("", &held.to_string())
+}
+
+pub fn is_reservation(key: &ObjectKey) -> bool {
+    key.namespace.is_empty()
+}
+
+/// One address held by more than one IPAddress of a pool: something handed it out twice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Duplicate {
+    pub pool: PoolKey,
+    pub held: Held,
+    /// Every IPAddress holding it, sorted.
+    pub holders: Vec<ObjectKey>,
+}
+
+impl std::fmt::Display for Duplicate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.holders.iter().map(ToString::to_string).collect();
+        write!(f, "{} is held by more than one IPAddress: {}", self.held, names.join(", "))
+    }
+}
+
+/// A new address for a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assigned {
+    /// The address (IP pools) or the child prefix's base address (prefix pools).
+    pub address: IpAddr,
+    /// `IPAddress.spec.prefix`: the pool's prefix, or the allocation length of a prefix pool.
+    pub prefix: i64,
+    pub gateway: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AllocateError {
+    #[error("{pool} has no free address")]
+    Exhausted { pool: PoolKey },
+    #[error("{pool} has an invalid spec: {reason}")]
+    InvalidPool { pool: PoolKey, reason: String },
+    #[error("{pool} is not loaded yet")]
+    Unknown { pool: PoolKey },
+    #[error("requested address {requested} cannot be allocated from {pool}: {reason}")]
+    Requested { pool: PoolKey, requested: String, reason: String },
+}

@@ -1,0 +1,377 @@
+//! The shared allocator state of every pool: the allocator of `crate::ipam`, the IPAddresses holding its addresses,
+//! and the claims waiting for a free address. It is fed by the IPAddress watch and by our own writes the moment they
+//! succeed, so allocation never re-lists and never waits for a cache to catch up. It is part of the index's state and
+//! written only through it, one step at a time (`super::Index`).
+
+mod held;
+mod pool_state;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::api::PoolSpec;
+pub use crate::compact::ObjectKey;
+use crate::ipam::address::parse_ip;
+use crate::ipam::{
+    Allocation, IpPoolAllocator, IpPoolConfig, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig, ReserveError,
+    prefix_pool::PrefixReserveError,
+};
+pub use held::{AllocateError, Assigned, Duplicate, Held, HeldPrefix, PoolKey, is_reservation, reservation_key};
+use pool_state::{Dirty, assigned, parse_config, parse_ipv6, take_waiters};
+
+enum Allocator {
+    Ip(IpPoolAllocator),
+    Prefix(PrefixPoolAllocator),
+}
+
+/// The configuration a pool spec parses to.
+#[derive(Clone, Debug, PartialEq)]
+enum Config {
+    Ip(IpPoolConfig, Option<String>),
+    Prefix(PrefixPoolConfig, Option<String>),
+}
+
+struct Holding {
+    held: Held,
+    /// Seen in the API server (watch or a successful create); false while our create is in flight.
+    confirmed: bool,
+}
+
+/// The state of one pool.
+#[derive(Default)]
+struct PoolState {
+    /// The spec we built the allocator from (to notice changes).
+    spec: Option<PoolSpec>,
+    config_error: Option<String>,
+    allocator: Option<Allocator>,
+    prefix: i64,
+    gateway: Option<String>,
+    holders: HashMap<ObjectKey, Holding>,
+    /// Claims that found the pool exhausted, oldest first.
+    waiters: VecDeque<ObjectKey>,
+    /// Addresses held by more than one IPAddress, with their holders (empty unless something went wrong).
+    duplicates: HashMap<Held, Vec<ObjectKey>>,
+}
+
+/// The allocator state of all pools.
+#[derive(Default)]
+pub struct Registry {
+    pools: HashMap<PoolKey, PoolState>,
+    /// Pools whose counts changed since the status writer last took them, oldest change first.
+    dirty: Dirty,
+}
+
+/// What waking after a change found: claims to reconcile now.
+pub type Woken = Vec<ObjectKey>;
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Up to `limit` of the pools whose counts changed, those that changed first first; the rest wait their turn (a
+    /// pool taken and changed again goes to the back, so every changed pool gets its turn).
+    pub fn take_dirty(&mut self, limit: usize) -> Vec<PoolKey> {
+        self.dirty.take(limit)
+    }
+
+    /// Applies a pool's spec. Addresses in use are kept. Returns the claims to wake when the change may have freed
+    /// addresses.
+    pub fn apply_spec(&mut self, key: &PoolKey, spec: &PoolSpec) -> Woken {
+        let state = self.pools.entry(key.clone()).or_default();
+        if state.spec.as_ref() == Some(spec) {
+            return Vec::new();
+        }
+        state.spec = Some(spec.clone());
+        let config = parse_config(spec);
+        match config {
+            Err(reason) => {
+                state.config_error = Some(reason);
+                state.allocator = None;
+            }
+            Ok(config) => {
+                state.config_error = None;
+                match (&mut state.allocator, config) {
+                    (Some(Allocator::Ip(a)), Config::Ip(c, gateway)) => {
+                        if a.apply_config(c.clone()).is_ok() {
+                            state.prefix = i64::from(c.prefix());
+                            state.gateway = gateway;
+                        } else {
+                            // The other family: the addresses in use are rebuilt from the holders, never dropped.
+                            state.rebuild(Config::Ip(c, gateway));
+                        }
+                    }
+                    (Some(Allocator::Prefix(a)), Config::Prefix(c, gateway)) => {
+                        state.prefix = i64::from(c.allocation_length());
+                        a.apply_config(c);
+                        state.gateway = gateway;
+                    }
+                    (_, config) => state.rebuild(config),
+                }
+            }
+        }
+        self.dirty.mark(key);
+        self.wake_all(key)
+    }
+
+    /// Forgets a deleted pool's spec (its IPAddresses stay recorded: they count if the pool comes back).
+    pub fn remove_spec(&mut self, key: &PoolKey) {
+        if let Some(state) = self.pools.get_mut(key) {
+            state.spec = None;
+            state.config_error = None;
+            state.allocator = None;
+        }
+    }
+
+    /// Records an IPAddress seen in the API server (or just created by us). Returns the duplicate when another
+    /// IPAddress of the pool holds the same address: that must never happen, and the caller says so loudly.
+    pub fn record(&mut self, pool_key: &PoolKey, address: &ObjectKey, held: Held) -> Option<Duplicate> {
+        let state = self.pools.entry(pool_key.clone()).or_default();
+        match state.holders.get_mut(address) {
+            Some(h) if h.held == held => {
+                h.confirmed = true;
+                return None;
+            }
+            Some(_) => {
+                if let Some(old) = state.holders.remove(address) {
+                    let _ = state.clear_duplicate(address, old.held);
+                    state.release(old.held);
+                }
+            }
+            None => {}
+        }
+        let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, address, held));
+        state.record(held);
+        state.holders.insert(address.clone(), Holding { held, confirmed: true });
+        self.dirty.mark(pool_key);
+        duplicate
+    }
+
+    /// The duplicate the IPAddress `address` is part of, if another IPAddress of the pool holds its address too.
+    pub fn duplicate_of(&self, pool_key: &PoolKey, address: &ObjectKey) -> Option<Duplicate> {
+        let state = self.pools.get(pool_key)?;
+        let held = state.holders.get(address)?.held;
+        let holders = state.duplicates.get(&held)?.clone();
+        Some(Duplicate { pool: pool_key.clone(), held, holders })
+    }
+
+    /// The addresses of a pool that more than one IPAddress holds.
+    pub fn duplicates(&self, pool_key: &PoolKey) -> Vec<Duplicate> {
+        let Some(state) = self.pools.get(pool_key) else { return Vec::new() };
+        let mut out: Vec<Duplicate> = state
+            .duplicates
+            .iter()
+            .map(|(held, holders)| Duplicate { pool: pool_key.clone(), held: *held, holders: holders.clone() })
+            .collect();
+        out.sort_by(|a, b| a.holders.cmp(&b.holders));
+        out
+    }
+
+    /// Forgets an IPAddress that is gone. Returns the claims to wake now that its address is free.
+    pub fn forget(&mut self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
+        self.release_holder_if(pool_key, address, |_| true)
+    }
+
+    /// Hands the hold of `from` over to `to` in one step, so the address is never free in between (an
+    /// IPAddress moved away becomes a reservation, a reservation becomes the IPAddress that came back). Returns what
+    /// moved over, `None` when `from` held nothing.
+    pub fn transfer(&mut self, pool_key: &PoolKey, from: &ObjectKey, to: &ObjectKey) -> Option<Held> {
+        let state = self.pools.get_mut(pool_key)?;
+        let holding = state.holders.remove(from)?;
+        if let Some(old) = state.holders.remove(to) {
+            let _ = state.clear_duplicate(to, old.held);
+            state.release(old.held);
+        }
+        if let Some(holders) = state.duplicates.get_mut(&holding.held) {
+            holders.iter_mut().filter(|k| *k == from).for_each(|k| *k = to.clone());
+        }
+        let held = holding.held;
+        state.holders.insert(to.clone(), Holding { held, confirmed: true });
+        self.dirty.mark(pool_key);
+        Some(held)
+    }
+
+    /// What `address` holds in the pool, if anything.
+    pub fn held_by(&self, pool_key: &PoolKey, address: &ObjectKey) -> Option<Held> {
+        self.pools.get(pool_key)?.holders.get(address).map(|h| h.held)
+    }
+
+    /// Reserves `held` even when an IPAddress holds it already; returns the duplicate that makes then.
+    pub fn reserve_alongside(&mut self, pool_key: &PoolKey, held: Held) -> Option<Duplicate> {
+        let state = self.pools.entry(pool_key.clone()).or_default();
+        let key = reservation_key(held);
+        if state.holders.contains_key(&key) {
+            return None;
+        }
+        let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, &key, held));
+        state.record(held);
+        state.holders.insert(key, Holding { held, confirmed: true });
+        self.dirty.mark(pool_key);
+        duplicate
+    }
+
+    /// Reserves `held` (see [`reservation_key`]) unless something holds it already; returns whether it did.
+    pub fn reserve(&mut self, pool_key: &PoolKey, held: Held) -> bool {
+        let state = self.pools.entry(pool_key.clone()).or_default();
+        let key = reservation_key(held);
+        if state.holders.contains_key(&key) || state.is_held(held) {
+            return false;
+        }
+        state.record(held);
+        state.holders.insert(key, Holding { held, confirmed: true });
+        self.dirty.mark(pool_key);
+        true
+    }
+
+    /// The reservations of a pool, as the addresses they hold.
+    pub fn reservations(&self, pool_key: &PoolKey) -> Vec<Held> {
+        let Some(state) = self.pools.get(pool_key) else { return Vec::new() };
+        state.holders.iter().filter(|(k, _)| is_reservation(k)).map(|(_, h)| h.held).collect()
+    }
+
+    /// Drops our not-yet-confirmed hold after a create the API server rejected.
+    pub fn abandon(&mut self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
+        self.abandon_unless(pool_key, address, || false)
+    }
+
+    /// Drops our not-yet-confirmed hold of `address` unless `keep` says otherwise.
+    pub fn abandon_unless(&mut self, pool_key: &PoolKey, address: &ObjectKey, keep: impl FnOnce() -> bool) -> Woken {
+        self.release_holder_if(pool_key, address, |holding| !holding.confirmed && !keep())
+    }
+
+    /// Releases what `address` holds when `release` says so: its address is free, a duplicate
+    /// it was part of is cleared, and the claims to wake are returned.
+    fn release_holder_if(
+        &mut self,
+        pool_key: &PoolKey,
+        address: &ObjectKey,
+        release: impl FnOnce(&Holding) -> bool,
+    ) -> Woken {
+        let Some(state) = self.pools.get_mut(pool_key) else { return Vec::new() };
+        if !state.holders.get(address).is_some_and(release) {
+            return Vec::new();
+        }
+        let Some(old) = state.holders.remove(address) else { return Vec::new() };
+        let mut woken = state.clear_duplicate(address, old.held);
+        state.release(old.held);
+        woken.extend(take_waiters(state));
+        self.dirty.mark(pool_key);
+        woken
+    }
+
+    /// The pool where `address` holds something not yet seen in the API server, if any.
+    pub fn unconfirmed_hold(&self, address: &ObjectKey) -> Option<PoolKey> {
+        self.pools.iter().find(|(_, p)| p.holders.get(address).is_some_and(|h| !h.confirmed)).map(|(k, _)| k.clone())
+    }
+
+    /// Whether `address` holds something not yet seen in the API server (our create of it is uncertain).
+    pub fn holds_unconfirmed(&self, pool_key: &PoolKey, address: &ObjectKey) -> bool {
+        self.pools.get(pool_key).is_some_and(|p| p.holders.get(address).is_some_and(|h| !h.confirmed))
+    }
+
+    /// Marks our hold confirmed once our create succeeded.
+    pub fn confirm(&mut self, pool_key: &PoolKey, address: &ObjectKey) {
+        if let Some(h) = self.pools.get_mut(pool_key).and_then(|p| p.holders.get_mut(address)) {
+            h.confirmed = true;
+        }
+    }
+
+    /// The address an IPAddress named `address` should get in `pool_key`: the one it holds already (a retry after an
+    /// uncertain create), else `requested` when given, else the lowest free one. The hold is taken here, before the
+    /// IPAddress is created, so concurrent allocations in the pool never pick the same address.
+    pub fn allocate(
+        &mut self,
+        pool_key: &PoolKey,
+        address: &ObjectKey,
+        requested: Option<&str>,
+    ) -> Result<Assigned, AllocateError> {
+        let state = self.pools.entry(pool_key.clone()).or_default();
+        if let Some(reason) = &state.config_error {
+            return Err(AllocateError::InvalidPool { pool: pool_key.clone(), reason: reason.clone() });
+        }
+        if let Some(h) = state.holders.get(address) {
+            let held = h.held;
+            return assigned(&state, held).ok_or_else(|| AllocateError::InvalidPool {
+                pool: pool_key.clone(),
+                reason: format!("IPAddress {address} holds an address the pool cannot parse"),
+            });
+        }
+        let prefix = state.prefix;
+        let Some(allocator) = state.allocator.as_mut() else {
+            return Err(AllocateError::Unknown { pool: pool_key.clone() });
+        };
+        let requested_error = |reason: String| AllocateError::Requested {
+            pool: pool_key.clone(),
+            requested: requested.unwrap_or_default().to_owned(),
+            reason,
+        };
+        let held = match (allocator, requested) {
+            (Allocator::Ip(a), None) => {
+                Held::Ip(Some(a.allocate().map_err(|_| AllocateError::Exhausted { pool: pool_key.clone() })?))
+            }
+            (Allocator::Ip(a), Some(r)) => {
+                let ip = parse_ip(r).map_err(|_| requested_error("not an IP address".to_owned()))?;
+                a.reserve(ip).map_err(|e| match e {
+                    ReserveError::Taken(_) => requested_error("it is already allocated".to_owned()),
+                    other => requested_error(other.to_string()),
+                })?;
+                Held::Ip(Some(ip))
+            }
+            (Allocator::Prefix(a), None) => {
+                let base = a.allocate().map_err(|_| AllocateError::Exhausted { pool: pool_key.clone() })?;
+                Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)).map(HeldPrefix::from))
+            }
+            (Allocator::Prefix(a), Some(r)) => {
+                let base = parse_ipv6(r).ok_or_else(|| requested_error("not an IPv6 address".to_owned()))?;
+                a.reserve(base).map_err(|e| match e {
+                    PrefixReserveError::Taken(..) => requested_error("it is already allocated".to_owned()),
+                    other => requested_error(other.to_string()),
+                })?;
+                Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)).map(HeldPrefix::from))
+            }
+        };
+        state.holders.insert(address.clone(), Holding { held, confirmed: false });
+        let result = assigned(&state, held).ok_or_else(|| AllocateError::Unknown { pool: pool_key.clone() });
+        self.dirty.mark(pool_key);
+        result
+    }
+
+    /// Registers a claim that found the pool exhausted; it is woken when an address frees up.
+    pub fn wait(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
+        let state = self.pools.entry(pool_key.clone()).or_default();
+        if !state.waiters.contains(claim) {
+            state.waiters.push_back(claim.clone());
+        }
+    }
+
+    /// Removes a claim from a pool's waiting list (it was allocated, deleted or paused).
+    pub fn stop_waiting(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
+        if let Some(state) = self.pools.get_mut(pool_key) {
+            state.waiters.retain(|c| c != claim);
+        }
+    }
+
+    fn wake_all(&mut self, key: &PoolKey) -> Woken {
+        let Some(state) = self.pools.get_mut(key) else { return Vec::new() };
+        if state.is_exhausted() {
+            return Vec::new();
+        }
+        state.waiters.drain(..).collect()
+    }
+
+    /// The D4 counts of a pool, and its spec error if any.
+    pub fn counts(&self, key: &PoolKey) -> (PoolCounts, Option<String>) {
+        match self.pools.get(key) {
+            Some(state) => (state.counts(), state.config_error.clone()),
+            None => (PoolCounts::default(), None),
+        }
+    }
+
+    /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0; reservations do not count, they go
+    /// with the pool).
+    pub fn used(&self, key: &PoolKey) -> usize {
+        self.pools.get(key).map_or(0, |p| p.holders.keys().filter(|k| !is_reservation(k)).count())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

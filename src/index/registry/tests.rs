@@ -1,0 +1,242 @@
+use super::*;
+use crate::api::PoolKind;
+use crate::capi::IpAddressSpec;
+
+/// What the simulation and the tests read of the registry.
+impl Registry {
+    /// Whether every pool's allocator counts as many addresses in use as it has holders (the simulation checks it
+    /// after every step).
+    pub fn check_consistency(&self) -> Result<(), String> {
+        for (key, state) in &self.pools {
+            let used = state.counts().used;
+            if state.allocator.is_some() && used != state.holders.len() as i64 {
+                let holders: Vec<String> = state.holders.iter().map(|(k, h)| format!("{k}={}", h.held)).collect();
+                return Err(format!("{key} counts {used} in use but has {} holders: {holders:?}", state.holders.len()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every holder of a pool: the IPAddress (or reservation), what it holds, and whether it is confirmed.
+    pub fn holders(&self, key: &PoolKey) -> Vec<(ObjectKey, Held, bool)> {
+        let Some(state) = self.pools.get(key) else { return Vec::new() };
+        let mut holders: Vec<(ObjectKey, Held, bool)> =
+            state.holders.iter().map(|(k, h)| (k.clone(), h.held, h.confirmed)).collect();
+        holders.sort_by(|a, b| a.0.cmp(&b.0));
+        holders
+    }
+}
+use serde_json::json;
+
+/// A pool spec from its JSON, for a pool of `kind`.
+pub(crate) fn spec(kind: PoolKind, value: serde_json::Value) -> PoolSpec {
+    if kind.is_prefix_pool() {
+        PoolSpec::Prefix(serde_json::from_value(value).expect("a prefix pool spec"))
+    } else {
+        PoolSpec::Ip(serde_json::from_value(value).expect("an IP pool spec"))
+    }
+}
+
+fn pool() -> PoolKey {
+    PoolKey::new(PoolKind::InClusterIPPool, "ns", "p")
+}
+
+fn obj(n: &str) -> ObjectKey {
+    ObjectKey::new("ns", n)
+}
+
+#[test]
+fn holds_are_taken_before_the_create_and_kept_on_retry() {
+    let mut r = Registry::new();
+    r.apply_spec(
+        &pool(),
+        &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24, "gateway": "10.0.0.254"})),
+    );
+    let a = r.allocate(&pool(), &obj("a"), None).unwrap();
+    assert_eq!(a.address.to_string(), "10.0.0.1");
+    assert_eq!((a.prefix, a.gateway.as_deref()), (24, Some("10.0.0.254")));
+    // A retry of the same claim gets the same address; another claim gets the next.
+    assert_eq!(r.allocate(&pool(), &obj("a"), None).unwrap().address.to_string(), "10.0.0.1");
+    assert_eq!(r.allocate(&pool(), &obj("b"), None).unwrap().address.to_string(), "10.0.0.2");
+    assert!(matches!(r.allocate(&pool(), &obj("c"), None), Err(AllocateError::Exhausted { .. })));
+    r.wait(&pool(), &obj("c"));
+    // The watch confirms a; b's create is rejected: b's address is free again and c is woken.
+    r.record(&pool(), &obj("a"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
+    assert_eq!(r.abandon(&pool(), &obj("b")), vec![obj("c")]);
+    assert_eq!(r.allocate(&pool(), &obj("c"), None).unwrap().address.to_string(), "10.0.0.2");
+    // A confirmed hold is not abandoned.
+    r.confirm(&pool(), &obj("c"));
+    assert!(r.abandon(&pool(), &obj("c")).is_empty());
+    assert_eq!(r.used(&pool()), 2);
+}
+
+/// An IPAddress written by hand with an IPv6 zone holds its address, as the Go provider reads it: it was counted
+/// as unparsable, and its address (IP pools) or child prefix (prefix pools) handed out again.
+#[test]
+fn an_ipaddress_written_with_a_zone_holds_its_address() {
+    let mut r = Registry::new();
+    let key = PoolKey::new(PoolKind::InClusterIPPool, "ns", "v6");
+    r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["fd00::1-fd00::2"], "prefix": 64})));
+    let zoned = IpAddressSpec { address: "fd00::1%eth0".into(), prefix: Some(64), ..Default::default() };
+    assert_eq!(Held::of(key.kind, &zoned), Held::Ip(Some("fd00::1".parse().unwrap())));
+    r.record(&key, &obj("by-hand"), Held::of(key.kind, &zoned));
+    assert_eq!(r.allocate(&key, &obj("a"), None).unwrap().address.to_string(), "fd00::2");
+    assert_eq!(r.counts(&key).0.out_of_range, 0);
+
+    let key = PoolKey::new(PoolKind::InClusterPrefixPool, "ns", "prefixes");
+    r.apply_spec(&key, &spec(key.kind, json!({"prefixes": ["fd00::/63"], "allocationPrefixLength": 64})));
+    let zoned = IpAddressSpec { address: "fd00::%eth0".into(), prefix: Some(64), ..Default::default() };
+    r.record(&key, &obj("by-hand"), Held::of(key.kind, &zoned));
+    assert_eq!(r.allocate(&key, &obj("a"), None).unwrap().address.to_string(), "fd00:0:0:1::");
+    assert!(matches!(r.allocate(&key, &obj("b"), None), Err(AllocateError::Exhausted { .. })));
+}
+
+/// A requested address is read as the webhook reads it (which admits a zone in `preAllocations`): a claim the
+/// pool was admitted with must not wait for ever on "not an IP address".
+#[test]
+fn a_requested_address_with_a_zone_is_the_address() {
+    let mut r = Registry::new();
+    let key = PoolKey::new(PoolKind::InClusterIPPool, "ns", "v6");
+    r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["fd00::1-fd00::9"], "prefix": 64})));
+    assert_eq!(r.allocate(&key, &obj("a"), Some("fd00::5%eth0")).unwrap().address.to_string(), "fd00::5");
+    assert!(matches!(r.allocate(&key, &obj("b"), Some("fd00::5")), Err(AllocateError::Requested { .. })));
+}
+
+#[test]
+fn addresses_recorded_before_the_pool_spec_count_once_it_arrives() {
+    let mut r = Registry::new();
+    r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
+    assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::Unknown { .. })));
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
+    assert_eq!(r.allocate(&pool(), &obj("y"), None).unwrap().address.to_string(), "10.0.0.2");
+    let (c, err) = r.counts(&pool());
+    assert_eq!((c.total, c.used, c.free, err), (3, 2, 1, None));
+}
+
+#[test]
+fn an_invalid_spec_allocates_nothing_and_counts_everything_out_of_range() {
+    let mut r = Registry::new();
+    r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["nope"], "prefix": 24})));
+    assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::InvalidPool { .. })));
+    let (c, err) = r.counts(&pool());
+    assert_eq!((c.total, c.used, c.out_of_range), (0, 1, 1));
+    assert!(err.is_some());
+}
+
+#[test]
+fn a_pool_edit_wakes_every_waiter_when_it_frees_space() {
+    let mut r = Registry::new();
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1"], "prefix": 24})));
+    r.allocate(&pool(), &obj("a"), None).unwrap();
+    r.wait(&pool(), &obj("b"));
+    r.wait(&pool(), &obj("c"));
+    assert_eq!(
+        r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24}))),
+        vec![obj("b"), obj("c")]
+    );
+}
+
+#[test]
+fn requested_addresses() {
+    let mut r = Registry::new();
+    r.apply_spec(
+        &pool(),
+        &spec(
+            pool().kind,
+            json!({"addresses": ["10.0.0.1-10.0.0.5"], "prefix": 24, "excludedAddresses": ["10.0.0.4"]}),
+        ),
+    );
+    assert_eq!(r.allocate(&pool(), &obj("a"), Some("10.0.0.3")).unwrap().address.to_string(), "10.0.0.3");
+    let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.3")).unwrap_err().to_string();
+    assert!(err.contains("already allocated"), "{err}");
+    let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.4")).unwrap_err().to_string();
+    assert!(err.contains("excludedAddresses"), "{err}");
+    let err = r.allocate(&pool(), &obj("b"), Some("10.0.9.9")).unwrap_err().to_string();
+    assert!(err.contains("not in the pool's addresses"), "{err}");
+    assert_eq!(r.allocate(&pool(), &obj("b"), None).unwrap().address.to_string(), "10.0.0.1");
+}
+
+#[test]
+fn an_address_held_twice_is_reported_and_stays_in_use_until_both_are_released() {
+    let mut r = Registry::new();
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
+    let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+    // Seen again (a resync): not a duplicate.
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+    let d = r.record(&pool(), &obj("b"), ip("10.0.0.1")).expect("a duplicate");
+    assert_eq!(d.holders, vec![obj("a"), obj("b")]);
+    assert_eq!(d.to_string(), "10.0.0.1 is held by more than one IPAddress: ns/a, ns/b");
+    let d = r.record(&pool(), &obj("c"), ip("10.0.0.1")).expect("a third holder");
+    assert_eq!(d.holders, vec![obj("a"), obj("b"), obj("c")]);
+    assert_eq!(r.duplicates(&pool()).len(), 1);
+    assert!(r.duplicate_of(&pool(), &obj("b")).is_some() && r.duplicate_of(&pool(), &obj("x")).is_none());
+    // Releasing one holder keeps the address in use: the next allocation does not hand it out a third time. The
+    // remaining holders are woken (their claims' conditions name the duplicate).
+    assert_eq!(r.forget(&pool(), &obj("a")), vec![obj("b"), obj("c")]);
+    assert_eq!(r.forget(&pool(), &obj("b")), vec![obj("c")]);
+    assert!(r.duplicates(&pool()).is_empty(), "one holder left: no longer a duplicate");
+    assert_eq!(r.allocate(&pool(), &obj("d"), None).unwrap().address.to_string(), "10.0.0.2");
+    r.forget(&pool(), &obj("c"));
+    assert_eq!(r.allocate(&pool(), &obj("e"), None).unwrap().address.to_string(), "10.0.0.1");
+}
+
+#[test]
+fn duplicates_recorded_before_the_pool_spec_are_found_when_it_arrives() {
+    let mut r = Registry::new();
+    let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+    assert_eq!(r.record(&pool(), &obj("b"), ip("10.0.0.1")), None, "unknown before the spec");
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
+    let found = r.duplicates(&pool());
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].holders, vec![obj("a"), obj("b")]);
+}
+
+#[test]
+fn prefix_pools() {
+    let mut r = Registry::new();
+    let key = PoolKey::new(PoolKind::GlobalInClusterPrefixPool, "ignored", "pp");
+    assert_eq!(&*key.namespace, "");
+    r.apply_spec(
+        &key,
+        &spec(key.kind, json!({"prefixes": ["fd00::/62"], "allocationPrefixLength": 64, "gateway": "fd00::1"})),
+    );
+    let a = r.allocate(&key, &obj("a"), None).unwrap();
+    assert_eq!((a.address.to_string(), a.prefix, a.gateway.as_deref()), ("fd00::".into(), 64, Some("fd00::1")));
+    let spec = IpAddressSpec { address: "fd00:0:0:1::".into(), prefix: Some(64), ..Default::default() };
+    r.record(&key, &obj("b"), Held::of(key.kind, &spec));
+    assert_eq!(r.allocate(&key, &obj("c"), None).unwrap().address.to_string(), "fd00:0:0:2::");
+}
+
+#[test]
+fn a_moved_away_address_stays_held_as_a_reservation_until_it_comes_back() {
+    let mut r = Registry::new();
+    let key = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+    r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24})));
+    let ip = Held::Ip(Some("10.0.0.1".parse().unwrap()));
+    r.record(&key, &obj("a"), ip);
+    // The IPAddress moves away: its hold becomes the reservation, never free in between.
+    assert_eq!(r.transfer(&key, &obj("a"), &reservation_key(ip)), Some(ip));
+    assert_eq!(r.held_by(&key, &obj("a")), None);
+    assert_eq!(r.reservations(&key), [ip]);
+    assert_eq!(r.used(&key), 0, "a reservation does not hold the pool's finalizer");
+    assert_eq!(r.counts(&key).0.used, 1, "but it counts as used");
+    assert_eq!(r.allocate(&key, &obj("b"), None).unwrap().address.to_string(), "10.0.0.2");
+    assert!(matches!(r.allocate(&key, &obj("c"), None), Err(AllocateError::Exhausted { .. })));
+    // Reserving what is held does nothing; an unknown key transfers nothing.
+    assert!(!r.reserve(&key, ip));
+    assert_eq!(r.transfer(&key, &obj("nobody"), &obj("x")), None);
+    // It comes back under a new IPAddress: no duplicate, no reservation left.
+    assert_eq!(r.transfer(&key, &reservation_key(ip), &obj("a2")), Some(ip));
+    assert_eq!(r.record(&key, &obj("a2"), ip), None);
+    assert!(r.reservations(&key).is_empty());
+    assert!(r.duplicates(&key).is_empty());
+    // A reservation from the pool's annotation alone, released again.
+    r.forget(&key, &obj("a2"));
+    assert!(r.reserve(&key, ip));
+    assert_eq!(r.counts(&key).0.used, 2);
+    r.forget(&key, &reservation_key(ip));
+    assert_eq!(r.allocate(&key, &obj("c"), None).unwrap().address.to_string(), "10.0.0.1");
+}
