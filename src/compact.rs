@@ -2,16 +2,17 @@
 //! memory target: shared strings for the few distinct namespaces, pool and cluster names, UIDs as 16 bytes, and
 //! digests in place of texts that are only ever compared.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 static INTERNED: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Default::default);
 
 /// One shared copy of a string that many cached objects repeat (a namespace, a pool or cluster name). The set only
 /// grows: it holds each distinct namespace, pool name and cluster name seen, a handful per cluster.
 pub fn intern(s: &str) -> Arc<str> {
-    let mut set = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut set = INTERNED.lock();
     if let Some(existing) = set.get(s) {
         return existing.clone();
     }

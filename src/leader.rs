@@ -19,7 +19,8 @@
 //! counting from when it sees that record, starts no sooner after the last write than it would after an expiry
 //! (an empty holder would let it start at once, while writes the old leader sent can still land).
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -110,7 +111,7 @@ impl TermClock {
                 Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_nsec).unwrap_or(0))
             }
             #[cfg(test)]
-            TermClock::Manual(t) => *t.lock().unwrap_or_else(|e| e.into_inner()),
+            TermClock::Manual(t) => *t.lock(),
             #[cfg(test)]
             TermClock::Tokio(since) => since.elapsed(),
         }
@@ -135,7 +136,7 @@ impl Term {
     }
 
     fn valid_until(&self) -> Duration {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+        *self.valid_until.lock()
     }
 
     /// How long the term still runs, on its clock; zero once over.
@@ -298,7 +299,7 @@ impl Elector {
             };
             match attempt {
                 Attempt::Held { sent } => {
-                    let mut until = term.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut until = term.valid_until.lock();
                     // Never extend a term that has already ended on the clock.
                     if !term.ended.is_cancelled() && self.clock.now() < *until {
                         *until = (*until).max(sent + self.timings.renew_deadline);
@@ -486,12 +487,12 @@ mod tests {
         let fence = term(Duration::from_secs(10));
         let t = fence.term.clone().expect("a term");
         tokio::time::sleep(Duration::from_secs(8)).await;
-        *t.valid_until.lock().expect("lock") = t.clock.now() + Duration::from_secs(10);
+        *t.valid_until.lock() = t.clock.now() + Duration::from_secs(10);
         tokio::time::sleep(Duration::from_secs(8)).await;
         assert!(fence.holds(), "renewed at 8 s, so it holds at 16 s");
         fence.ended().await;
         assert!(!fence.holds());
-        *t.valid_until.lock().expect("lock") = t.clock.now() + Duration::from_secs(10);
+        *t.valid_until.lock() = t.clock.now() + Duration::from_secs(10);
         assert!(!fence.holds(), "a term that ended is never revived");
     }
 
@@ -506,7 +507,7 @@ mod tests {
         let in_flight = fence.guard(std::future::pending::<()>());
         let suspended = async {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            *boot.lock().expect("lock") += Duration::from_secs(60);
+            *boot.lock() += Duration::from_secs(60);
         };
         let (dropped, ()) = tokio::join!(in_flight, suspended);
         assert_eq!(dropped, Err(Fenced), "the write in flight across the suspend is dropped");

@@ -60,7 +60,7 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
     config.read_timeout = Some(Duration::from_secs(60));
     config.reset_reader_on_write = true;
     // Audit logs and API priority and fairness tell our requests apart by it.
-    config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_str(&user_agent())?));
+    config.headers.push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_str(&user_agent())?));
     Ok(Client::try_from(config)?)
 }
 

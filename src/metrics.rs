@@ -1,8 +1,9 @@
 //! Prometheus metrics (docs/compatibility.md D16). Labels stay bounded: pool kind, namespace and name, controller,
 //! webhook path and result, error kind. Nothing is labelled per claim or per address.
 
+use parking_lot::Mutex;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -265,7 +266,7 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        let source = self.waiting_source.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(Weak::upgrade);
+        let source = self.waiting_source.lock().as_ref().and_then(Weak::upgrade);
         let (waiting, longest) = source.map_or((0, Duration::ZERO), |s| s.waiting());
         self.claims_waiting.set(i64::try_from(waiting).unwrap_or(i64::MAX));
         self.claims_waiting_longest.set(longest.as_secs_f64());
@@ -312,7 +313,7 @@ impl Metrics {
 
     /// Reads the waiting claims from `source` at every scrape, while it lives.
     pub fn watch_waiting(&self, source: Weak<dyn WaitingClaims>) {
-        *self.waiting_source.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
+        *self.waiting_source.lock() = Some(source);
     }
 
     pub fn set_leading(&self, leading: bool) {

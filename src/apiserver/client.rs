@@ -180,9 +180,10 @@ impl ApiServer for KubeApi {
                 ..DeleteParams::default()
             };
             let api = self.addresses(&key.namespace);
-            match self.write(api.delete(&key.name, &params)).await? {
-                either::Either::Left(deleting) => Ok(Deleted::Deleting(Box::new(typed_address(deleting)))),
-                either::Either::Right(_) => Ok(Deleted::Gone),
+            // kube answers the object while finalizers hold it, else the API server's Status.
+            match self.write(api.delete(&key.name, &params)).await?.left() {
+                Some(deleting) => Ok(Deleted::Deleting(Box::new(typed_address(deleting)))),
+                None => Ok(Deleted::Gone),
             }
         })
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::channel::mpsc;
+use tokio::sync::mpsc;
 use tokio_util::time::DelayQueue;
 
 use super::{Context, Error};
@@ -22,7 +22,7 @@ pub async fn write_pending(ctx: Arc<Context>, mut changed: mpsc::UnboundedReceiv
     let mut retries: DelayQueue<PoolKey> = DelayQueue::new();
     loop {
         let key = tokio::select! {
-            Some(key) = changed.next() => key,
+            Some(key) = changed.recv() => key,
             Some(expired) = retries.next(), if !retries.is_empty() => expired.into_inner(),
             else => return,
         };

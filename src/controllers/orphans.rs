@@ -7,8 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::channel::mpsc;
+use tokio::sync::mpsc;
 
 use super::{Context, ipaddress};
 use crate::index::{AddressRecord, ObjectKey};
@@ -25,7 +24,7 @@ pub async fn run(ctx: Arc<Context>, mut gone: mpsc::UnboundedReceiver<ObjectKey>
                     sweep(&ctx, &mut orphaned_since, delay).await;
                 }
             }
-            Some(key) = gone.next() => release_if_orphaned(&ctx, &key).await,
+            Some(key) = gone.recv() => release_if_orphaned(&ctx, &key).await,
         }
     }
 }

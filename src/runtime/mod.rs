@@ -5,7 +5,7 @@ pub mod queue;
 pub mod reachability;
 pub mod watch;
 
-use futures::channel::mpsc;
+use tokio::sync::mpsc;
 
 use crate::index::{ObjectKey, PoolKey, Sink};
 use crate::metrics::Metrics;
@@ -28,8 +28,8 @@ pub struct WorkStreams {
 
 impl Work {
     pub fn new(metrics: &Metrics) -> (Work, WorkStreams) {
-        let (gone, gone_rx) = mpsc::unbounded();
-        let (moved_away, moved_away_rx) = mpsc::unbounded();
+        let (gone, gone_rx) = mpsc::unbounded_channel();
+        let (moved_away, moved_away_rx) = mpsc::unbounded_channel();
         let streams = WorkStreams { gone: gone_rx, moved_away: moved_away_rx };
         let claims = WorkQueue::with_gauges(metrics.queue("claims"));
         let pools = WorkQueue::with_gauges(metrics.queue("pools"));
@@ -51,10 +51,10 @@ impl Sink for Work {
     }
 
     fn claim_gone(&self, claim: ObjectKey) {
-        let _ = self.gone.unbounded_send(claim);
+        let _ = self.gone.send(claim);
     }
 
     fn moved_away_changed(&self, pool: PoolKey) {
-        let _ = self.moved_away.unbounded_send(pool);
+        let _ = self.moved_away.send(pool);
     }
 }

@@ -4,9 +4,9 @@
 //! Keys added with [`WorkQueue::add_first`] go before the others (a claim waiting for an address before 100,000 bound
 //! claims that are only checked). Delayed requeues wait in tokio's `DelayQueue`.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
-use std::sync::Mutex;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -129,8 +129,8 @@ impl<K: Clone + Eq + Hash> State<K> {
 }
 
 impl<K: Clone + Eq + Hash> WorkQueue<K> {
-    fn state(&self) -> std::sync::MutexGuard<'_, State<K>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, State<K>> {
+        self.state.lock()
     }
 
     fn observe(&self, state: &State<K>) {

@@ -3,8 +3,8 @@
 //! parked instead of backing off for longer and longer. The first answer afterwards (any watch event, any successful
 //! request) hands them back at once, so claims are bound within moments of the API server's return.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -34,8 +34,8 @@ const BLIP: std::time::Duration = std::time::Duration::from_secs(1);
 const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Reachability {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// A request could not reach the API server. `operation` and `object` name what failed (for the one WARN);

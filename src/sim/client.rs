@@ -1,10 +1,11 @@
 //! [`ApiServer`] on the simulated API server: every request waits, as a pending request, until the schedule decides
 //! its fate (answered, applied without an answer, not applied, refused); a write of a term that ended is not sent.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use k8s_openapi::api::events::v1::Event;
@@ -117,7 +118,7 @@ impl Hub {
 }
 
 pub fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
-    hub.lock().unwrap_or_else(|e| e.into_inner())
+    hub.lock()
 }
 
 /// One term's way to the simulated API server.
@@ -136,7 +137,7 @@ impl Future for Waiting {
     type Output = Result<Answer, ApiError>;
 
     fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        match self.0.lock().take() {
             Some(answer) => Poll::Ready(answer),
             None => Poll::Pending,
         }

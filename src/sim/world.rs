@@ -2,11 +2,12 @@
 //! workers (the real index and controllers, on [`SimApi`]), and the users and clusterctl acting on the API server.
 //! Every step is chosen by one seeded generator; after every step the invariants are checked.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
@@ -121,8 +122,8 @@ struct Wakes {
 }
 
 impl SimSink {
-    fn wakes(&self) -> std::sync::MutexGuard<'_, Wakes> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn wakes(&self) -> parking_lot::MutexGuard<'_, Wakes> {
+        self.0.lock()
     }
 }
 
@@ -727,7 +728,7 @@ impl World {
                 (None, Some(result)) => result,
                 (None, None) => Err(ApiError::Unreachable("no answer".into())),
             };
-            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(reply);
+            *slot.lock() = Some(reply);
         }
     }
 
@@ -1064,8 +1065,7 @@ impl World {
                 )
             });
             if let Some(slot) = pending.slot {
-                *slot.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(Err(ApiError::Unreachable("the API server went away".into())));
+                *slot.lock() = Some(Err(ApiError::Unreachable("the API server went away".into())));
             }
         }
         if let Some(term) = self.term.as_mut() {
