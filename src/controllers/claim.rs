@@ -17,10 +17,9 @@ use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
 use crate::index::{AddressRecord, AllocateError, Assigned, Duplicate, Index, ObjectKey, PoolKey};
 use crate::runtime::queue::Next;
-
 /// A claim that found its pool exhausted (or was refused for good) is woken by a change; this requeue is only a
 /// safety net.
-pub const RECHECK: Duration = Duration::from_secs(300);
+use crate::runtime::retry::RECHECK;
 
 /// What a claim's pause state, Cluster and pool allow before anything is written (docs/compatibility.md D8, D9).
 #[derive(Debug, PartialEq, Eq)]

@@ -40,6 +40,7 @@ use crate::leader::Fence;
 use crate::metrics::Metrics;
 use crate::runtime::queue::Next;
 use crate::runtime::reachability::Reachability;
+use crate::runtime::retry::{self, Outcome};
 use crate::runtime::watch::{self as watching, Health};
 use crate::runtime::{Work, WorkStreams};
 use crate::server::diagnostics::Readiness;
@@ -82,8 +83,6 @@ pub struct Context {
     pub options: ControllerOptions,
     pub index: Arc<Index>,
     pub metrics: Arc<Metrics>,
-    /// Where the index sends its wakes (the work queues of `run`).
-    sink: Arc<dyn Sink>,
     events: events::Events,
     reachability: Reachability,
     synced: watch::Receiver<bool>,
@@ -109,7 +108,6 @@ impl Context {
             options,
             index,
             metrics,
-            sink,
             events: events::Events::new(identity),
             reachability: Reachability::default(),
             synced,
@@ -147,15 +145,19 @@ impl Context {
             warn!(operation, object = %object, error = %error, "failed; retried later");
         }
     }
+
+    /// A run failed: said as [`Context::report_failure`] says it, and retried as the error policy says.
+    fn failed(&self, operation: &'static str, object: &dyn std::fmt::Display, error: &Error) -> Outcome {
+        self.report_failure(operation, object, error);
+        Outcome::Failed(retry::policy(error, self.reachability.is_down()))
+    }
 }
 
 impl Health for Context {
     /// A watch delivered an event or a request succeeded: the claims parked while the API server did not answer
-    /// are reconciled now.
+    /// are reconciled now (`run`'s "unpark" task).
     fn answered(&self) {
-        for claim in self.reachability.answered() {
-            self.sink.wake(claim);
-        }
+        self.reachability.answered();
     }
 
     /// A watch failed: said once when the API server does not answer; a watch that expired (410 Gone: it relists,
@@ -299,7 +301,17 @@ pub async fn run(
     tasks.push(task("moved-away writer", moved_away::write_pending(ctx.clone(), moved_away)));
     tasks.push(task("orphan release", orphans::run(ctx.clone(), gone)));
 
-    // The workers, and the timers of their delayed requeues.
+    // The workers, the timers of their delayed requeues, and the return of the claims parked while the API server
+    // did not answer.
+    {
+        let (ctx, work) = (ctx.clone(), work.clone());
+        tasks.push(task("unpark", async move {
+            loop {
+                ctx.reachability.returned().await;
+                work.claims.unpark_all();
+            }
+        }));
+    }
     {
         let work = work.clone();
         tasks.push(task("claim requeue timer", async move { work.claims.run_timers().await }));
@@ -340,28 +352,23 @@ async fn claim_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToke
         };
         // Read the claim once every watch has listed (at start-up), so that it is the freshest we have.
         ctx.wait_synced().await;
-        let next = work_claim(&ctx, &key).await;
-        work.claims.done(&key);
-        if let Next::After(delay) = next {
-            work.claims.add_after(key, delay);
-        }
+        let outcome = work_claim(&ctx, &key).await;
+        work.claims.finish(key, outcome);
     }
 }
 
-/// One run of a claim worker: the claim as the index holds it now, reconciled, and what its failure asks for.
-pub async fn work_claim(ctx: &Context, key: &ObjectKey) -> Next {
+/// One run of a claim worker: the claim as the index holds it now, reconciled, and how the run ended.
+pub async fn work_claim(ctx: &Context, key: &ObjectKey) -> Outcome {
     // What the index is not sure of: a record of ours a relist did not show, a hold of an uncertain create that
     // outlived its claim (deleted, or replaced by one of another pool).
     if let Err(error) = claim::resolve_doubtful_record(ctx, key).await {
-        ctx.report_failure("reading an IPAddress the watch did not list", key, &error);
-        return Next::After(Duration::from_secs(1));
+        return ctx.failed("reading an IPAddress the watch did not list", key, &error);
     }
     if let Err(error) = claim::settle_uncertain_create(ctx, key).await {
-        ctx.report_failure("finding out whether an IPAddress was created", key, &error);
-        return Next::After(Duration::from_secs(1));
+        return ctx.failed("finding out whether an IPAddress was created", key, &error);
     }
     // Deleted meanwhile: its Delete event did what was left to do.
-    let Some(claim) = ctx.index.claim(key) else { return Next::AwaitChange };
+    let Some(claim) = ctx.index.claim(key) else { return Outcome::Done(Next::AwaitChange) };
     if claim.address_ref().is_none() {
         ctx.index.first_seen(&claim);
     } else {
@@ -369,27 +376,10 @@ pub async fn work_claim(ctx: &Context, key: &ObjectKey) -> Next {
     }
     match claim::reconcile(&claim, ctx).await {
         Ok(next) => {
-            ctx.index.reset_backoff(&claim);
             ctx.answered();
-            next
+            Outcome::Done(next)
         }
-        Err(error) => {
-            ctx.report_failure("reconciling the claim", key, &error);
-            if error.is_unreachable() {
-                // Reconciled again when the API server answers.
-                ctx.reachability.park(key.clone());
-            }
-            if error.is_unreachable() && !ctx.reachability.is_down() {
-                // It answered while this claim was failing: do not wait for the next outage.
-                Next::After(Duration::from_millis(200))
-            } else if !error.is_transient() {
-                // Refused for a reason that will not change by itself (the status says which): looked at again when
-                // the claim or its pool changes, and as a safety net.
-                Next::After(claim::RECHECK)
-            } else {
-                Next::After(ctx.index.backoff(&claim))
-            }
-        }
+        Err(error) => ctx.failed("reconciling the claim", key, &error),
     }
 }
 
@@ -401,22 +391,16 @@ async fn pool_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToken
             key = work.pools.next() => key,
         };
         ctx.wait_synced().await;
-        let next = work_pool(&ctx, &key).await;
-        work.pools.done(&key);
-        if let Next::After(delay) = next {
-            work.pools.add_after(key, delay);
-        }
+        let outcome = work_pool(&ctx, &key).await;
+        work.pools.finish(key, outcome);
     }
 }
 
 /// One run of a pool worker.
-pub async fn work_pool(ctx: &Context, key: &PoolKey) -> Next {
-    let Some(pool) = ctx.index.pool(key) else { return Next::AwaitChange };
+pub async fn work_pool(ctx: &Context, key: &PoolKey) -> Outcome {
+    let Some(pool) = ctx.index.pool(key) else { return Outcome::Done(Next::AwaitChange) };
     match pool::reconcile(key, &pool, ctx).await {
-        Ok(next) => next,
-        Err(error) => {
-            ctx.report_failure("reconciling the pool", key, &error);
-            Next::After(Duration::from_secs(2))
-        }
+        Ok(next) => Outcome::Done(next),
+        Err(error) => ctx.failed("reconciling the pool", key, &error),
     }
 }

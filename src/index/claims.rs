@@ -70,15 +70,13 @@ pub(super) struct ClaimBook {
     written: Option<u64>,
     /// When it was first seen without an address (the allocation latency).
     pub(super) first_seen: Option<Instant>,
-    /// Failed reconciles in a row (the backoff).
-    failures: u32,
     /// The address its IPAddress held when that was deleted from under the live claim: it gets it back if free.
     pub(super) vanished: Option<(PoolKey, Box<str>)>,
 }
 
 impl ClaimBook {
     fn is_empty(&self) -> bool {
-        self.written.is_none() && self.first_seen.is_none() && self.failures == 0 && self.vanished.is_none()
+        self.written.is_none() && self.first_seen.is_none() && self.vanished.is_none()
     }
 }
 
@@ -198,24 +196,6 @@ impl State {
     /// Time since the claim was first seen, once: the allocation latency.
     pub fn allocation_latency(&mut self, claim: &Claim) -> Option<Duration> {
         self.book(claim, |b| b.first_seen.take().map(|t| t.elapsed())).flatten()
-    }
-
-    /// Per-claim exponential backoff after a failure: 200 ms doubling to 5 minutes, reset on success.
-    pub fn backoff(&mut self, claim: &Claim) -> Duration {
-        let n = self
-            .book(claim, |b| {
-                b.failures = (b.failures + 1).min(12);
-                b.failures
-            })
-            .unwrap_or(1);
-        let delay = Duration::from_millis(200).saturating_mul(1 << (n - 1)).min(Duration::from_secs(300));
-        // Spread retries of a burst a little.
-        let jitter = Duration::from_millis(crate::compact::digest(&claim.uid) % 100);
-        delay + jitter
-    }
-
-    pub fn reset_backoff(&mut self, claim: &Claim) {
-        self.book(claim, |b| b.failures = 0);
     }
 
     /// The address the claim's IPAddress held in `pool` before it was deleted from under the live claim, once.

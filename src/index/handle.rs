@@ -64,14 +64,6 @@ impl Index {
         self.write(|s| s.allocation_latency(claim))
     }
 
-    pub fn backoff(&self, claim: &Claim) -> Duration {
-        self.write(|s| s.backoff(claim))
-    }
-
-    pub fn reset_backoff(&self, claim: &Claim) {
-        self.write(|s| s.reset_backoff(claim))
-    }
-
     pub fn take_vanished_address(&self, claim: &Claim, pool: &PoolKey) -> Option<Box<str>> {
         self.write(|s| s.take_vanished_address(claim, pool))
     }

@@ -140,9 +140,8 @@ fn a_claim_deleted_while_waiting_for_its_cluster_leaves_nothing_behind() {
     let mut relist = Relist::default();
     relist.on_event(&index, Event::Apply(claim_event(waiting.clone())));
     assert_eq!(sink.take_woken(), [key("w")]);
-    // What the worker keeps while the claim waits: when it was first seen, and its failures.
+    // What the worker keeps while the claim waits: when it was first seen, and the Ready state it wrote.
     index.first_seen(&waiting);
-    index.backoff(&waiting);
     index.remember_written(&waiting, 7);
     assert_eq!(index.books(), 1);
     relist.on_event(&index, Event::Delete(claim_event(waiting.clone())));
@@ -150,7 +149,7 @@ fn a_claim_deleted_while_waiting_for_its_cluster_leaves_nothing_behind() {
     assert!(index.claim(&key("w")).is_none());
     assert_eq!(*sink.gone.lock(), [key("w")], "its IPAddress, if any, is checked at once");
     // A late write of a worker that was still running is not kept either.
-    index.backoff(&waiting);
+    index.remember_written(&waiting, 8);
     assert_eq!(index.books(), 0);
 }
 

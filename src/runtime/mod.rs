@@ -3,6 +3,7 @@
 
 pub mod queue;
 pub mod reachability;
+pub mod retry;
 pub mod watch;
 
 use tokio::sync::mpsc;

@@ -2,7 +2,8 @@
 //! a time, wakes that arrive while it runs fold into one more run, and of two delayed requeues the earlier wins. It
 //! keys by our compact keys and gives its memory back once a burst drains (100,000 claims are queued at start-up).
 //! Keys added with [`WorkQueue::add_first`] go before the others (a claim waiting for an address before 100,000 bound
-//! claims that are only checked). Delayed requeues wait in tokio's `DelayQueue`.
+//! claims that are only checked). Delayed requeues wait in tokio's `DelayQueue`. It is the one owner of a key's
+//! retries: a run ends with [`WorkQueue::finish`], which applies the error policy's answer (`super::retry`).
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -14,6 +15,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
 
+use super::retry::{Outcome, Retry, backoff};
 use crate::metrics::QueueGauges;
 
 /// What a reconcile asks for next.
@@ -59,6 +61,10 @@ struct State<K> {
     /// Delayed requeues, and each key's due time and entry.
     delayed: DelayQueue<K>,
     due: HashMap<K, (Instant, delay_queue::Key)>,
+    /// Failed runs in a row, per key that is failing (the backoff).
+    failures: HashMap<K, u32>,
+    /// Keys whose run failed because the API server did not answer: queued again when it answers.
+    parked: HashSet<K>,
 }
 
 impl<K> Default for State<K> {
@@ -71,6 +77,8 @@ impl<K> Default for State<K> {
             rerun: HashSet::new(),
             delayed: DelayQueue::new(),
             due: HashMap::new(),
+            failures: HashMap::new(),
+            parked: HashSet::new(),
         }
     }
 }
@@ -118,6 +126,7 @@ impl<K: Clone + Eq + Hash> State<K> {
         }
         shrink(&mut self.queued);
         shrink(&mut self.rerun);
+        shrink(&mut self.parked);
         if self.due.len() * 4 < self.due.capacity() && self.due.capacity() > KEEP_CAPACITY {
             self.due.shrink_to(KEEP_CAPACITY.max(self.due.len() * 2));
         }
@@ -220,6 +229,47 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         }
     }
 
+    /// Ends a worker's run of `key` with how it ended: the one place a key's next run is decided. A failure is
+    /// retried after the backoff of its failures in a row (parked as well while the API server does not answer), or
+    /// after the delay the policy gave; a run that did what it could ends the key's failures.
+    pub fn finish(&self, key: K, outcome: Outcome) {
+        let delay = {
+            let mut state = self.state();
+            if outcome == Outcome::Failed(Retry::WhenAnswering) {
+                state.parked.insert(key.clone());
+            } else {
+                state.parked.remove(&key);
+            }
+            match outcome {
+                Outcome::Done(next) => {
+                    state.failures.remove(&key);
+                    match next {
+                        Next::AwaitChange => None,
+                        Next::After(delay) => Some(delay),
+                    }
+                }
+                Outcome::Failed(Retry::After(delay)) => Some(delay),
+                Outcome::Failed(Retry::Backoff | Retry::WhenAnswering) => {
+                    let failures = state.failures.entry(key.clone()).or_insert(0);
+                    *failures = (*failures + 1).min(12);
+                    Some(backoff(*failures, jitter(&key)))
+                }
+            }
+        };
+        self.done(&key);
+        if let Some(delay) = delay {
+            self.add_after(key, delay);
+        }
+    }
+
+    /// The API server answers again: the keys parked while it did not are queued now.
+    pub fn unpark_all(&self) {
+        let parked: Vec<K> = self.state().parked.drain().collect();
+        for key in parked {
+            self.add(key);
+        }
+    }
+
     /// Moves delayed requeues to the queue when they are due; runs for as long as the queue is used.
     pub async fn run_timers(&self) {
         loop {
@@ -249,6 +299,12 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     }
 }
 
+/// Up to 99 ms, fixed per key: retries of a burst spread a little.
+fn jitter<K: Hash>(key: &K) -> Duration {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    Duration::from_millis(BuildHasherDefault::<DefaultHasher>::default().hash_one(key) % 100)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -256,6 +312,7 @@ mod tests {
     use super::*;
 
     use crate::compact::ObjectKey;
+    use crate::runtime::retry::{Outcome, Retry};
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey::new("ns", name)
@@ -295,6 +352,65 @@ mod tests {
             assert_eq!(q.next().await, key(expected));
         }
         assert_eq!(q.state().waiting(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_in_a_row_back_off_longer_and_a_done_run_ends_them() {
+        let (q, timers) = with_timers();
+        let a = key("a");
+        let jitter = jitter(&a);
+        let mut waited = Vec::new();
+        for _ in 0..3 {
+            q.add(a.clone());
+            assert_eq!(q.next().await, a);
+            q.finish(a.clone(), Outcome::Failed(Retry::Backoff));
+            let start = Instant::now();
+            assert_eq!(q.next().await, a);
+            waited.push(start.elapsed());
+            q.done(&a);
+        }
+        let expected: Vec<Duration> = [200, 400, 800].map(|ms| Duration::from_millis(ms) + jitter).into();
+        assert_eq!(waited, expected);
+        // A run that did what it could: the next failure starts over.
+        q.add(a.clone());
+        assert_eq!(q.next().await, a);
+        q.finish(a.clone(), Outcome::Done(Next::AwaitChange));
+        q.add(a.clone());
+        assert_eq!(q.next().await, a);
+        q.finish(a.clone(), Outcome::Failed(Retry::Backoff));
+        let start = Instant::now();
+        assert_eq!(q.next().await, a);
+        assert_eq!(start.elapsed(), Duration::from_millis(200) + jitter);
+        q.done(&a);
+        assert!(q.state().failures.contains_key(&a), "still failing until a run ends well");
+        timers.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn parked_keys_come_back_when_the_api_server_answers_and_the_backoff_stays_a_safety_net() {
+        let (q, timers) = with_timers();
+        for name in ["a", "b"] {
+            q.add(key(name));
+            let k = q.next().await;
+            q.finish(k, Outcome::Failed(Retry::WhenAnswering));
+        }
+        let start = Instant::now();
+        q.unpark_all();
+        let mut back = vec![q.next().await, q.next().await];
+        back.sort();
+        assert_eq!(back, [key("a"), key("b")]);
+        assert_eq!(start.elapsed(), Duration::ZERO, "at once, not after the backoff");
+        q.finish(key("a"), Outcome::Done(Next::AwaitChange));
+        q.finish(key("b"), Outcome::Failed(Retry::WhenAnswering));
+        // Not unparked again: the backoff brings it back.
+        let again = q.next().await;
+        assert_eq!(again, key("b"));
+        assert!(start.elapsed() >= Duration::from_millis(400), "{:?}", start.elapsed());
+        // Its run goes well now: no longer parked, and no retry is left.
+        q.finish(again, Outcome::Done(Next::AwaitChange));
+        q.unpark_all();
+        assert!(tokio::time::timeout(Duration::from_secs(600), q.next()).await.is_err(), "parked once, back once");
+        timers.abort();
     }
 
     #[tokio::test]

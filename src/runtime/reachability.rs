@@ -1,22 +1,22 @@
 //! Whether the API server answers. While it does not, every request fails the same way: that is said once (a WARN
-//! when it stops answering, an INFO when it answers again), not once per claim, and the claims that failed on it are
-//! parked instead of backing off for longer and longer. The first answer afterwards (any watch event, any successful
-//! request) hands them back at once, so claims are bound within moments of the API server's return.
+//! when it stops answering, an INFO when it answers again), not once per claim. The first answer afterwards (any watch
+//! event, any successful request) is signalled ([`Reachability::returned`]): the work queue hands back the claims it
+//! parked meanwhile (`super::retry`), so claims are bound within moments of the API server's return.
 
 use parking_lot::Mutex;
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use tokio::sync::Notify;
 use tracing::{debug, info, warn};
-
-use crate::index::ObjectKey;
 
 #[derive(Default)]
 pub struct Reachability {
     /// A fast path for `answered`: nothing to do unless the API server was unreachable.
     down: AtomicBool,
     state: Mutex<State>,
+    /// Signalled when the API server answers again.
+    back: Notify,
 }
 
 #[derive(Default)]
@@ -25,7 +25,6 @@ struct State {
     /// When the WARN was last said: requests that were already in flight when the API server went away fail one
     /// after another, between the successes of others, and must not say it again and again.
     warned_at: Option<Instant>,
-    parked: HashSet<ObjectKey>,
 }
 
 /// An outage shorter than this is a blip (a connection that broke), not worth an INFO.
@@ -54,15 +53,10 @@ impl Reachability {
         }
     }
 
-    /// Parks a claim whose reconcile failed because the API server did not answer.
-    pub fn park(&self, claim: ObjectKey) {
-        self.state().parked.insert(claim);
-    }
-
-    /// The API server answered. Returns the parked claims, to reconcile now.
-    pub fn answered(&self) -> Vec<ObjectKey> {
+    /// The API server answered.
+    pub fn answered(&self) {
         if !self.down.load(Ordering::Acquire) {
-            return Vec::new();
+            return;
         }
         let mut state = self.state();
         if let Some(since) = state.down_since.take() {
@@ -75,7 +69,14 @@ impl Reachability {
             }
         }
         self.down.store(false, Ordering::Release);
-        state.parked.drain().collect()
+        drop(state);
+        // One stored permit: a return while the waiter is busy is not lost.
+        self.back.notify_one();
+    }
+
+    /// Resolves when the API server answers after it did not.
+    pub async fn returned(&self) {
+        self.back.notified().await;
     }
 
     pub fn is_down(&self) -> bool {
@@ -87,19 +88,22 @@ impl Reachability {
 mod tests {
     use super::*;
 
-    #[test]
-    fn parked_claims_come_back_once_when_the_api_server_answers() {
+    #[tokio::test]
+    async fn a_return_is_signalled_once_and_only_after_an_outage() {
         let r = Reachability::default();
-        assert!(r.answered().is_empty(), "nothing parked while up");
-        r.unreachable("creating the IPAddress", &"ns/a", &"connection refused");
-        r.park(ObjectKey::new("ns", "a"));
-        r.park(ObjectKey::new("ns", "b"));
-        r.park(ObjectKey::new("ns", "a"));
-        assert!(r.is_down());
-        let mut back = r.answered();
-        back.sort();
-        assert_eq!(back, vec![ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b")]);
+        r.answered();
         assert!(!r.is_down());
-        assert!(r.answered().is_empty(), "handed back once");
+        let early = tokio::time::timeout(std::time::Duration::from_millis(20), r.returned()).await;
+        assert!(early.is_err(), "no outage, no return");
+        r.unreachable("creating the IPAddress", &"ns/a", &"connection refused");
+        r.unreachable("creating the IPAddress", &"ns/b", &"connection refused");
+        assert!(r.is_down());
+        r.answered();
+        r.answered();
+        assert!(!r.is_down());
+        // Signalled before anyone waited: the permit is kept.
+        r.returned().await;
+        let again = tokio::time::timeout(std::time::Duration::from_millis(20), r.returned()).await;
+        assert!(again.is_err(), "one return, one signal");
     }
 }

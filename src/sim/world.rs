@@ -30,6 +30,7 @@ use crate::index::relist::{Feed, Pools, Relist};
 use crate::index::{Index, ObjectKey, PoolKey, Sink};
 use crate::metrics::Metrics;
 use crate::runtime::queue::Next;
+use crate::runtime::retry::Outcome;
 
 /// When the writes of a term that ended may still land.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -376,6 +377,15 @@ pub struct World {
     /// What the per-step check last saw (the server's revision, and the addresses of the other management cluster).
     checked: Option<(u64, usize, usize)>,
     pub stats: Stats,
+}
+
+/// What the simulation does with a run's outcome: any retry (the queue's backoff, parking, a delay) is a run at some
+/// later step, which the schedule chooses.
+fn requeue(outcome: Outcome) -> Next {
+    match outcome {
+        Outcome::Done(next) => next,
+        Outcome::Failed(_) => Next::After(std::time::Duration::ZERO),
+    }
 }
 
 fn poll_once(task: &mut Task) -> Poll<Next> {
@@ -822,8 +832,8 @@ impl World {
         let Some(term) = self.term.as_mut() else { return };
         let ctx = term.ctx.clone();
         let run: Pin<Box<dyn Future<Output = Next>>> = match job.clone() {
-            Job::Claim(key) => Box::pin(async move { controllers::work_claim(&ctx, &key).await }),
-            Job::Pool(key) => Box::pin(async move { controllers::work_pool(&ctx, &key).await }),
+            Job::Claim(key) => Box::pin(async move { requeue(controllers::work_claim(&ctx, &key).await) }),
+            Job::Pool(key) => Box::pin(async move { requeue(controllers::work_pool(&ctx, &key).await) }),
             Job::Gone(key) => Box::pin(async move {
                 controllers::orphans::release_if_orphaned(&ctx, &key).await;
                 Next::AwaitChange

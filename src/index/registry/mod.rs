@@ -290,7 +290,7 @@ impl Registry {
         }
         if let Some(h) = state.holders.get(address) {
             let held = h.held;
-            return assigned(&state, held).ok_or_else(|| AllocateError::InvalidPool {
+            return assigned(state, held).ok_or_else(|| AllocateError::InvalidPool {
                 pool: pool_key.clone(),
                 reason: format!("IPAddress {address} holds an address the pool cannot parse"),
             });
@@ -330,7 +330,7 @@ impl Registry {
             }
         };
         state.holders.insert(address.clone(), Holding { held, confirmed: false });
-        let result = assigned(&state, held).ok_or_else(|| AllocateError::Unknown { pool: pool_key.clone() });
+        let result = assigned(state, held).ok_or_else(|| AllocateError::Unknown { pool: pool_key.clone() });
         self.dirty.mark(pool_key);
         result
     }
