@@ -28,7 +28,8 @@ pub enum Retry {
     WhenAnswering,
 }
 
-/// A refused request is looked at again after this long (or when its object or pool changes).
+/// A refused request, or a claim that found its pool exhausted, is looked at again when its object or pool changes;
+/// this requeue is only a safety net.
 pub const RECHECK: Duration = Duration::from_secs(300);
 
 /// The error policy: what a run that failed with `error` asks of its queue; `api_down` is whether the API server

@@ -1,0 +1,178 @@
+//! Adopting an IPAddress of the claim's name, and letting go of one that is not to be adopted (a duplicate, one being deleted, one of another pool).
+
+use super::*;
+
+/// Adopts an existing IPAddress of the claim's name: its spec is never touched (it is immutable); missing
+/// finalizers, owner references and the cluster-name label are put back (docs/compatibility.md D7).
+pub(super) async fn adopt(
+    claim: &Claim,
+    ctx: &Context,
+    pool_key: &PoolKey,
+    pool: Option<&Pool>,
+    record: &AddressRecord,
+) -> Result<Next, Error> {
+    let key = &claim.key;
+    if *record.pool != *pool_key {
+        return belongs_elsewhere(claim, ctx, pool_key, &record.pool.to_string()).await;
+    }
+    ctx.index.stop_waiting(pool_key, key);
+    // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
+    // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
+    let duplicate = ctx.index.duplicate_of(pool_key, key);
+    if claim.address_ref().is_none() && duplicate.as_ref().is_some_and(|d| !moved_one_wins(ctx, pool_key, key, d)) {
+        if record.deleting {
+            // Withdrawn already, or an orphan whose release did not finish: no one else finishes it while a claim of
+            // its name exists (the orphan release leaves those alone), so this claim does.
+            return finish_deletion(ctx, key, pool_key, record.uid).await;
+        }
+        return withdraw_duplicate(ctx, key, pool_key, record.uid).await;
+    }
+    let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
+    if record.deleting && !(has_claim_owner && claim.address_ref() == Some(&*key.name)) {
+        // Being deleted, and never this claim's: a delete of ours that did not finish (a withdrawn duplicate, an
+        // orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address anew.
+        return finish_deletion(ctx, key, pool_key, record.uid).await;
+    }
+    if !has_claim_owner && (record.moving_away || ctx.index.holds_reserved(pool_key, key)) {
+        // Left behind by the move of an earlier claim of this name (marked so, or holding a reserved address while
+        // not owned by this claim, as one that came back would be: clusterctl rewrites the owner references): its
+        // address is in use on the other management cluster. Never adopted: it is let go once its address is
+        // recorded as moved away (so that the address stays reserved), and this claim gets another.
+        if ctx.index.moved_away_unwritten(pool_key, key) {
+            return Ok(Next::After(Duration::from_secs(1)));
+        }
+        return finish_deletion(ctx, key, pool_key, record.uid).await;
+    }
+    let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
+    let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
+    let has_label = claim.cluster().is_none_or(|v| record.cluster_label.as_deref() == Some(v));
+    let complete = has_claim_owner && has_pool_owner && record.protected && has_label;
+    if !complete && !record.deleting && !ipaddress::repair(ctx, claim, pool_key, pool).await? {
+        // Gone already: its DELETED event is on its way, and the claim gets an address then.
+        return Ok(Next::After(Duration::from_millis(200)));
+    }
+    if record.deleting {
+        debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
+    }
+    let held = ctx.index.held_by(pool_key, key);
+    // The address as `spec.address` shows it; one that does not parse is said so.
+    let address = held.map_or_else(String::new, |held| {
+        held.address().map_or_else(|| held.to_string(), |address| address.to_string())
+    });
+    let mut message = format!("allocated {address} from {pool_key}");
+    if let Some(duplicate) = duplicate {
+        // Bound, so it stays (a machine may use it); the condition says so until one holder is released.
+        message.push_str(&format!(
+            "; DUPLICATE: {duplicate}. Delete one of these claims to resolve it (see docs/operations.md)"
+        ));
+    }
+    set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
+    if let Some(held) = held {
+        // Bound to a claim again: an address that was moved away came back with its Cluster. Only once the binding is
+        // written: the entry naming this IPAddress is what keeps it from being withdrawn as a duplicate until then.
+        ctx.index.claim_back(pool_key, key, held);
+    }
+    Ok(Next::AwaitChange)
+}
+
+/// Whether the IPAddress `key`, part of `duplicate`, is the one that moved away with its address and came back (the
+/// pool's moved-away annotation names it): it stays, and the others holding the address, none bound (a late create
+/// of a deposed leader, the reservation), go. Withdrawn, the machine that came back would lose the address it uses.
+pub(super) fn moved_one_wins(ctx: &Context, pool_key: &PoolKey, key: &ObjectKey, duplicate: &Duplicate) -> bool {
+    ctx.index.is_moved_holder(pool_key, key)
+        && !duplicate
+            .holders
+            .iter()
+            .any(|other| other != key && ctx.index.claim(other).is_some_and(|c| c.address_ref() == Some(&*other.name)))
+}
+
+/// Deletes an IPAddress whose address another IPAddress of the pool holds, before its claim is bound to it; the
+/// claim then gets a free address. A bound claim's address is never withdrawn: a machine may use it already.
+pub(super) async fn withdraw_duplicate(
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    judged: Option<Uid>,
+) -> Result<Next, Error> {
+    let address = match unbound_ipaddress(ctx, key, pool_key, judged).await? {
+        Ok(address) => address,
+        Err(later) => return Ok(later),
+    };
+    tracing::error!(
+        claim = %key,
+        pool = %pool_key,
+        address = %ctx.index.held_by(pool_key, key).map_or_else(String::new, |h| h.to_string()),
+        "DUPLICATE ADDRESS withdrawn: IPAddress {key} holds an address another IPAddress of the pool holds, and its \
+         claim was not bound to it yet; deleting it so that the claim gets a free address"
+    );
+    if ipaddress::delete(ctx, &address, "deleting a duplicated IPAddress").await? {
+        ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
+    }
+    ctx.metrics.duplicate_withdrawn(pool_key.kind);
+    Ok(Next::After(Duration::from_millis(200)))
+}
+
+/// Lets an IPAddress of the claim's name that is being deleted go (our finalizer off), once the live claim confirms
+/// it was never bound to it; the claim is reconciled again to get an address.
+pub(super) async fn finish_deletion(
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    judged: Option<Uid>,
+) -> Result<Next, Error> {
+    let address = match unbound_ipaddress(ctx, key, pool_key, judged).await? {
+        Ok(address) => address,
+        Err(later) => return Ok(later),
+    };
+    debug!(claim = %key, "an IPAddress of the claim's name is being deleted; letting it go before allocating");
+    if ipaddress::delete(ctx, &address, "letting a deleted IPAddress go").await? {
+        ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
+    }
+    Ok(Next::After(Duration::from_millis(200)))
+}
+
+/// The live IPAddress `key` that a claim never bound to it may let go: ours, of the pool, the object judged (`judged`),
+/// read after the live claim confirmed it is not bound (the cache may not show a status we wrote a moment ago).
+/// Otherwise when to look again.
+pub(super) async fn unbound_ipaddress(
+    ctx: &Context,
+    key: &ObjectKey,
+    pool_key: &PoolKey,
+    judged: Option<Uid>,
+) -> Result<Result<IpAddress, Next>, Error> {
+    let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
+    if live.is_none_or(|c| c.claim.address_ref().is_some()) {
+        return Ok(Err(Next::After(Duration::from_millis(500))));
+    }
+    let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? else {
+        return Ok(Err(Next::After(Duration::from_millis(200))));
+    };
+    if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) {
+        return Ok(Err(Next::AwaitChange));
+    }
+    if !is_the_one(&address, judged) {
+        return Ok(Err(Next::After(Duration::from_millis(200))));
+    }
+    Ok(Ok(address))
+}
+
+/// Whether the live IPAddress is the object the decision was made on: another object of the name (created again, or
+/// brought back by a move or a restore) is judged anew once the watch shows it.
+pub(super) fn is_the_one(address: &IpAddress, judged: Option<Uid>) -> bool {
+    judged.is_some() && address.metadata.uid.as_deref().map(Uid::of) == judged
+}
+
+/// An IPAddress of the claim's name exists for another pool: the claim cannot get one (IPAddress specs are
+/// immutable, and the name is taken).
+pub(super) async fn belongs_elsewhere(
+    claim: &Claim,
+    ctx: &Context,
+    pool_key: &PoolKey,
+    owner: &str,
+) -> Result<Next, Error> {
+    let key = &claim.key;
+    ctx.index.stop_waiting(pool_key, key);
+    let message = format!("IPAddress {key} already exists and belongs to {owner}, not to {pool_key}");
+    set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
+    Ok(Next::AwaitChange)
+}

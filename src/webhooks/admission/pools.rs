@@ -1,0 +1,213 @@
+//! Validating a pool's spec on create and update: the allocator's own parsing, and overlaps with the other pools.
+
+use super::*;
+
+pub(super) async fn validate_ip(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    request: &Request,
+    namespace: Option<&str>,
+    update: bool,
+) -> Outcome {
+    let new: IPPoolSpec = match parse_spec(request.object.as_ref()) {
+        Ok(s) => s,
+        Err(e) => return Outcome::deny(invalid(kind.kind(), &request.name, &[e])),
+    };
+    let old: Option<IPPoolSpec> = if update { parse_spec(request.old_object.as_ref()).ok() } else { None };
+    let extras = IpPoolExtras {
+        address_reuse_grace_period_seconds: new.address_reuse_grace_period_seconds.map(i64::from),
+        pre_allocations: new.pre_allocations.as_ref(),
+    };
+    let errs = validate_ip_pool(&new.to_ipam(), &extras);
+    if !errs.is_empty() {
+        return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
+    }
+    // On create, and on update when the gateway changed: a pool admitted before stays admissible.
+    let gateway_finding =
+        ip_pool_gateway_finding(&new.to_ipam()).filter(|_| old.as_ref().is_none_or(|o| o.gateway != new.gateway));
+    if let Some(finding) = &gateway_finding
+        && ctx.reject_gateway_outside_subnet
+    {
+        let refused = FieldError {
+            detail: format!("{}, and --reject-gateway-outside-subnet is set", finding.detail),
+            ..finding.clone()
+        };
+        return Outcome::deny(invalid(kind.kind(), &request.name, &[refused]));
+    }
+    let config = match IpPoolConfig::new(&new.to_ipam()) {
+        Ok(c) => c,
+        Err(e) => return deny_spec(kind, &request.name, e),
+    };
+    let changed = old.as_ref().is_none_or(|o| o.to_ipam() != new.to_ipam());
+    // Only a spec change can strand an allocated address: an update of the metadata alone (our finalizer, the
+    // moved-away annotation) is never refused for addresses stranded before it.
+    if update && changed {
+        match ctx.reads.pool_addresses(kind, &request.name, namespace).await {
+            Ok(addresses) => {
+                let allocated: Vec<&str> = addresses.iter().map(|s| s.address.as_str()).collect();
+                if let Some(message) = ip_pool_stranded_addresses(&config, &allocated) {
+                    return Outcome::deny(bad_request(kind.kind(), &request.name, "spec.addresses", &message));
+                }
+            }
+            Err(e) => return Outcome::deny(internal(&format!("listing the IPAddresses of the pool: {e}"))),
+        }
+    }
+    let mut outcome = Outcome::allow();
+    outcome.warnings.extend(gateway_finding.map(|f| {
+        format!(
+            "{}: {} {} (admitted as the Go provider admits it; --reject-gateway-outside-subnet refuses it)",
+            f.field, f.value, f.detail
+        )
+    }));
+    if changed {
+        let overlaps = match ip_pool_overlaps(ctx, kind, &request.name, namespace, &config).await {
+            Ok(o) => o,
+            Err(e) => return Outcome::deny(internal(&format!("listing the other pools: {e}"))),
+        };
+        if let Some(denied) = overlap_outcome(ctx, kind, &request.name, "spec.addresses", &new.addresses, &overlaps) {
+            return denied;
+        }
+        outcome.warnings.extend(overlaps.iter().map(|(other, range)| overlap_warning(kind, "addresses", other, range)));
+    }
+    outcome
+}
+
+/// The overlap warning of D12, naming the other pool.
+pub(super) fn overlap_warning(kind: PoolKind, field: &str, other: &str, range: &str) -> String {
+    format!("spec.{field} overlaps {kind} {other:?} ({range}): the two pools can hand out the same addresses")
+}
+
+/// Rejects the overlaps with `--reject-overlapping-pools`; `None` when the request may go on (with warnings).
+pub(super) fn overlap_outcome(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    field: &str,
+    value: &[String],
+    overlaps: &[(String, String)],
+) -> Option<Outcome> {
+    if !ctx.reject_overlapping_pools || overlaps.is_empty() {
+        return None;
+    }
+    let errs: Vec<FieldError> = overlaps
+        .iter()
+        .map(|(other, range)| {
+            FieldError::invalid(
+                field,
+                quote_list(value),
+                format!("overlaps {kind} {other:?} ({range}), and --reject-overlapping-pools is set"),
+            )
+        })
+        .collect();
+    Some(Outcome::deny(invalid(kind.kind(), name, &errs)))
+}
+
+/// The other pools of the same kind and scope (same namespace, or all global pools), read live, as (name, spec).
+pub(super) async fn other_pools(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<Vec<(String, Value)>, kube::Error> {
+    let pools = ctx.reads.pools(kind, namespace).await?;
+    Ok(pools.into_iter().filter(|(other, _)| other != name).collect())
+}
+
+/// The other pools (see [`other_pools`]) whose spec `overlap` finds overlapping, with the first overlapping range.
+pub(super) async fn overlaps(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    namespace: Option<&str>,
+    overlap: impl Fn(Value) -> Option<String>,
+) -> Result<Vec<(String, String)>, kube::Error> {
+    let others = other_pools(ctx, kind, name, namespace).await?;
+    Ok(others.into_iter().filter_map(|(other, spec)| overlap(spec).map(|range| (other, range))).collect())
+}
+
+pub(super) async fn ip_pool_overlaps(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    namespace: Option<&str>,
+    config: &IpPoolConfig,
+) -> Result<Vec<(String, String)>, kube::Error> {
+    overlaps(ctx, kind, name, namespace, |spec| {
+        let spec = serde_json::from_value::<IPPoolSpec>(spec).ok()?;
+        let other = IpPoolConfig::new(&spec.to_ipam()).ok().filter(|o| o.family() == config.family())?;
+        first_overlap(config.family(), config.allocatable(), other.allocatable())
+    })
+    .await
+}
+
+pub(super) async fn validate_prefix(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    request: &Request,
+    namespace: Option<&str>,
+    update: bool,
+) -> Outcome {
+    let new: PrefixPoolSpec = match parse_spec(request.object.as_ref()) {
+        Ok(s) => s,
+        Err(e) => return Outcome::deny(invalid(kind.kind(), &request.name, &[e])),
+    };
+    let errs = validate_prefix_pool(&new.to_ipam());
+    if !errs.is_empty() {
+        return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
+    }
+    let config = match PrefixPoolConfig::new(&new.to_ipam()) {
+        Ok(c) => c,
+        Err(e) => return deny_spec(kind, &request.name, e),
+    };
+    let old: Option<PrefixPoolSpec> = if update { parse_spec(request.old_object.as_ref()).ok() } else { None };
+    if let Some(old) = &old {
+        let before = effective_allocation_length(i64::from(old.allocation_prefix_length));
+        let after = effective_allocation_length(i64::from(new.allocation_prefix_length));
+        if before != after {
+            return Outcome::deny(bad_request(
+                kind.kind(),
+                &request.name,
+                "spec.allocationPrefixLength",
+                "spec.allocationPrefixLength is immutable",
+            ));
+        }
+        match ctx.reads.pool_addresses(kind, &request.name, namespace).await {
+            Ok(addresses) => {
+                let allocations: Vec<(String, Option<i64>)> =
+                    addresses.into_iter().map(|s| (s.address, s.prefix)).collect();
+                if let Some(message) = prefix_pool_non_allocatable(&config, &allocations) {
+                    return Outcome::deny(bad_request(kind.kind(), &request.name, "spec.prefixes", &message));
+                }
+            }
+            Err(e) => return Outcome::deny(internal(&format!("listing the IPAddresses of the pool: {e}"))),
+        }
+    }
+    let mut outcome = Outcome::allow();
+    outcome.warnings = prefix_pool_warnings(&config);
+    if old.as_ref().is_none_or(|o| o.to_ipam() != new.to_ipam()) {
+        let overlaps = match prefix_pool_overlaps(ctx, kind, &request.name, namespace, &config).await {
+            Ok(o) => o,
+            Err(e) => return Outcome::deny(internal(&format!("listing the other pools: {e}"))),
+        };
+        if let Some(denied) = overlap_outcome(ctx, kind, &request.name, "spec.prefixes", &new.prefixes, &overlaps) {
+            return denied;
+        }
+        outcome.warnings.extend(overlaps.iter().map(|(other, range)| overlap_warning(kind, "prefixes", other, range)));
+    }
+    outcome
+}
+
+pub(super) async fn prefix_pool_overlaps(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    name: &str,
+    namespace: Option<&str>,
+    config: &PrefixPoolConfig,
+) -> Result<Vec<(String, String)>, kube::Error> {
+    overlaps(ctx, kind, name, namespace, |spec| {
+        let spec = serde_json::from_value::<PrefixPoolSpec>(spec).ok()?;
+        let other = PrefixPoolConfig::new(&spec.to_ipam()).ok()?;
+        first_overlap(Family::V6, config.prefixes(), other.prefixes())
+    })
+    .await
+}
