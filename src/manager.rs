@@ -5,13 +5,12 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::runtime::supervisor::Supervisor;
 use anyhow::Context as _;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -122,20 +121,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         min_version: args.tls_min_version,
         cipher_suites: args.tls_cipher_suites.iter().filter(|s| !s.is_empty()).cloned().collect(),
     };
-    let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
+    let mut tasks = Supervisor::default();
 
     if let Some(addr) =
         bind_address("health-probe-bind-address", &args.health_probe_bind_address).map_err(anyhow::Error::msg)?
     {
         let (router, stop) = (diagnostics::probe_router(readiness.clone()), stop.clone());
-        tasks.spawn(async move { ("probe server", diagnostics::serve_http(addr, router, stop).await) });
+        tasks.spawn("probe server", diagnostics::serve_http(addr, router, stop));
         info!(%addr, "serving /healthz and /readyz");
     }
     if let Some(addr) = bind_address("diagnostics-address", &args.diagnostics_address).map_err(anyhow::Error::msg)? {
         let stop = stop.clone();
         if args.insecure_diagnostics {
             let router = diagnostics::metrics_router(metrics.clone(), None);
-            tasks.spawn(async move { ("metrics server", diagnostics::serve_http(addr, router, stop).await) });
+            tasks.spawn("metrics server", diagnostics::serve_http(addr, router, stop));
             info!(%addr, "serving /metrics over plain HTTP (--insecure-diagnostics)");
         } else {
             let router = diagnostics::metrics_router(metrics.clone(), Some(Arc::new(MetricsAuth::new(client.clone()))));
@@ -148,7 +147,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     .await
                     .context("loading the metrics serving certificate")?
             };
-            tasks.spawn(async move { ("metrics server", diagnostics::serve_https(addr, router, rustls, stop).await) });
+            tasks.spawn("metrics server", diagnostics::serve_https(addr, router, rustls, stop));
             info!(%addr, "serving /metrics over HTTPS with TokenReview/SubjectAccessReview authorization");
         }
     }
@@ -166,18 +165,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
             });
             let router = webhooks::router(ctx, metrics.clone());
             let (stop, ready) = (stop.clone(), readiness.clone());
-            tasks.spawn(async move {
-                let result = webhooks::serve(addr, rustls, router, stop, move |bound| {
+            tasks.spawn(
+                "webhook server",
+                webhooks::serve(addr, rustls, router, stop, move |bound| {
                     info!(addr = %bound, "serving webhooks");
-                    ready.webhooks_serving.store(true, Ordering::Release);
-                })
-                .await;
-                ("webhook server", result)
-            });
+                    ready.webhooks_serving();
+                }),
+            );
         }
         None => {
             info!("webhook server disabled (--webhook-port=0)");
-            readiness.webhooks_serving.store(true, Ordering::Release);
+            readiness.webhooks_serving();
         }
     }
 
@@ -190,52 +188,31 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     if args.leader_elect {
         // A replica that does not lead has no caches to wait for.
-        readiness.caches_synced.store(true, Ordering::Release);
+        readiness.set_caches_synced(true);
         let namespace = leader_election_namespace(&args);
         let (client, metrics, readiness, stop) = (client.clone(), metrics.clone(), readiness.clone(), stop.clone());
-        tasks.spawn(async move {
-            ("leader election", lead(client, namespace, timings, options, metrics, readiness, stop).await)
-        });
+        tasks.spawn("leader election", lead(client, namespace, timings, options, metrics, readiness, stop));
     } else {
         let (client, metrics, readiness, stop) = (client.clone(), metrics.clone(), readiness.clone(), stop.clone());
-        tasks.spawn(async move {
-            ("controllers", controllers::run(client, options, Fence::none(), metrics, readiness, stop).await)
-        });
+        let synced = move || readiness.set_caches_synced(true);
+        tasks.spawn("controllers", controllers::run(client, options, Fence::none(), metrics, synced, stop));
     }
 
     supervise(tasks, stop).await
 }
 
-/// Waits for a signal or for the first task to end. A task that ends before shutdown is a failure.
-async fn supervise(
-    mut tasks: JoinSet<(&'static str, anyhow::Result<()>)>,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    let failure = tokio::select! {
-        _ = shutdown_signal() => None,
-        Some(joined) = tasks.join_next() => Some(match joined {
-            Ok((name, Ok(()))) => anyhow::anyhow!("{name} stopped unexpectedly"),
-            Ok((name, Err(e))) => e.context(name),
-            Err(e) => anyhow::anyhow!("a task panicked: {e}"),
-        }),
-    };
-    if let Some(e) = &failure {
+/// Waits for a signal or for the first task to end (a failure), then stops every task.
+async fn supervise(mut tasks: Supervisor, stop: CancellationToken) -> anyhow::Result<()> {
+    let ended = tasks.until(shutdown_signal()).await;
+    if let Err(e) = &ended {
         error!(error = format!("{e:#}"), "shutting down");
     }
     stop.cancel();
-    let drained = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(joined) = tasks.join_next().await {
-            if let Ok((name, Err(e))) = joined {
-                warn!(task = name, error = format!("{e:#}"), "task ended with an error during shutdown");
-            }
-        }
-    })
-    .await;
-    if drained.is_err() {
+    if !tasks.drain(Duration::from_secs(10)).await {
         warn!("tasks did not stop within 10s");
     }
     info!("stopped");
-    failure.map_or(Ok(()), Err)
+    ended
 }
 
 /// Runs the controllers while this replica holds the Lease (`crate::leader`). A term that ends on the renew deadline
@@ -258,14 +235,17 @@ async fn lead(
         let Some(fence) = elector.acquire(&stop).await else { break Ok(()) };
         info!(lease = LEADER_ELECTION_ID, %identity, "became the leader");
         metrics.set_leading(true);
-        readiness.caches_synced.store(false, Ordering::Release);
+        readiness.set_caches_synced(false);
         let controllers_stop = stop.child_token();
         let controllers = controllers::run(
             client.clone(),
             options.clone(),
             fence.clone(),
             metrics.clone(),
-            readiness.clone(),
+            {
+                let readiness = readiness.clone();
+                move || readiness.set_caches_synced(true)
+            },
             controllers_stop.clone(),
         );
         let ended = tokio::select! {
@@ -275,7 +255,7 @@ async fn lead(
         // The controllers' future is dropped here (or has ended): no write of this term is left in flight.
         controllers_stop.cancel();
         metrics.set_leading(false);
-        readiness.caches_synced.store(true, Ordering::Release);
+        readiness.set_caches_synced(true);
         match ended {
             Ok(TermEnd::Stopped) => break Ok(()),
             Ok(TermEnd::DeadlinePassed) => {

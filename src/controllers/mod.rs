@@ -18,7 +18,6 @@ pub mod status;
 mod tests;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -41,9 +40,9 @@ use crate::metrics::Metrics;
 use crate::runtime::queue::Next;
 use crate::runtime::reachability::Reachability;
 use crate::runtime::retry::{self, Outcome};
+use crate::runtime::supervisor::Supervisor;
 use crate::runtime::watch::{self as watching, Health};
 use crate::runtime::{Work, WorkStreams};
-use crate::server::diagnostics::Readiness;
 
 /// What the controllers watch and how.
 #[derive(Clone, Debug)]
@@ -183,37 +182,67 @@ where
     }
 }
 
-type Task = BoxFuture<'static, (&'static str, anyhow::Result<()>)>;
+/// A watch's task: it feeds the index until the controllers stop, and says when it has listed everything once.
+type Watch = fn(&Client, &Arc<Context>, watch::Sender<bool>) -> Option<BoxFuture<'static, ()>>;
 
-/// A task that must run until the controllers stop: its end is a failure.
-fn task(name: &'static str, f: impl Future<Output = ()> + Send + 'static) -> Task {
-    async move {
-        f.await;
-        (name, Ok(()))
+/// Every watch of the controllers, and what it feeds: claims (only those of our pool kinds are kept), IPAddresses
+/// (the allocator), the four pool kinds (typed pools), and Clusters when the API server serves them.
+const WATCHES: [(&str, Watch); 7] = [
+    ("IPAddressClaims", watch_claims),
+    ("IPAddresses", watch_addresses),
+    ("InClusterIPPools", watch_pools::<v1alpha2::InClusterIPPool>),
+    ("GlobalInClusterIPPools", watch_pools::<v1alpha2::GlobalInClusterIPPool>),
+    ("InClusterPrefixPools", watch_pools::<v1alpha2::InClusterPrefixPool>),
+    ("GlobalInClusterPrefixPools", watch_pools::<v1alpha2::GlobalInClusterPrefixPool>),
+    ("Clusters", watch_clusters),
+];
+
+fn watch_claims(client: &Client, ctx: &Arc<Context>, listed: watch::Sender<bool>) -> Option<BoxFuture<'static, ()>> {
+    let (options, ctx) = (&ctx.options, ctx.clone());
+    let mut config = watching::config();
+    if let Some(filter) = &options.watch_filter {
+        config = config.labels(&format!("{WATCH_FILTER_LABEL}={filter}"));
     }
-    .boxed()
+    let api = api_for::<ClaimResource>(client, options.namespace.as_deref(), &options.capi.ipam);
+    let stream = watcher(api, config).backoff(watching::Backoff::default());
+    Some(async move { watching::drive("IPAddressClaims", stream, &*ctx.index, &*ctx, listed).await }.boxed())
 }
 
-/// A pool kind's watch (its own typed kind, into the index's typed pools).
-fn watch_pools<K: PoolResource>(client: &Client, ctx: &Arc<Context>, listed: watch::Sender<bool>) -> Task {
+fn watch_addresses(client: &Client, ctx: &Arc<Context>, listed: watch::Sender<bool>) -> Option<BoxFuture<'static, ()>> {
+    let (options, ctx) = (&ctx.options, ctx.clone());
+    let api = api_for::<IpAddress>(client, options.namespace.as_deref(), &options.capi.ipam);
+    let stream = watcher(api, watching::config()).backoff(watching::Backoff::default());
+    Some(async move { watching::drive("IPAddresses", stream, &*ctx.index, &*ctx, listed).await }.boxed())
+}
+
+fn watch_pools<K: PoolResource>(
+    client: &Client,
+    ctx: &Arc<Context>,
+    listed: watch::Sender<bool>,
+) -> Option<BoxFuture<'static, ()>> {
     let namespace = if K::KIND.is_global() { None } else { ctx.options.namespace.as_deref() };
     let stream = watcher(K::api(client.clone(), namespace), watching::config())
         .backoff(watching::Backoff::default())
         .modify(|p: &mut K| p.meta_mut().managed_fields = None);
     let ctx = ctx.clone();
-    task(
-        "pool watch",
-        async move { watching::drive("pools", stream, &Pools::<K>::of(&ctx.index), &*ctx, listed).await },
-    )
+    Some(async move { watching::drive("pools", stream, &Pools::<K>::of(&ctx.index), &*ctx, listed).await }.boxed())
 }
 
-/// Runs the controllers until `stop`.
+fn watch_clusters(client: &Client, ctx: &Arc<Context>, listed: watch::Sender<bool>) -> Option<BoxFuture<'static, ()>> {
+    let (options, ctx) = (&ctx.options, ctx.clone());
+    let version = options.capi.cluster?;
+    let api = api_for::<Cluster>(client, options.namespace.as_deref(), &version);
+    let stream = watcher(api, watching::config()).backoff(watching::Backoff::default());
+    Some(async move { watching::drive("Clusters", stream, &*ctx.index, &*ctx, listed).await }.boxed())
+}
+
+/// Runs the controllers until `stop`; `on_synced` is called once every watch has listed everything.
 pub async fn run(
     client: Client,
     options: ControllerOptions,
     fence: Fence,
     metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
+    on_synced: impl FnOnce() + Send + 'static,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let (synced_tx, synced) = watch::channel(false);
@@ -221,64 +250,31 @@ pub async fn run(
     let work = Arc::new(work);
     let api = Arc::new(KubeApi::new(client.clone(), options.capi, fence));
     let ctx = Arc::new(Context::new(api, options.clone(), metrics, work.clone(), synced));
-    let namespace = options.namespace.as_deref();
-    let capi = options.capi;
-    let mut tasks: Vec<Task> = Vec::new();
-    let mut listed: Vec<watch::Receiver<bool>> = Vec::new();
-    let mut listed_by = |tasks: &mut Vec<Task>, make: &dyn Fn(watch::Sender<bool>) -> Task| {
-        let (tx, rx) = watch::channel(false);
-        tasks.push(make(tx));
-        listed.push(rx);
-    };
+    // Polled in place: dropped with this future, nothing of a leader term outlives it (`crate::leader`).
+    let mut tasks = Supervisor::default();
 
-    // Claims: only those pointing at our pool kinds are kept and reconciled.
-    listed_by(&mut tasks, &|tx| {
-        let mut config = watching::config();
-        if let Some(filter) = &options.watch_filter {
-            config = config.labels(&format!("{WATCH_FILTER_LABEL}={filter}"));
+    let mut listed = Vec::new();
+    for (what, start) in WATCHES {
+        let (tx, rx) = watch::channel(false);
+        if let Some(watch) = start(&client, &ctx, tx) {
+            tasks.forever(what, watch);
+            listed.push(rx);
         }
-        let stream = watcher(api_for::<ClaimResource>(&client, namespace, &capi.ipam), config)
-            .backoff(watching::Backoff::default());
-        let ctx = ctx.clone();
-        task(
-            "IPAddressClaim watch",
-            async move { watching::drive("IPAddressClaims", stream, &*ctx.index, &*ctx, tx).await },
-        )
-    });
-    // IPAddresses feed the allocator.
-    listed_by(&mut tasks, &|tx| {
-        let stream = watcher(api_for::<IpAddress>(&client, namespace, &capi.ipam), watching::config())
-            .backoff(watching::Backoff::default());
-        let ctx = ctx.clone();
-        task("IPAddress watch", async move { watching::drive("IPAddresses", stream, &*ctx.index, &*ctx, tx).await })
-    });
-    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::InClusterIPPool>(&client, &ctx, tx));
-    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::GlobalInClusterIPPool>(&client, &ctx, tx));
-    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::InClusterPrefixPool>(&client, &ctx, tx));
-    listed_by(&mut tasks, &|tx| watch_pools::<v1alpha2::GlobalInClusterPrefixPool>(&client, &ctx, tx));
-    // Clusters, when the API server serves them.
-    if let Some(version) = capi.cluster {
-        listed_by(&mut tasks, &|tx| {
-            let stream = watcher(api_for::<Cluster>(&client, namespace, &version), watching::config())
-                .backoff(watching::Backoff::default());
-            let ctx = ctx.clone();
-            task("Cluster watch", async move { watching::drive("Clusters", stream, &*ctx.index, &*ctx, tx).await })
-        });
     }
 
     // Start-up gate: nothing allocates before every watch listed everything once.
     {
         let ctx = ctx.clone();
-        tasks.push(task("start-up gate", async move {
+        tasks.forever("start-up gate", async move {
             for mut rx in listed {
                 let _ = rx.wait_for(|l| *l).await;
             }
             ctx.index.log_synced();
             synced_tx.send_replace(true);
-            readiness.caches_synced.store(true, Ordering::Release);
+            on_synced();
             // Keep the sender alive: this task must not end early.
             std::future::pending::<()>().await;
-        }));
+        });
     }
 
     // Pool status (docs/compatibility.md D4): however many addresses change, one pool status is written per 250 ms in
@@ -286,7 +282,7 @@ pub async fn run(
     // that the status writes per allocation do not grow with the number of pools in a burst.
     {
         let (ctx, work) = (ctx.clone(), work.clone());
-        tasks.push(task("pool status coalescer", async move {
+        tasks.forever("pool status coalescer", async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             loop {
                 tick.tick().await;
@@ -294,52 +290,46 @@ pub async fn run(
                     work.pools.add(key);
                 }
             }
-        }));
+        });
     }
 
     let WorkStreams { gone, moved_away } = streams;
-    tasks.push(task("moved-away writer", moved_away::write_pending(ctx.clone(), moved_away)));
-    tasks.push(task("orphan release", orphans::run(ctx.clone(), gone)));
+    tasks.forever("moved-away writer", moved_away::write_pending(ctx.clone(), moved_away));
+    tasks.forever("orphan release", orphans::run(ctx.clone(), gone));
 
     // The workers, the timers of their delayed requeues, and the return of the claims parked while the API server
     // did not answer.
     {
         let (ctx, work) = (ctx.clone(), work.clone());
-        tasks.push(task("unpark", async move {
+        tasks.forever("unpark", async move {
             loop {
                 ctx.reachability.returned().await;
                 work.claims.unpark_all();
             }
-        }));
+        });
     }
     {
         let work = work.clone();
-        tasks.push(task("claim requeue timer", async move { work.claims.run_timers().await }));
+        tasks.forever("claim requeue timer", async move { work.claims.run_timers().await });
     }
     {
         let work = work.clone();
-        tasks.push(task("pool requeue timer", async move { work.pools.run_timers().await }));
+        tasks.forever("pool requeue timer", async move { work.pools.run_timers().await });
     }
     let claim_workers: Vec<_> =
         (0..options.concurrency.max(1)).map(|_| claim_worker(ctx.clone(), work.clone(), stop.clone())).collect();
-    tasks.push(task("claim workers", async move {
+    tasks.forever("claim workers", async move {
         futures::future::join_all(claim_workers).await;
-    }));
+    });
     let pool_workers: Vec<_> = (0..4).map(|_| pool_worker(ctx.clone(), work.clone(), stop.clone())).collect();
-    tasks.push(task("pool workers", async move {
+    tasks.forever("pool workers", async move {
         futures::future::join_all(pool_workers).await;
-    }));
+    });
 
-    // Run until stop; any task ending earlier is a failure of the controllers.
-    let mut tasks = futures::future::select_all(tasks);
-    tokio::select! {
-        _ = stop.cancelled() => Ok(()),
-        ((name, result), _, _) = &mut tasks => {
-            if stop.is_cancelled() {
-                return Ok(());
-            }
-            Err(result.err().unwrap_or_else(|| anyhow::anyhow!("{name} stopped unexpectedly")))
-        }
+    // A task ending while stopping (the workers end on `stop`) is no failure.
+    match tasks.until(stop.cancelled()).await {
+        Err(_) if stop.is_cancelled() => Ok(()),
+        ended => ended,
     }
 }
 

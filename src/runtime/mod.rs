@@ -4,6 +4,7 @@
 pub mod queue;
 pub mod reachability;
 pub mod retry;
+pub mod supervisor;
 pub mod watch;
 
 use tokio::sync::mpsc;

@@ -24,14 +24,25 @@ use tracing::warn;
 use crate::metrics::Metrics;
 use crate::server::tls::{TlsOptions, server_config};
 
-/// Readiness: the webhook server serves (when enabled) and, on the leader, the controllers' caches are synced.
+/// Readiness: the webhook server serves (when enabled) and, on the leader, the controllers' caches are synced. Set
+/// by `crate::manager` only, which starts both.
 #[derive(Debug, Default)]
 pub struct Readiness {
-    pub webhooks_serving: AtomicBool,
-    pub caches_synced: AtomicBool,
+    webhooks_serving: AtomicBool,
+    caches_synced: AtomicBool,
 }
 
 impl Readiness {
+    /// The webhook server is bound (or disabled).
+    pub fn webhooks_serving(&self) {
+        self.webhooks_serving.store(true, Ordering::Release);
+    }
+
+    /// Whether the controllers' caches are synced (a replica that does not lead has none to wait for).
+    pub fn set_caches_synced(&self, synced: bool) {
+        self.caches_synced.store(synced, Ordering::Release);
+    }
+
     pub fn is_ready(&self) -> bool {
         self.webhooks_serving.load(Ordering::Acquire) && self.caches_synced.load(Ordering::Acquire)
     }
