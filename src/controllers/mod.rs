@@ -305,6 +305,7 @@ pub async fn run(
             loop {
                 ctx.reachability.returned().await;
                 work.claims.unpark_all();
+                work.pools.unpark_all();
             }
         });
     }
@@ -342,6 +343,8 @@ async fn claim_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToke
         };
         // Read the claim once every watch has listed (at start-up), so that it is the freshest we have.
         ctx.wait_synced().await;
+        // No await between the run's end and `finish`: a return of the API server that `unpark` hands on cannot
+        // slip in between the policy's "parked" and the park (the workers and `unpark` are polled in one task).
         let outcome = work_claim(&ctx, &key).await;
         work.claims.finish(key, outcome);
     }

@@ -53,6 +53,7 @@ impl Sink for Work {
     }
 
     fn claim_gone(&self, claim: ObjectKey) {
+        self.claims.forget(&claim);
         let _ = self.gone.send(claim);
     }
 

@@ -262,6 +262,14 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         }
     }
 
+    /// The object of `key` is gone: its failures in a row end (a new object of its name starts without them). A
+    /// retry still due runs once and finds it gone.
+    pub fn forget(&self, key: &K) {
+        let mut state = self.state();
+        state.failures.remove(key);
+        state.parked.remove(key);
+    }
+
     /// The API server answers again: the keys parked while it did not are queued now.
     pub fn unpark_all(&self) {
         let parked: Vec<K> = self.state().parked.drain().collect();
@@ -410,6 +418,26 @@ mod tests {
         q.finish(again, Outcome::Done(Next::AwaitChange));
         q.unpark_all();
         assert!(tokio::time::timeout(Duration::from_secs(600), q.next()).await.is_err(), "parked once, back once");
+        timers.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_forgotten_key_starts_over_without_its_failures() {
+        let (q, timers) = with_timers();
+        let a = key("a");
+        for _ in 0..5 {
+            q.add(a.clone());
+            assert_eq!(q.next().await, a);
+            q.finish(a.clone(), Outcome::Failed(Retry::Backoff));
+        }
+        q.forget(&a);
+        q.add(a.clone());
+        assert_eq!(q.next().await, a);
+        q.finish(a.clone(), Outcome::Failed(Retry::Backoff));
+        let start = Instant::now();
+        assert_eq!(q.next().await, a);
+        assert_eq!(start.elapsed(), Duration::from_millis(200) + jitter(&a), "the first failure of a new object");
+        q.done(&a);
         timers.abort();
     }
 
