@@ -92,10 +92,15 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     if matches!(gate, Gate::Paused | Gate::WaitForCluster(..))
         && claim.address_ref().is_none()
         && ctx.index.duplicate_of(&pool_key, key).is_some_and(|d| !moved_one_wins(ctx, &pool_key, key, &d))
-        && let Some(record) = ctx.index.address(key).filter(|r| !r.deleting && *r.pool == pool_key)
+        && let Some(record) = ctx.index.address(key).filter(|r| *r.pool == pool_key)
     {
         // Pause holds our decisions, not the undoing of a write that landed too late (a fenced leader's): an
         // IPAddress no claim is bound to, holding an address another holds, goes even now (a move would copy it).
+        // Withdrawn already (a delete whose answer was lost), its deletion is finished: no one else finishes it
+        // while a claim of its name exists, and the claim may wait for its Cluster for good.
+        if record.deleting {
+            return finish_deletion(ctx, key, &pool_key, record.uid).await;
+        }
         return withdraw_duplicate(ctx, key, &pool_key, record.uid).await;
     }
     match gate {
