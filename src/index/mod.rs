@@ -150,6 +150,12 @@ impl Index {
             let result = step(&mut state);
             (result, state.take_notices())
         };
+        self.deliver(notices);
+        result
+    }
+
+    /// Hands what a step noticed to the sink, in order (not generic: one copy for every step).
+    fn deliver(&self, notices: Vec<Notice>) {
         for notice in notices {
             match notice {
                 Notice::Wake(claim) => self.sink.wake(claim),
@@ -159,7 +165,6 @@ impl Index {
                 Notice::MovedAwayChanged(pool) => self.sink.moved_away_changed(pool),
             }
         }
-        result
     }
 
     /// Reads the state.
