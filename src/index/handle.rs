@@ -1,4 +1,5 @@
-//! The steps of the index as the rest of the process calls them: each one call, one step under the lock.
+//! The steps of the index as the rest of the process calls them: each one call, one step under the lock. Each is
+//! documented on the `State` method it runs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
