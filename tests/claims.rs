@@ -240,6 +240,9 @@ async fn an_exhausted_pool_serves_the_waiting_claim_as_soon_as_an_address_frees_
     for kind in ["InClusterIPPool", "GlobalInClusterIPPool"] {
         let pool = unique_name("ex");
         create_pool(c, kind, ns, &pool, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})).await;
+        // The manager has seen the pool (its status is ours): a claim created before its watch delivered the pool
+        // says PoolNotReady first, with an Event, which is not what this test is about.
+        wait_pool_counts(c, kind, ns, &pool, (3, 0, 3, 0)).await;
         for i in 0..3 {
             CAPI.create_claim(c, ns, &format!("{pool}-{i}"), kind, &pool).await;
         }
