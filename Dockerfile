@@ -9,6 +9,8 @@ WORKDIR /src
 ENV RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_STRIP=symbols
 # Dependencies first, so that a source change does not rebuild them.
 COPY Cargo.toml Cargo.lock ./
+# The tests' support crate is a workspace member: cargo reads its manifest to resolve the lockfile.
+COPY tests/support ./tests/support
 RUN mkdir -p src tests/benches \
  && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
  && for b in allocator e2e memory vs_caip; do echo 'fn main() {}' > tests/benches/$b.rs; done \

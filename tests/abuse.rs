@@ -3,8 +3,6 @@
 //! RSS stays below the chart's memory limit and `/readyz` stays green; afterwards the API server still reaches the
 //! webhooks.
 
-mod support;
-
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Arc;

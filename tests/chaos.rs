@@ -10,8 +10,6 @@
 //! burst in another pool that keeps the watches busy: a late event about an IPAddress of an earlier claim of the
 //! same name must never free the address of the current one (issue 25, hole 1).
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,6 @@
 //! Claims get addresses: the claim and pool controllers against the real API server with the real Cluster API v1.14.2
 //! manager, CRDs (v1beta2 storage, conversion webhooks) and admission webhooks, our webhooks registered over TLS.
 
-mod support;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -218,13 +216,8 @@ async fn out_of_range_addresses_are_counted() {
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24})).await;
     CAPI.create_claim(c, ns, "in", "InClusterIPPool", "pool").await;
     CAPI.wait_bound(c, ns, "in").await;
-    let mut stray = kube::api::DynamicObject::new(
-        "stray",
-        &kube::api::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
-            "ipaddresses",
-        ),
-    );
+    let mut stray =
+        kube::api::DynamicObject::new("stray", &support::resource("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"));
     stray.data = json!({"spec": {"address": "10.0.0.99", "prefix": 24, "claimRef": {"name": "stray"},
         "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}}});
     CAPI.addresses(c, ns).create(&PostParams::default(), &stray).await.expect("stray IPAddress");
@@ -846,10 +839,7 @@ async fn a_restore_gets_every_claim_its_old_address_back() {
     for a in &addresses_backup {
         let mut restored = kube::api::DynamicObject::new(
             &a.name_any(),
-            &kube::api::ApiResource::from_gvk_with_plural(
-                &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
-                "ipaddresses",
-            ),
+            &support::resource("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
         );
         restored.metadata.labels = a.metadata.labels.clone();
         restored.data = json!({"spec": a.data["spec"]});
@@ -885,10 +875,7 @@ async fn an_ipaddress_name_taken_by_another_pool_is_reported_and_frees_the_hold(
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.50.0.1-10.50.0.2"], "prefix": 24})).await;
     create_pool(c, "InClusterIPPool", ns, "other", json!({"addresses": ["10.60.0.1"], "prefix": 24})).await;
     // Two IPAddresses made by hand under the claims' names: one of a Metal3 pool, one of our other pool.
-    let address_resource = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
-        "ipaddresses",
-    );
+    let address_resource = support::resource("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress");
     for (name, pool_ref, address) in [
         ("metal3", json!({"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": "m3"}), "192.0.2.7"),
         ("ours", json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "other"}), "10.60.0.1"),
@@ -948,10 +935,7 @@ async fn an_address_held_twice_is_reported_and_an_unbound_duplicate_is_withdrawn
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.90.0.1-10.90.0.5"], "prefix": 24})).await;
     CAPI.create_claim(c, ns, "a", "InClusterIPPool", "pool").await;
     assert_eq!(address_of(&CAPI.wait_bound(c, ns, "a").await), "10.90.0.1");
-    let resource = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
-        "ipaddresses",
-    );
+    let resource = support::resource("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress");
     let duplicate_of_a = |name: &str| {
         let mut a = kube::api::DynamicObject::new(name, &resource);
         a.data = json!({"spec": {"address": "10.90.0.1", "prefix": 24, "claimRef": {"name": name},

@@ -3,15 +3,13 @@
 //! v1beta1 (docs/compatibility.md D6), and allocation, exhaustion and pause work in that version, with v1beta1-shaped
 //! conditions that pass its real schema.
 
-mod support;
-
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::Plane;
 use support::claims::{Capi, address_of, create_pool, wait_pool_counts};
-use support::manager::Manager;
+use support::manager::{Launch, Manager};
 
 const CAPI: Capi = Capi::V1Beta1;
 
@@ -19,13 +17,7 @@ const CAPI: Capi = Capi::V1Beta1;
 async fn allocation_exhaustion_and_pause_in_v1beta1() {
     let plane =
         tokio::task::spawn_blocking(|| Plane::private_with("v1beta1", &["--capi", "v1.10"])).await.expect("plane");
-    let plane_dir = plane.dir.clone();
-    let manager = tokio::task::spawn_blocking({
-        let plane = Plane::at(&plane_dir);
-        move || Manager::start(&plane, &["--insecure-diagnostics"])
-    })
-    .await
-    .expect("manager");
+    let manager = Manager::started(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
     let c = &plane.client().await;
     let ns = &support::create_namespace(c, "v1b1").await;
     assert!(manager.log_tail(200).contains("ipam=\"v1beta1\""), "discovery picked v1beta1:\n{}", manager.log_tail(20));

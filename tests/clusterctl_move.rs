@@ -6,12 +6,10 @@
 //! arrives with the same address, prefix and pool, nothing is allocated anew, nothing is left behind or leaked, and
 //! the waiting claim still waits.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use support::claims::{Capi, create_pool, wait_pool_counts};
@@ -111,13 +109,6 @@ fn install_provider(plane: &Plane, install: Install) {
     }
 }
 
-fn resource(group: &str, version: &str, kind: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(group, version, kind),
-        &format!("{}s", kind.to_lowercase()),
-    )
-}
-
 /// What the stand-in infrastructure and control-plane providers would report once the workload cluster is up.
 async fn provision(side: &Side) {
     let c = &side.client;
@@ -134,7 +125,7 @@ async fn provision(side: &Side) {
         ),
     ] {
         let api: kube::Api<DynamicObject> =
-            kube::Api::namespaced_with(c.clone(), NS, &resource(group, "v1alpha1", kind));
+            kube::Api::namespaced_with(c.clone(), NS, &support::resource(group, "v1alpha1", kind));
         api.patch_status("wl", &PatchParams::default(), &Patch::Merge(json!({"status": status})))
             .await
             .unwrap_or_else(|e| panic!("{kind} status: {e}"));

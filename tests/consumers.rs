@@ -5,8 +5,6 @@
 //! waits and gets the address a deleted machine freed, a paused Cluster holds everything, and `clusterctl move`
 //! carries a Cluster whose claims the consumer owns to another management cluster without a new allocation.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -2,14 +2,11 @@
 //! API server with field paths, `/version` reports the pinned build, RBAC denies the restricted identity, and a private
 //! control plane keeps its data across an API server and etcd restart.
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::{await_condition, conditions};
 use support::{Plane, TestEnv, unique_name};
 
@@ -54,7 +51,7 @@ async fn crd_schema_violations_come_back_as_422_with_the_field_path() {
     let established = await_condition(crds.clone(), &crd_name, conditions::is_crd_established());
     tokio::time::timeout(Duration::from_secs(30), established).await.expect("CRD established in time").expect("watch");
 
-    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Widget"), "widgets");
+    let resource = support::resource(&group, "v1", "Widget");
     let widgets: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.namespace, &resource);
     let mut bad = DynamicObject::new("too-big", &resource);
     bad.data = serde_json::json!({"spec": {"size": 11}});

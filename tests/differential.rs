@@ -7,8 +7,6 @@
 //! `DIFF_CASES=n` runs n specs (default 8,000: about a minute); a failure shrinks to the smallest batch, and prints
 //! the case that differs.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -5,8 +5,6 @@
 //! test control plane and binds a claim; and it does so again from a copy of the checkout under a private folder
 //! (mode 0700), as a home folder is: what that user reads must never be inside the checkout.
 
-mod support;
-
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -212,12 +210,8 @@ async fn the_entrypoint_from_the_layer_binds_a_claim_against_the_real_api_server
             .map(OsString::from)
             .chain([image.manager.into_os_string()])
             .collect();
-    let manager = tokio::task::spawn_blocking(move || {
-        let launch = Launch { command, owner: Some(NONROOT), ..Launch::default() };
-        Manager::start_launched(Plane::shared(), launch, &["--insecure-diagnostics"])
-    })
-    .await
-    .expect("manager");
+    let launch = Launch { command, owner: Some(NONROOT), ..Launch::default() };
+    let manager = Manager::started(Plane::shared(), launch, &["--insecure-diagnostics"]).await;
     let status = std::fs::read_to_string(format!("/proc/{}/status", manager.pid().expect("pid"))).expect("status");
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid");
     assert!(uid_line.split_whitespace().skip(1).all(|u| u == NONROOT.to_string()), "{uid_line}");

@@ -11,8 +11,6 @@
 //! Services the install created. The claims, pools and IPAddresses are checked before and after every step: every
 //! claim keeps its address, and no address is held twice.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -42,17 +40,6 @@ async fn private_plane(name: &'static str) -> Plane {
     let dir = plane.dir.clone();
     tokio::task::spawn_blocking(move || install_fixture_crds(&Plane::at(&dir))).await.expect("fixture CRDs");
     plane
-}
-
-async fn start_manager(plane: &Plane, launch: Launch, args: &[&str]) -> Manager {
-    let dir = plane.dir.clone();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Manager::start_launched(&Plane::at(&dir), launch, &args)
-    })
-    .await
-    .expect("manager")
 }
 
 fn kubectl_json(plane: &Plane, args: &[&str]) -> Option<Value> {
@@ -127,7 +114,7 @@ async fn helm_install_upgrade_and_uninstall_keep_the_pools_and_their_addresses()
     assert!(kubectl_json(&plane, &["get", "pdb", "-n", PROVIDER_NAMESPACE, "ipam-capi-ipam-in-cluster"]).is_none());
 
     let wiring = save_wiring(&plane);
-    let manager = start_manager(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
+    let manager = Manager::started(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
     let tenant = create_namespace(&client, "tenant").await;
     let spec = json!({"addresses": ["10.80.0.10-10.80.0.20"], "prefix": 24, "gateway": "10.80.0.1"});
     create_pool(&client, "InClusterIPPool", &tenant, "nodes", spec).await;
@@ -203,7 +190,7 @@ async fn helm_install_upgrade_and_uninstall_keep_the_pools_and_their_addresses()
 
     // Installed again (same release name and namespace: Helm adopts the CRDs it kept), everything is still there.
     ok(helm_in_plane(&["install", "ipam", CHART]), "helm install again");
-    let _manager = start_manager(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
+    let _manager = Manager::started(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
     let reinstalled = claim_and_wait(&client, &tenant, &["d"]).await;
     kept(&upgraded, &reinstalled, "helm install after uninstall");
     assert_eq!(reinstalled.len(), 4);
@@ -243,7 +230,7 @@ async fn kubectl_apply_k_config_default_installs_a_provider_that_binds_claims() 
         .collect();
     flags.extend(["--insecure-diagnostics".to_owned(), format!("--leader-election-namespace={PROVIDER_NAMESPACE}")]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let _manager = start_manager(&plane, Launch::default(), &flags).await;
+    let _manager = Manager::started(&plane, Launch::default(), &flags).await;
     let tenant = create_namespace(&client, "tenant").await;
     let spec = json!({"addresses": ["10.81.0.10-10.81.0.11"], "prefix": 24});
     create_pool(&client, "InClusterIPPool", &tenant, "nodes", spec).await;
@@ -382,7 +369,7 @@ async fn clusterctl_upgrade_from_the_go_provider_keeps_every_claim_bound() {
         webhooks: Some(go.join("config/webhook/manifests.yaml")),
         ..Launch::default()
     };
-    let webhooks = start_manager(
+    let webhooks = Manager::started(
         &plane,
         standing_in,
         &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={holder}")],
@@ -431,7 +418,7 @@ async fn clusterctl_upgrade_from_the_go_provider_keeps_every_claim_bound() {
     assert_eq!(image, format!("ghcr.io/capi-ipam-in-cluster/manager:{version}"));
 
     // Ours, where the new Deployment's pod would run: every claim keeps its address; new ones get free ones.
-    let _manager = start_manager(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
+    let _manager = Manager::started(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
     let claims = CAPI.claims(&client, &tenant);
     eventually(Duration::from_secs(30), "our Ready condition on the Go provider's claims", || async {
         let list = claims.list(&ListParams::default()).await.ok()?;

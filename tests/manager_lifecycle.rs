@@ -5,19 +5,16 @@
 //! Each test runs a manager of its own; a lock keeps them from running at the same time (two managers would be two
 //! allocators, which is exactly what leader election exists to prevent).
 
-mod support;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 use support::claims::wait_pool_counts;
 use support::claims::{Capi, address_of, create_pool};
-use support::manager::Manager;
+use support::manager::{Launch, Manager};
 use support::{Plane, TestEnv, eventually};
 use tokio::sync::Mutex;
 
@@ -25,16 +22,6 @@ const CAPI: Capi = Capi::V1Beta2;
 const LEASE: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
 
 static ONE_MANAGER_AT_A_TIME: Mutex<()> = Mutex::const_new(());
-
-async fn start_manager(extra: &[&str]) -> Manager {
-    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = extra.iter().map(String::as_str).collect();
-        Manager::start(Plane::shared(), &args)
-    })
-    .await
-    .expect("manager")
-}
 
 /// A metav1.MicroTime: RFC 3339 with microseconds.
 fn micro_time(t: jiff::Timestamp) -> String {
@@ -64,19 +51,19 @@ async fn a_move_is_adopted_without_patching_any_spec_once_the_lease_is_ours() {
     let env = TestEnv::new("move").await;
     let (c, ns) = (&env.client, &env.namespace);
     foreign_lease(c, ns).await;
-    let manager =
-        start_manager(&["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")])
-            .await;
+    let manager = Manager::started(
+        Plane::shared(),
+        Launch::default(),
+        &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")],
+    )
+    .await;
     assert!(manager.log_tail(50).contains("waiting for leadership"), "{}", manager.log_tail(20));
 
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.50.0.1-10.50.0.20"], "prefix": 24})).await;
     let pool_uid =
         support::claims::pools(c, "InClusterIPPool", ns).get("pool").await.expect("pool").uid().unwrap_or_default();
     let addresses = CAPI.addresses(c, ns);
-    let r = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
-        "ipaddresses",
-    );
+    let r = support::resource("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress");
     // Moved addresses, deliberately not the lowest ones.
     let moved = [("m0", "10.50.0.7"), ("m1", "10.50.0.3"), ("m2", "10.50.0.12")];
     for (name, address) in moved {
@@ -140,7 +127,7 @@ async fn a_sigkill_in_the_middle_of_a_burst_hands_out_no_address_twice() {
     let _one = ONE_MANAGER_AT_A_TIME.lock().await;
     let env = TestEnv::new("crash").await;
     let (c, ns) = (&env.client, &env.namespace);
-    let mut manager = start_manager(&["--insecure-diagnostics"]).await;
+    let mut manager = Manager::started(Plane::shared(), Launch::default(), &["--insecure-diagnostics"]).await;
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.60.0.0/23"], "prefix": 23})).await;
     let total = 300;
     CAPI.create_claims(c, ns, total, "InClusterIPPool", "pool").await;
@@ -240,12 +227,8 @@ async fn the_charts_roles_are_enough_for_a_claims_whole_life() {
         "--leader-elect".to_owned(),
         format!("--leader-election-namespace={ns}"),
     ];
-    let manager = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Manager::start(&Plane::at(&dir), &args)
-    })
-    .await
-    .expect("manager");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let manager = Manager::started(&Plane::at(&dir), Launch::default(), &args).await;
 
     create_pool(&admin, "InClusterIPPool", &ns, "pool", json!({"addresses": ["10.70.0.1-10.70.0.10"], "prefix": 24}))
         .await;
@@ -301,9 +284,12 @@ async fn sigterm_releases_the_lease_and_a_lost_lease_stops_the_process() {
     let _one = ONE_MANAGER_AT_A_TIME.lock().await;
     let env = TestEnv::new("lease").await;
     let (c, ns) = (&env.client, &env.namespace);
-    let mut manager =
-        start_manager(&["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")])
-            .await;
+    let mut manager = Manager::started(
+        Plane::shared(),
+        Launch::default(),
+        &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")],
+    )
+    .await;
     let holder = leading(c, ns).await;
     assert!(manager.terminate(Duration::from_secs(15)), "SIGTERM stops the process:\n{}", manager.log_tail(20));
     // Released with the margin an expiry would leave (issue 25): the record says the lease runs out the lease
@@ -315,9 +301,12 @@ async fn sigterm_releases_the_lease_and_a_lost_lease_stops_the_process() {
     assert_eq!(spec.lease_duration_seconds, Some(5), "the lease was not released on SIGTERM: {spec:?}");
 
     // Another holder takes the lease over: the manager notices at its next renewal and exits with an error.
-    let manager =
-        start_manager(&["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")])
-            .await;
+    let manager = Manager::started(
+        Plane::shared(),
+        Launch::default(),
+        &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={ns}")],
+    )
+    .await;
     leading_after(c, ns, &holder).await;
     let now = micro_time(jiff::Timestamp::now());
     let steal =
@@ -344,17 +333,21 @@ async fn the_go_providers_flags_start_a_manager_that_means_them() {
     let other = TestEnv::new("goflags-other").await;
     let (c, ns) = (&env.client, &env.namespace);
     let filter = support::unique_name("wf");
-    let manager = start_manager(&[
-        "--leader-elect",
-        &format!("--leader-election-namespace={ns}"),
-        &format!("--namespace={ns}"),
-        &format!("--watch-filter={filter}"),
-        "--webhook-cert-name=tls.crt",
-        "--webhook-key-name=tls.key",
-        "--insecure-diagnostics",
-        "--tls-min-version=VersionTLS12",
-        "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-    ])
+    let manager = Manager::started(
+        Plane::shared(),
+        Launch::default(),
+        &[
+            "--leader-elect",
+            &format!("--leader-election-namespace={ns}"),
+            &format!("--namespace={ns}"),
+            &format!("--watch-filter={filter}"),
+            "--webhook-cert-name=tls.crt",
+            "--webhook-key-name=tls.key",
+            "--insecure-diagnostics",
+            "--tls-min-version=VersionTLS12",
+            "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        ],
+    )
     .await;
     for env in [&env, &other] {
         create_pool(

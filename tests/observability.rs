@@ -2,8 +2,6 @@
 //! tests on synthetic series (`promtool test rules`, promtool built from its Go module), every metric the dashboard
 //! and the rules name is one a running manager exports, and the chart ships both only when asked, unchanged.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::process::Command;
 

@@ -3,8 +3,6 @@
 //! `clusterctl init --ipam in-cluster` against a real API server, and everything rendered applied to the API server
 //! as a server-side dry run.
 
-mod support;
-
 use serde_json::Value;
 use support::release::{
     clusterctl, clusterctl_init, helm, install_fixture_crds, ok, our_version, release_manifests, repository, scratch,
@@ -319,6 +317,15 @@ fn the_dockerfile_builds_the_image_make_image_builds() {
         assert!(dockerfile.contains(flag) && script.contains(flag), "{flag} in one of them only");
     }
     assert!(dockerfile.contains("cargo build --release --locked --target \"$triple\" --bin manager"));
+    // Cargo reads every workspace member's manifest to resolve the lockfile, so the builder stage needs them all.
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("Cargo.toml");
+    let members = manifest.lines().find_map(|l| l.strip_prefix("members = ")).expect("a workspace members line");
+    for member in members.trim_matches(['[', ']']).split(", ").map(|m| m.trim_matches('"')).filter(|m| *m != ".") {
+        assert!(
+            dockerfile.contains(&format!("\nCOPY {member} ")),
+            "the Dockerfile does not copy workspace member {member}"
+        );
+    }
     let final_stage = dockerfile.rsplit("\nFROM ").next().expect("a final stage");
     assert!(final_stage.starts_with("scratch\n"), "the image has no base image");
     assert_eq!(final_stage.matches("\nCOPY ").count(), 1, "only the manager goes into the image");

@@ -2,10 +2,7 @@
 //! invalid scenarios (messages, field paths, warnings), defaulting, the update and delete guards, lossless
 //! conversion between v1alpha1 and v1alpha2, and the printer columns of both versions.
 
-mod support;
-
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use support::{TestEnv, unique_name};
@@ -14,19 +11,12 @@ const GROUP: &str = "ipam.cluster.x-k8s.io";
 const IP_KINDS: [&str; 2] = ["InClusterIPPool", "GlobalInClusterIPPool"];
 const PREFIX_KINDS: [&str; 2] = ["InClusterPrefixPool", "GlobalInClusterPrefixPool"];
 
-fn resource(kind: &str, version: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(GROUP, version, kind),
-        &format!("{}s", kind.to_lowercase()),
-    )
-}
-
 fn is_global(kind: &str) -> bool {
     kind.starts_with("Global")
 }
 
 fn pools(env: &TestEnv, kind: &str, version: &str) -> Api<DynamicObject> {
-    let r = resource(kind, version);
+    let r = support::resource(GROUP, version, kind);
     if is_global(kind) {
         Api::all_with(env.client.clone(), &r)
     } else {
@@ -35,7 +25,7 @@ fn pools(env: &TestEnv, kind: &str, version: &str) -> Api<DynamicObject> {
 }
 
 fn pool(kind: &str, version: &str, name: &str, spec: Value) -> DynamicObject {
-    let mut p = DynamicObject::new(name, &resource(kind, version));
+    let mut p = DynamicObject::new(name, &support::resource(GROUP, version, kind));
     p.data = json!({ "spec": spec });
     p
 }
@@ -69,7 +59,7 @@ fn assert_rejected(result: Result<DynamicObject, kube::Error>, code: u16, field:
 }
 
 fn ip_address(namespace: &str, name: &str, kind: &str, pool: &str, address: &str, prefix: i64) -> DynamicObject {
-    let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1beta2", "IPAddress"), "ipaddresses");
+    let r = support::resource(GROUP, "v1beta2", "IPAddress");
     let mut a = DynamicObject::new(name, &r).within(namespace);
     a.data = json!({"spec": {
         "address": address, "prefix": prefix,
@@ -80,7 +70,7 @@ fn ip_address(namespace: &str, name: &str, kind: &str, pool: &str, address: &str
 }
 
 fn addresses_api(env: &TestEnv) -> Api<DynamicObject> {
-    let r = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1beta2", "IPAddress"), "ipaddresses");
+    let r = support::resource(GROUP, "v1beta2", "IPAddress");
     Api::namespaced_with(env.client.clone(), &env.namespace, &r)
 }
 

@@ -2,8 +2,6 @@
 //! well-formed answer, and every rejection names a field. The router runs in-process (as the manager serves it) with
 //! a client of the real API server for the guards' lookups.
 
-mod support;
-
 use std::sync::Arc;
 
 use axum::body::Body;

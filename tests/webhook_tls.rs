@@ -1,8 +1,6 @@
 //! The webhook server's TLS: it serves the certificate from the cert folder and picks up a new one written there,
 //! without a restart.
 
-mod support;
-
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;

@@ -16,10 +16,6 @@
 //! The last line: `e2e 10000 claims: <X> claims/s, minimal <Y> claims/s, ratio <R>, apiserver <A> ms/claim (minimal
 //! <B>), peak RSS <M> MiB`.
 
-#[path = "../support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +25,7 @@ use serde_json::json;
 use support::Plane;
 use support::claims::create_pool;
 use support::load::{CAPI, all_bound, assert_distinct, drive, measure};
-use support::manager::Manager;
+use support::manager::{Launch, Manager};
 use support::process::peak_rss_mib;
 use tokio::sync::Semaphore;
 
@@ -49,10 +45,7 @@ async fn minimal_writes(client: &Client, claim: &DynamicObject, index: usize) {
     let finalizer = json!({"metadata": {"resourceVersion": claim.resource_version(),
         "finalizers": ["ipam.cluster.x-k8s.io/ReleaseAddress"]}});
     let patched = claims.patch(&name, &PatchParams::default(), &Patch::Merge(&finalizer)).await.expect("finalizer");
-    let r = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
-        "ipaddresses",
-    );
+    let r = support::resource("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress");
     let mut address = DynamicObject::new(&name, &r).within(&namespace);
     address.metadata.finalizers = Some(vec!["ipam.cluster.x-k8s.io/ProtectAddress".to_owned()]);
     address.metadata.owner_references = Some(vec![
@@ -142,21 +135,14 @@ async fn main() {
     let plane = tokio::task::spawn_blocking(|| Plane::private("bench-e2e")).await.expect("plane");
     let client = plane.client().await;
     // A first start installs the CAPI CRDs and ours; the minimal writer then runs with no manager.
-    let dir = plane.dir.clone();
-    tokio::task::spawn_blocking(move || drop(Manager::start(&Plane::at(&dir), &["--log-level=warn"])))
-        .await
-        .expect("install");
+    drop(Manager::started(&plane, Launch::default(), &["--log-level=warn"]).await);
     let apiserver = plane.pid("apiserver").expect("the API server's pid");
     let mut results = Vec::new();
     for n in sizes.iter().copied() {
         // The minimal writer runs with no manager at all, then the manager gets a fresh start.
         let least = measure(apiserver, n, minimal(&client, n)).await;
-        let dir = plane.dir.clone();
-        let manager = tokio::task::spawn_blocking(move || {
-            Manager::start(&Plane::at(&dir), &["--insecure-diagnostics", "--log-level=warn"])
-        })
-        .await
-        .expect("manager");
+        let manager =
+            Manager::started(&plane, Launch::default(), &["--insecure-diagnostics", "--log-level=warn"]).await;
         let namespace = with_pools(&client, 1).await;
         let got = measure(apiserver, n, ours(&client, &namespace, 1, n)).await;
         assert_distinct(&client, &namespace, n).await;

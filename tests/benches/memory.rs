@@ -15,16 +15,11 @@
 //! plane after writing, and `MEMORY_PLANE=<its directory>` measures a manager against it without writing again (set
 //! `CAPI_IPAM_MANAGER_BIN` to compare two builds on the same data).
 
-#[path = "../support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::ResourceExt;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::Plane;
 use support::claims::{Capi, create_pool, pools};
@@ -71,10 +66,7 @@ async fn write(n: usize) -> Option<Plane> {
     drop(installer);
 
     let started = Instant::now();
-    let r = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
-        "ipaddresses",
-    );
+    let r = support::resource("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress");
     futures::stream::iter(0..n)
         .for_each_concurrent(64, |i| {
             let (client, namespace, pool_uid, r) = (client.clone(), namespace.clone(), pool_uid.clone(), r.clone());

@@ -12,10 +12,6 @@
 //! check (as many IPAddresses as bound claims, each with an address of its own). Last line:
 //! `vs CAIP 3000 claims: ours <X>/s, CAIP <Y>/s, ratio <R>`.
 
-#[path = "../support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use serde_json::json;

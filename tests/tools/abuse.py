@@ -10,6 +10,10 @@ Usage: abuse.py <attack> <port> [count]
                 were still open at the end (the server closes idle ones)
 
 Every attack prints one line: `<attack>: {...}` with counts by outcome.
+
+Why Python: the attacker must not share the server's stack. It speaks TLS through OpenSSL (Python's ssl) and writes
+raw, deliberately malformed HTTP on plain sockets, where a Rust client would share rustls and hyper with the manager
+and refuse to send half a request line. It runs as its own process, whose file-descriptor limit it raises.
 """
 
 import json

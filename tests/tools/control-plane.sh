@@ -53,7 +53,7 @@ dir=$(cd "$dir" && pwd)
 env_file="$dir/control-plane.env"
 log() { echo "control-plane: $*" >&2; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$here/lib.sh"
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 write_env() { # via a temporary file: a crash mid-write must not leave a truncated env file behind

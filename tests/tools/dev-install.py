@@ -6,6 +6,10 @@ control-plane.sh installs the Cluster API core manager's the same way (--crds, -
 It takes the wiring over from an in-cluster install (clusterctl init, Helm) whose Services no API server here can
 reach: their conversion settings are replaced and their webhook configurations for the same paths deleted.
 
+Why Python: the same installer runs from shell before anything in Rust is built (control-plane.sh installs the
+Cluster API manager's wiring with it; make run installs ours), and the Rust tests call it so that they register
+webhooks exactly as make run does. Python 3 is on every machine the tools run on (tests/tools/deps.sh).
+
 usage: dev-install.py --kubectl KUBECTL --kubeconfig FILE --url https://127.0.0.1:PORT --ca CA.crt
                       [--crds DIR] [--webhooks FILE] [--name-prefix PREFIX] [--label KEY=VALUE ...]
 """

@@ -15,7 +15,7 @@ echo "==> building the manager"
 cargo build --quiet --bin manager
 kubectl="$(tests/tools/k8s-bin.sh --print-dir)/kubectl"
 k() { "$kubectl" --kubeconfig "$dev/kubeconfig" "$@"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source tests/tools/lib.sh
 
 if [[ -f $dev/manager.pid ]] && kill -0 "$(cat "$dev/manager.pid")" 2>/dev/null; then
   echo "==> stopping the manager of an earlier make run"

@@ -38,9 +38,9 @@ for i in "${!sets[@]}"; do
   step "k8s-bin.sh ${sets[$i]}: $(elapsed $((SECONDS - set_started)))"
 done
 
-stage 2 "Rust: cargo fmt --check, cargo clippy --all-targets -- -D warnings"
-cargo fmt --check
-cargo clippy --all-targets --quiet -- -D warnings
+stage 2 "Rust: cargo fmt --all --check, cargo clippy --workspace --all-targets -- -D warnings"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 # A manager left running by `make run` would allocate alongside the tests' own managers.
 if [[ -f .dev/manager.pid ]] && kill -0 "$(cat .dev/manager.pid)" 2>/dev/null; then

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Plane, SharedScratch, repo_root, tail, unique_name};
+use crate::{Plane, SharedScratch, repo_root, tail, unique_name};
 
 /// How a manager is launched (the default: the binary under test, as root, with our CRDs and webhooks).
 pub struct Launch {
@@ -51,8 +51,9 @@ pub struct Manager {
     pid: Option<u32>,
     /// When the process was last started.
     pub spawned_at: Option<Instant>,
-    /// What a manager run as another user reads (kubeconfig, certificates), out of the checkout.
-    mounted: Option<SharedScratch>,
+    /// What a manager run as another user reads (kubeconfig, certificates), out of the checkout; held so that it is
+    /// removed when the manager is dropped.
+    _mounted: Option<SharedScratch>,
 }
 
 pub fn free_port() -> u16 {
@@ -81,9 +82,17 @@ impl Manager {
         Self::launch(plane, Launch { ready_within, ..Launch::default() }, extra_args)
     }
 
-    /// As [`Manager::start`], launched as `launch` says.
-    pub fn start_launched(plane: &Plane, launch: Launch, extra_args: &[&str]) -> Manager {
-        Self::launch(plane, launch, extra_args)
+    /// As [`Manager::start`], launched as `launch` says, from a test's async runtime: starting blocks until the manager is ready, so it
+    /// runs on a blocking thread.
+    pub async fn started(plane: &Plane, launch: Launch, extra_args: &[&str]) -> Manager {
+        let dir = plane.dir.clone();
+        let args: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Self::launch(&Plane::at(&dir), launch, &args)
+        })
+        .await
+        .expect("starting the manager")
     }
 
     fn launch(plane: &Plane, launch: Launch, extra_args: &[&str]) -> Manager {
@@ -146,7 +155,7 @@ impl Manager {
             wrapper: None,
             pid: None,
             spawned_at: None,
-            mounted,
+            _mounted: mounted,
         };
         m.register(plane, &shared_certs, crds.as_deref(), webhooks.as_deref());
         m.spawn();
@@ -302,7 +311,7 @@ impl Drop for Manager {
 /// Starts `command` with its output appended to `log`, tied to this test process: bash starts it in the background,
 /// prints its pid, and kills it when stdin closes. The test process holds the other end, so the program never outlives
 /// the test binary, even one that is killed. Returns the wrapper (drop its stdin to stop the program) and the pid.
-pub fn spawn_tied(log: &Path, command: &[OsString]) -> (Child, u32) {
+pub(crate) fn spawn_tied(log: &Path, command: &[OsString]) -> (Child, u32) {
     let mut wrapper = Command::new("bash")
         .arg("-c")
         .arg(r#"log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & pid=$!; echo "$pid"; cat >/dev/null; kill -9 "$pid" 2>/dev/null; wait"#)
@@ -319,13 +328,21 @@ pub fn spawn_tied(log: &Path, command: &[OsString]) -> (Child, u32) {
     (wrapper, line.trim().parse().expect("a pid"))
 }
 
-/// The manager binary under test: this build's, or `CAPI_IPAM_MANAGER_BIN` (to run a suite against another build,
-/// such as an older commit's, and see a test fail there).
+/// The manager binary under test: `CAPI_IPAM_MANAGER_BIN` (to run a suite against another build, such as an older
+/// commit's, and see a test fail there), else this build's. Cargo builds it beside the test or bench binary
+/// (`target/<profile>/deps/<test>` runs `target/<profile>/manager`), as it builds a package's binaries for its tests.
 fn manager_binary() -> OsString {
-    std::env::var_os("CAPI_IPAM_MANAGER_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_manager").into())
+    if let Some(bin) = std::env::var_os("CAPI_IPAM_MANAGER_BIN") {
+        return bin;
+    }
+    let test = std::env::current_exe().expect("the path of this test binary");
+    let profile = test.ancestors().nth(2).expect("a test binary lives in target/<profile>/deps");
+    let manager = profile.join("manager");
+    assert!(manager.is_file(), "no manager binary at {} (built by cargo test or cargo bench)", manager.display());
+    manager.into_os_string()
 }
 
-pub fn is_zombie(pid: u32) -> bool {
+pub(crate) fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
         .unwrap_or(true)

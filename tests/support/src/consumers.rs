@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use super::Plane;
-use super::manager::{free_port, http_get, is_zombie, spawn_tied};
-use super::release::{ok, tool_dir};
+use crate::Plane;
+use crate::manager::{free_port, http_get, is_zombie, spawn_tied};
+use crate::release::{ok, tool_dir};
 
 /// A consumer's controller-manager, killed when dropped (and when the test process exits).
 pub struct Consumer {
@@ -75,7 +75,7 @@ impl Consumer {
         let certs = plane.dir.join(format!("{}-certs", provider.name));
         ok(
             Command::new("bash")
-                .arg(super::repo_root().join("tests/tools/dev-certs.sh"))
+                .arg(crate::repo_root().join("tests/tools/dev-certs.sh"))
                 .arg(&certs)
                 .output()
                 .expect("dev-certs.sh"),
@@ -84,7 +84,7 @@ impl Consumer {
         let (webhook, health, metrics) = (free_port(), free_port(), free_port());
         let mut install = Command::new("python3");
         install
-            .arg(super::repo_root().join("tests/tools/dev-install.py"))
+            .arg(crate::repo_root().join("tests/tools/dev-install.py"))
             .arg("--kubectl")
             .arg(plane.bin_dir().join("kubectl"))
             .arg("--kubeconfig")
@@ -150,7 +150,7 @@ impl Consumer {
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
-        super::tail(&self.log, lines)
+        crate::tail(&self.log, lines)
     }
 }
 
@@ -194,7 +194,7 @@ impl Vcsim {
                 break ready;
             }
             let running = Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid);
-            assert!(running && Instant::now() < deadline, "vcsim did not start:\n{}", super::tail(&log, 30));
+            assert!(running && Instant::now() < deadline, "vcsim did not start:\n{}", crate::tail(&log, 30));
             std::thread::sleep(Duration::from_millis(100));
         };
         Vcsim { ready, wrapper: Some(wrapper), log }
@@ -232,7 +232,7 @@ impl Vcsim {
 impl Drop for Vcsim {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("--- vcsim log (last 20 lines) ---\n{}", super::tail(&self.log, 20));
+            eprintln!("--- vcsim log (last 20 lines) ---\n{}", crate::tail(&self.log, 20));
         }
         if let Some(mut wrapper) = self.wrapper.take() {
             drop(wrapper.stdin.take());

@@ -4,19 +4,15 @@
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::eventually;
+use crate::eventually;
 
 pub const GROUP: &str = "ipam.cluster.x-k8s.io";
 
 pub fn pool_resource(kind: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(GROUP, "v1alpha2", kind),
-        &format!("{}s", kind.to_lowercase()),
-    )
+    crate::resource(GROUP, "v1alpha2", kind)
 }
 
 pub fn pools(client: &Client, kind: &str, namespace: &str) -> Api<DynamicObject> {
@@ -52,42 +48,22 @@ impl Capi {
     }
 
     pub fn claims(self, client: &Client, namespace: &str) -> Api<DynamicObject> {
-        let r = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(GROUP, self.version(), "IPAddressClaim"),
-            "ipaddressclaims",
-        );
+        let r = crate::resource(GROUP, self.version(), "IPAddressClaim");
         Api::namespaced_with(client.clone(), namespace, &r)
     }
 
     pub fn addresses(self, client: &Client, namespace: &str) -> Api<DynamicObject> {
-        let r = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(GROUP, self.version(), "IPAddress"),
-            "ipaddresses",
-        );
+        let r = crate::resource(GROUP, self.version(), "IPAddress");
         Api::namespaced_with(client.clone(), namespace, &r)
     }
 
-    pub fn all_addresses(self, client: &Client) -> Api<DynamicObject> {
-        let r = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(GROUP, self.version(), "IPAddress"),
-            "ipaddresses",
-        );
-        Api::all_with(client.clone(), &r)
-    }
-
     pub fn clusters(self, client: &Client, namespace: &str) -> Api<DynamicObject> {
-        let r = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("cluster.x-k8s.io", self.version(), "Cluster"),
-            "clusters",
-        );
+        let r = crate::resource("cluster.x-k8s.io", self.version(), "Cluster");
         Api::namespaced_with(client.clone(), namespace, &r)
     }
 
     pub fn claim(self, name: &str, kind: &str, pool: &str) -> DynamicObject {
-        let r = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(GROUP, self.version(), "IPAddressClaim"),
-            "ipaddressclaims",
-        );
+        let r = crate::resource(GROUP, self.version(), "IPAddressClaim");
         let mut c = DynamicObject::new(name, &r);
         c.data = json!({"spec": {"poolRef": {"apiGroup": GROUP, "kind": kind, "name": pool}}});
         c
@@ -119,10 +95,7 @@ impl Capi {
     /// DemoCluster (tests/fixtures/stand-in-providers.yaml): CAPI's webhook wants an infrastructure or control-plane
     /// reference or a topology.
     pub async fn create_cluster(self, client: &Client, namespace: &str, name: &str, paused: bool, annotation: bool) {
-        let r = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("cluster.x-k8s.io", self.version(), "Cluster"),
-            "clusters",
-        );
+        let r = crate::resource("cluster.x-k8s.io", self.version(), "Cluster");
         let mut c = DynamicObject::new(name, &r);
         if annotation {
             c.metadata.annotations = Some([("cluster.x-k8s.io/paused".to_owned(), String::new())].into());

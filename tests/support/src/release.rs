@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use super::{Plane, release_bin_dir, repo_root, unique_name};
+use crate::{Plane, release_bin_dir, repo_root, unique_name};
 
 pub fn ok(out: Output, what: &str) -> String {
     assert!(
@@ -42,7 +42,7 @@ pub struct GoProvider(pub std::process::Child);
 
 impl GoProvider {
     pub fn start(plane: &Plane, dir: &Path) -> GoProvider {
-        use super::manager::{free_port, http_get};
+        use crate::manager::{free_port, http_get};
         let health = free_port();
         let log_path = plane.dir.join("logs/go-provider.log");
         let log = std::fs::File::create(&log_path).expect("log");

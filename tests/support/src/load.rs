@@ -10,12 +10,12 @@ use kube::api::{DynamicObject, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use super::claims::{Capi, address_of};
-use super::process::cpu_seconds;
+use crate::claims::{Capi, address_of};
+use crate::process::cpu_seconds;
 
 pub const CAPI: Capi = Capi::V1Beta2;
 /// How many claim creates the driver keeps in flight.
-pub const DRIVER_CONCURRENCY: usize = 64;
+const DRIVER_CONCURRENCY: usize = 64;
 
 /// Creates `n` claims `c0..` in `namespace` with bounded concurrency, claim `i` on pool `pool(i)` of `kind`;
 /// `on_created` sees each created claim.

@@ -1,7 +1,6 @@
 //! Test support for the integration tests: a real etcd + kube-apiserver (tests/tools/control-plane.sh), clients and a
 //! fresh namespace per test, private control planes for tests that stop or restart a component, and the API server's
 //! log tail on failure.
-#![allow(dead_code)]
 
 pub mod claims;
 pub mod consumers;
@@ -18,14 +17,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, ApiResource, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
 use kube::{Client, Config};
 
 /// The checkout the tests run from: `CARGO_MANIFEST_DIR` as cargo sets it when it runs a test (or as a test sets it
-/// for a copy of itself, see tests/image.rs), else the one this binary was built from.
+/// for a copy of itself, see tests/image.rs), else the one this crate was built from (it lives in `tests/support`).
 pub fn repo_root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("tests/support is two folders down").into(),
+        PathBuf::from,
+    )
 }
 
 /// A folder for files that a process of another user reads or runs, removed when dropped. It is made under the
@@ -152,7 +155,7 @@ impl Plane {
     }
 
     /// The folder holding kube-apiserver, kubectl and etcd.
-    pub fn bin_dir(&self) -> PathBuf {
+    pub(crate) fn bin_dir(&self) -> PathBuf {
         self.env("BIN_DIR").map(PathBuf::from).expect("BIN_DIR in control-plane.env")
     }
 
@@ -192,7 +195,7 @@ impl Plane {
     }
 
     /// The last `lines` lines of the API server log.
-    pub fn apiserver_log_tail(&self, lines: usize) -> String {
+    pub(crate) fn apiserver_log_tail(&self, lines: usize) -> String {
         tail(&self.dir.join("logs/apiserver.log"), lines)
     }
 
@@ -269,7 +272,7 @@ pub fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-pub async fn client_from(kubeconfig: &Path) -> Client {
+pub(crate) async fn client_from(kubeconfig: &Path) -> Client {
     let kc = Kubeconfig::read_from(kubeconfig).expect("reading kubeconfig");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
     Client::try_from(config).expect("client")
@@ -348,16 +351,12 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{:08x}", h as u32)
 }
 
-/// Deletes an object and ignores NotFound.
-pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => panic!("deleting {name}: {e}"),
-    }
+/// The API resource of `kind` in `group`/`version`. Its plural is the kind in lower case with "s", or "es" after an
+/// "s" (IPAddress: ipaddresses), as for every kind the tests use.
+pub fn resource(group: &str, version: &str, kind: &str) -> ApiResource {
+    let singular = kind.to_lowercase();
+    let plural = if singular.ends_with('s') { format!("{singular}es") } else { format!("{singular}s") };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural)
 }
 
 /// Polls `check` every 50 ms until it returns `Some`, or panics after `timeout` with `what`.
