@@ -171,7 +171,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         }
         Err(e @ AllocateError::Requested { .. }) => {
             // Retried when an address of the pool frees up (it may be the requested one) or the pool changes.
-            ctx.index.wait_for_address(&pool_key, key);
+            ctx.index.wait_for_requested(&pool_key, key);
             set_ready(claim, ctx, ClaimReason::AllocationFailed, e.to_string(), None).await?;
             Ok(Next::After(RECHECK))
         }

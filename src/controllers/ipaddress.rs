@@ -63,15 +63,24 @@ pub fn new(ctx: &Context, claim: &Claim, pool_key: &PoolKey, pool: &Pool, assign
 
 /// Puts back what a restore or move lost on an IPAddress: our finalizer, the owner references (stale references to
 /// this claim or pool, with other UIDs, go; unrelated owners stay first) and the cluster-name label. Reads the live
-/// object, and writes guarded by its resourceVersion. `false` when it is gone or being deleted (the cache has not
-/// caught up).
-pub async fn repair(ctx: &Context, claim: &Claim, pool_key: &PoolKey, pool: Option<&Pool>) -> Result<bool, Error> {
+/// object, and writes guarded by its resourceVersion. Only the IPAddress the caller judged (UID `judged`) is adopted:
+/// `false` when it is gone, being deleted or replaced by another of its name (the cache has not caught up; what was
+/// read is recorded, and the claim's next look judges that).
+pub async fn repair(
+    ctx: &Context,
+    claim: &Claim,
+    pool_key: &PoolKey,
+    pool: Option<&Pool>,
+    judged: Option<Uid>,
+) -> Result<bool, Error> {
     let key = &claim.key;
     let Some(live) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress to adopt"))? else {
         return Ok(false);
     };
-    if live.metadata.deletion_timestamp.is_some() {
-        // Being deleted since the cache saw it: not adopted (the claim's next look lets it go).
+    let replaced = judged.is_some_and(|uid| live.metadata.uid.as_deref().map(Uid::of) != Some(uid));
+    if live.metadata.deletion_timestamp.is_some() || replaced {
+        // Being deleted, or a new IPAddress of the name (its address may be another's), since the cache saw it: not
+        // adopted on a judgement of something else.
         ctx.index.remember_address(key, &live);
         return Ok(false);
     }

@@ -173,6 +173,10 @@ impl Index {
         self.write(|s| s.wait_for_address(pool, claim))
     }
 
+    pub fn wait_for_requested(&self, pool: &PoolKey, claim: &ObjectKey) {
+        self.write(|s| s.wait_for_requested(pool, claim))
+    }
+
     pub fn stop_waiting(&self, pool: &PoolKey, claim: &ObjectKey) {
         self.write(|s| s.stop_waiting(pool, claim))
     }

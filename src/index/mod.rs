@@ -111,6 +111,8 @@ impl State {
 
     /// What was noticed since the last call.
     pub fn take_notices(&mut self) -> Vec<Notice> {
+        let woken = self.registry.take_woken();
+        self.wake_all(woken);
         std::mem::take(&mut self.notices)
     }
 

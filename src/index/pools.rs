@@ -48,6 +48,11 @@ impl State {
         self.registry.wait(pool, claim);
     }
 
+    /// The claim's requested address is held: it is woken whenever an address of the pool frees up.
+    pub fn wait_for_requested(&mut self, pool: &PoolKey, claim: &ObjectKey) {
+        self.registry.wait_for_requested(pool, claim);
+    }
+
     /// The claim waits for an address no more (bound, paused, deleted).
     pub fn stop_waiting(&mut self, pool: &PoolKey, claim: &ObjectKey) {
         self.registry.stop_waiting(pool, claim);

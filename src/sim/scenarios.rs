@@ -616,3 +616,54 @@ fn a_late_duplicate_of_a_bound_address_is_released_even_while_its_cluster_is_pau
     assert!(late.is_none_or(|a| a["spec"]["address"] != taken), "the late duplicate stays:\n{}", w.trace_text());
     assert_eq!(w.read(Kind::Claim, &m0).expect("a/m0")["status"]["addressRef"]["name"], "m0");
 }
+
+/// The review of issue 24 found it: claim `m1` is deleted with its finalizer stripped and the orphan release deletes
+/// its IPAddress; before the IPAddress watch shows that, `m1` comes back with an IPAddress of its name made by hand,
+/// holding the address `m0` is bound to. The claim judged the old IPAddress (no duplicate, not its own): it must not
+/// adopt the new one on that judgement, or two bound claims share an address for good.
+#[test]
+fn a_claim_adopts_only_the_ipaddress_it_judged() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    let m1 = w.create_claim_named(0, "m1", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    for claim in [&m0, &m1] {
+        w.run_job(Job::Claim(claim.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+    }
+    let taken = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    w.force_delete_claim(&m1);
+    w.deliver_all(&[Kind::Claim]);
+    w.run_job(Job::Gone(m1.clone()));
+    w.answer_everything();
+    assert!(w.read(Kind::Address, &m1).is_none(), "the orphan release deleted m1's IPAddress");
+    w.create_claim_named(0, "m1", ip);
+    let uid = w.read(Kind::Claim, &m1).expect("claim m1")["metadata"]["uid"].clone();
+    w.create(
+        Kind::Address,
+        json!({
+            "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+            "metadata": {"name": "m1", "namespace": "a",
+                         "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                                              "name": "m1", "uid": uid, "controller": true}]},
+            "spec": {"claimRef": {"name": "m1"}, "poolRef": {"apiGroup": GROUP, "kind": "InClusterIPPool", "name": "ip"},
+                     "address": taken, "prefix": 24},
+        }),
+    );
+    // Only the claim watch is up to date: the index still shows the deleted IPAddress of m1.
+    w.deliver_all(&[Kind::Claim]);
+    w.run_job(Job::Claim(m1.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m1.clone()));
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    let m1_bound = w.read(Kind::Claim, &m1).expect("claim m1")["status"]["addressRef"]["name"] == "m1";
+    let m1_address = w.read(Kind::Address, &m1).map(|a| a["spec"]["address"].clone());
+    assert!(!(m1_bound && m1_address == Some(taken)), "m0 and m1 are bound to one address:\n{}", w.trace_text());
+}

@@ -47,8 +47,8 @@ pub(super) async fn adopt(
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
     let has_label = claim.cluster().is_none_or(|v| record.cluster_label.as_deref() == Some(v));
     let complete = has_claim_owner && has_pool_owner && record.protected && has_label;
-    if !complete && !record.deleting && !ipaddress::repair(ctx, claim, pool_key, pool).await? {
-        // Gone already: its DELETED event is on its way, and the claim gets an address then.
+    if !complete && !record.deleting && !ipaddress::repair(ctx, claim, pool_key, pool, record.uid).await? {
+        // Gone, going or replaced already: the claim looks again at what was read (or at its watch event).
         return Ok(Next::After(Duration::from_millis(200)));
     }
     if record.deleting {

@@ -46,8 +46,11 @@ struct PoolState {
     prefix: i64,
     gateway: Option<String>,
     holders: HashMap<ObjectKey, Holding>,
-    /// Claims that found the pool exhausted, oldest first.
+    /// Claims that found the pool exhausted, oldest first: one is woken for each address that frees up.
     waiters: VecDeque<ObjectKey>,
+    /// Claims whose requested address is held: all are woken whenever an address frees up (they are few, and any
+    /// freed address may be the one one of them wants). Kept apart so that they never take a wake the waiters need.
+    requesters: Vec<ObjectKey>,
     /// Addresses held by more than one IPAddress, with their holders (empty unless something went wrong).
     duplicates: HashMap<Held, Vec<ObjectKey>>,
 }
@@ -58,6 +61,9 @@ pub struct Registry {
     pools: HashMap<PoolKey, PoolState>,
     /// Pools whose counts changed since the status writer last took them, oldest change first.
     dirty: Dirty,
+    /// Claims woken by steps that return something else (an address replaced or handed over, a wake passed on);
+    /// the index takes them at the end of its step.
+    woken: Woken,
 }
 
 /// What waking after a change found: claims to reconcile now.
@@ -142,6 +148,8 @@ impl Registry {
         let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, address, held));
         state.record(held);
         state.holders.insert(address.clone(), Holding { held, confirmed: true });
+        // The address it held before, if any, is free now.
+        self.woken.extend(take_waiters(state));
         self.dirty.mark(pool_key);
         duplicate
     }
@@ -186,6 +194,8 @@ impl Registry {
         }
         let held = holding.held;
         state.holders.insert(to.clone(), Holding { held, confirmed: true });
+        // What `to` held before, if it held something else, is free now.
+        self.woken.extend(take_waiters(state));
         self.dirty.mark(pool_key);
         Some(held)
     }
@@ -343,11 +353,30 @@ impl Registry {
         }
     }
 
-    /// Removes a claim from a pool's waiting list (it was allocated, deleted or paused).
+    /// Registers a claim whose requested address is held; it is woken whenever an address of the pool frees up.
+    pub fn wait_for_requested(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
+        let state = self.pools.entry(pool_key.clone()).or_default();
+        if !state.requesters.contains(claim) {
+            state.requesters.push(claim.clone());
+        }
+    }
+
+    /// Removes a claim from a pool's waiting lists (it was allocated, deleted or paused). A claim that no longer
+    /// waits may have been woken for a free address it did not take (its Cluster was paused meanwhile): while the
+    /// pool has a free address, the next waiter is woken in its place, so that a wake is never lost.
     pub fn stop_waiting(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
         if let Some(state) = self.pools.get_mut(pool_key) {
             state.waiters.retain(|c| c != claim);
+            state.requesters.retain(|c| c != claim);
+            if !state.is_exhausted() {
+                self.woken.extend(state.waiters.pop_front());
+            }
         }
+    }
+
+    /// The claims woken by steps that returned something else, since the last call.
+    pub fn take_woken(&mut self) -> Woken {
+        std::mem::take(&mut self.woken)
     }
 
     fn wake_all(&mut self, key: &PoolKey) -> Woken {
@@ -355,7 +384,7 @@ impl Registry {
         if state.is_exhausted() {
             return Vec::new();
         }
-        state.waiters.drain(..).collect()
+        state.waiters.drain(..).chain(state.requesters.drain(..)).collect()
     }
 
     /// The D4 counts of a pool, and its spec error if any.

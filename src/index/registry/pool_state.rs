@@ -128,12 +128,13 @@ impl PoolState {
     }
 }
 
-/// Wakes as many waiters as the pool can now serve (at least one when anything is free).
+/// Once an address is free: the oldest waiter, and every claim whose requested address was held (one of them may
+/// want this one; the others wait again without taking the waiter's wake).
 pub(super) fn take_waiters(state: &mut PoolState) -> Woken {
-    if state.waiters.is_empty() || state.is_exhausted() {
+    if state.is_exhausted() {
         return Vec::new();
     }
-    state.waiters.pop_front().into_iter().collect()
+    state.waiters.pop_front().into_iter().chain(state.requesters.drain(..)).collect()
 }
 
 pub(super) fn assigned(state: &PoolState, held: Held) -> Option<Assigned> {

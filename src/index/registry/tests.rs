@@ -240,3 +240,62 @@ fn a_moved_away_address_stays_held_as_a_reservation_until_it_comes_back() {
     r.forget(&key, &reservation_key(ip));
     assert_eq!(r.allocate(&key, &obj("c"), None).unwrap().address.to_string(), "10.0.0.1");
 }
+
+fn ip(a: &str) -> Held {
+    Held::Ip(Some(a.parse().unwrap()))
+}
+
+/// A full pool of one address held by `a`.
+fn full_pool() -> Registry {
+    let mut r = Registry::new();
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1"], "prefix": 24})));
+    r.record(&pool(), &obj("a"), ip("10.0.0.1"));
+    r
+}
+
+#[test]
+fn a_claim_wanting_a_held_address_never_takes_the_wake_an_exhausted_claim_waits_for() {
+    let mut r = full_pool();
+    // r asked for an address someone holds, then e found the pool exhausted.
+    r.wait_for_requested(&pool(), &obj("r"));
+    r.wait(&pool(), &obj("e"));
+    // An address frees up: e is woken for it, and r too (it may be the one r asked for).
+    assert_eq!(r.forget(&pool(), &obj("a")), vec![obj("e"), obj("r")]);
+    // r did not get its address and waits again: no one else is woken, and e keeps its wake.
+    r.wait_for_requested(&pool(), &obj("r"));
+    assert!(r.take_woken().is_empty());
+    assert_eq!(r.allocate(&pool(), &obj("e"), None).unwrap().address.to_string(), "10.0.0.1");
+}
+
+#[test]
+fn a_woken_claim_that_stops_waiting_passes_its_wake_on_while_an_address_is_free() {
+    let mut r = full_pool();
+    r.wait(&pool(), &obj("paused"));
+    r.wait(&pool(), &obj("e"));
+    assert_eq!(r.forget(&pool(), &obj("a")), vec![obj("paused")]);
+    // Its Cluster was paused meanwhile: it stops waiting without taking the address, and e is woken instead.
+    r.stop_waiting(&pool(), &obj("paused"));
+    assert_eq!(r.take_woken(), vec![obj("e")]);
+    // Once the address is taken, stopping to wait wakes no one.
+    r.wait(&pool(), &obj("f"));
+    r.allocate(&pool(), &obj("e"), None).unwrap();
+    r.stop_waiting(&pool(), &obj("e"));
+    assert!(r.take_woken().is_empty());
+}
+
+#[test]
+fn an_address_freed_by_a_replaced_or_handed_over_hold_wakes_a_waiter() {
+    let mut r = full_pool();
+    r.wait(&pool(), &obj("e"));
+    // The IPAddress a now shows an address outside the pool: 10.0.0.1 is free.
+    r.record(&pool(), &obj("a"), ip("10.0.0.9"));
+    assert_eq!(r.take_woken(), vec![obj("e")]);
+
+    let mut r = full_pool();
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24})));
+    r.record(&pool(), &obj("b"), ip("10.0.0.2"));
+    r.wait(&pool(), &obj("e"));
+    // a's hold is handed to b, whose own address is then free.
+    assert_eq!(r.transfer(&pool(), &obj("a"), &obj("b")), Some(ip("10.0.0.1")));
+    assert_eq!(r.take_woken(), vec![obj("e")]);
+}
