@@ -10,6 +10,7 @@ use super::{
     failed_test_is_conflict, requests,
 };
 use crate::api::Pool;
+use crate::api::v1alpha2::PoolStatus;
 use crate::capi::{CapiApis, ClaimResource, IpAddress};
 use crate::error::is_transport;
 use crate::index::{ObjectKey, PoolKey};
@@ -208,7 +209,7 @@ impl ApiServer for KubeApi {
         })
     }
 
-    fn patch_pool_status<'a>(&'a self, key: &'a PoolKey, status: Value) -> Call<'a, ()> {
+    fn patch_pool_status<'a>(&'a self, key: &'a PoolKey, status: &'a PoolStatus) -> Call<'a, ()> {
         Box::pin(async move {
             let patch = requests::pool_status(status);
             let api = self.pools(key);

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::Value;
 
 use crate::api::Pool;
+use crate::api::v1alpha2::PoolStatus;
 use crate::capi::{ClaimResource, IpAddress};
 use crate::index::{ObjectKey, PoolKey};
 use crate::leader::Fenced;
@@ -167,7 +168,7 @@ pub trait ApiServer: Send + Sync {
 
     fn get_pool<'a>(&'a self, key: &'a PoolKey) -> Call<'a, Option<Pool>>;
     fn add_pool_finalizer<'a>(&'a self, key: &'a PoolKey, finalizer: &'a str, read: &'a Read) -> Call<'a, ()>;
-    fn patch_pool_status<'a>(&'a self, key: &'a PoolKey, status: Value) -> Call<'a, ()>;
+    fn patch_pool_status<'a>(&'a self, key: &'a PoolKey, status: &'a PoolStatus) -> Call<'a, ()>;
     /// Sets (or, with `None`, removes) one annotation if the pool's resourceVersion is still `resource_version`;
     /// returns the pool as written.
     fn patch_pool_annotation<'a>(

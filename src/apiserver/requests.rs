@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::{FinalizerAt, Read, Repair};
 use crate::api::CLUSTER_NAME_LABEL;
+use crate::api::v1alpha2::PoolStatus;
 
 fn json_patch(ops: Value) -> json_patch::Patch {
     serde_json::from_value(ops).unwrap_or_else(|e| unreachable!("a JSON patch we build is valid: {e}"))
@@ -41,7 +42,7 @@ pub fn claim_status(resource_version: &str, status: Value) -> Value {
 }
 
 /// A merge patch of a pool's status (the counts and the conditions list, whole).
-pub fn pool_status(status: Value) -> Value {
+pub fn pool_status(status: &PoolStatus) -> Value {
     json!({ "status": status })
 }
 

@@ -5,12 +5,11 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use serde_json::json;
 use tracing::info;
 
 use super::status::READY;
 use super::{Context, Error, finalizers};
-use crate::api::v1alpha2::PoolAddressesStatus;
+use crate::api::v1alpha2::{PoolAddressesStatus, PoolStatus};
 use crate::api::{MOVED_AWAY_ANNOTATION, PROTECT_POOL_FINALIZER, Pool};
 use crate::apiserver::{Read, Target};
 use crate::index::{Index, PoolKey};
@@ -129,7 +128,7 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
         Some(slot) => *slot = ready,
         None => conditions.push(ready),
     }
-    let status = json!({"ipAddresses": desired.addresses, "conditions": conditions});
-    ctx.api.patch_pool_status(key, status).await.map_err(Error::api("writing the pool status"))?;
+    let status = PoolStatus { addresses: Some(desired.addresses), conditions: Some(conditions) };
+    ctx.api.patch_pool_status(key, &status).await.map_err(Error::api("writing the pool status"))?;
     Ok(Next::After(RESYNC))
 }

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::server::{Deletion, Kind, Server};
 use crate::api::Pool;
+use crate::api::v1alpha2::PoolStatus;
 use crate::apiserver::client::removed;
 use crate::apiserver::{
     ApiError, ApiServer, Call, Deleted, FinalizerAt, Read, Removed, Repair, StoredConditions, Target,
@@ -280,7 +281,7 @@ impl ApiServer for SimApi {
         Box::pin(async move { sent.await.map(|_| ()).map_err(failed_test_is_conflict) })
     }
 
-    fn patch_pool_status<'a>(&'a self, key: &'a PoolKey, status: Value) -> Call<'a, ()> {
+    fn patch_pool_status<'a>(&'a self, key: &'a PoolKey, status: &'a PoolStatus) -> Call<'a, ()> {
         let patch = requests::pool_status(status);
         let sent = self.send(Op::PatchMerge { kind: Kind::Pool(key.kind), key: pool_key(key), patch, status: true });
         Box::pin(async move { sent.await.map(|_| ()) })
