@@ -348,6 +348,8 @@ impl Registry {
     /// Registers a claim that found the pool exhausted; it is woken when an address frees up.
     pub fn wait(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
         let state = self.pools.entry(pool_key.clone()).or_default();
+        // One list at a time: a requester in the waiters' queue would take the wake an exhausted claim needs.
+        state.requesters.retain(|c| c != claim);
         if !state.waiters.contains(claim) {
             state.waiters.push_back(claim.clone());
         }
@@ -356,6 +358,7 @@ impl Registry {
     /// Registers a claim whose requested address is held; it is woken whenever an address of the pool frees up.
     pub fn wait_for_requested(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
         let state = self.pools.entry(pool_key.clone()).or_default();
+        state.waiters.retain(|c| c != claim);
         if !state.requesters.contains(claim) {
             state.requesters.push(claim.clone());
         }

@@ -268,6 +268,16 @@ fn a_claim_wanting_a_held_address_never_takes_the_wake_an_exhausted_claim_waits_
 }
 
 #[test]
+fn a_claim_that_waited_for_any_address_and_now_wants_a_held_one_leaves_the_waiters_queue() {
+    let mut r = full_pool();
+    r.wait(&pool(), &obj("w"));
+    r.wait(&pool(), &obj("e"));
+    // w's requested address is now one someone holds (an annotation, a pre-allocation added to the pool).
+    r.wait_for_requested(&pool(), &obj("w"));
+    assert_eq!(r.forget(&pool(), &obj("a")), vec![obj("e"), obj("w")]);
+}
+
+#[test]
 fn a_woken_claim_that_stops_waiting_passes_its_wake_on_while_an_address_is_free() {
     let mut r = full_pool();
     r.wait(&pool(), &obj("paused"));
