@@ -11,6 +11,7 @@ use super::{
 };
 use crate::api::Pool;
 use crate::api::v1alpha2::PoolStatus;
+use crate::capi::status::ClaimStatusPatch;
 use crate::capi::{CapiApis, ClaimResource, IpAddress};
 use crate::error::is_transport;
 use crate::index::{ObjectKey, PoolKey};
@@ -135,7 +136,12 @@ impl ApiServer for KubeApi {
         })
     }
 
-    fn patch_claim_status<'a>(&'a self, key: &'a ObjectKey, resource_version: &'a str, status: Value) -> Call<'a, ()> {
+    fn patch_claim_status<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        resource_version: &'a str,
+        status: &'a ClaimStatusPatch,
+    ) -> Call<'a, ()> {
         Box::pin(async move {
             let patch = requests::claim_status(resource_version, status);
             let api = self.raw_claims(&key.namespace);

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::api::Pool;
 use crate::api::v1alpha2::PoolStatus;
+use crate::capi::status::ClaimStatusPatch;
 use crate::capi::{ClaimResource, IpAddress};
 use crate::index::{ObjectKey, PoolKey};
 use crate::leader::Fenced;
@@ -153,7 +154,12 @@ pub trait ApiServer: Send + Sync {
         read: &'a Read,
     ) -> Call<'a, ClaimResource>;
     /// Merges `status` into the claim's status if its resourceVersion is still `resource_version`.
-    fn patch_claim_status<'a>(&'a self, key: &'a ObjectKey, resource_version: &'a str, status: Value) -> Call<'a, ()>;
+    fn patch_claim_status<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        resource_version: &'a str,
+        status: &'a ClaimStatusPatch,
+    ) -> Call<'a, ()>;
 
     fn get_address<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<IpAddress>>;
     fn create_address<'a>(&'a self, address: &'a IpAddress) -> Call<'a, IpAddress>;

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::{FinalizerAt, Read, Repair};
 use crate::api::CLUSTER_NAME_LABEL;
 use crate::api::v1alpha2::PoolStatus;
+use crate::capi::status::ClaimStatusPatch;
 
 fn json_patch(ops: Value) -> json_patch::Patch {
     serde_json::from_value(ops).unwrap_or_else(|e| unreachable!("a JSON patch we build is valid: {e}"))
@@ -37,7 +38,7 @@ pub fn remove_finalizer(finalizer: &str, at: &FinalizerAt) -> json_patch::Patch 
 }
 
 /// A merge patch of a claim's status, refused (409) when the claim changed since `resource_version`.
-pub fn claim_status(resource_version: &str, status: Value) -> Value {
+pub fn claim_status(resource_version: &str, status: &ClaimStatusPatch) -> Value {
     json!({"metadata": {"resourceVersion": resource_version}, "status": status})
 }
 

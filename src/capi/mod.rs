@@ -312,4 +312,5 @@ impl IpAddress {
 
 // After `capi_resource!`, which it uses.
 mod claim;
+pub mod status;
 pub use claim::*;

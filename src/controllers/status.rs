@@ -3,9 +3,11 @@
 //! keeping every condition another controller owns.
 
 use jiff::Timestamp;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
-use crate::capi::{CapiVersion, ReadyCondition};
+use crate::capi::status::{ClaimStatusPatch, ConditionEntry, Conditions, Deprecated, ReadyEntry};
+use crate::capi::{CapiVersion, NameRef, ReadyCondition};
 
 pub const READY: &str = "Ready";
 
@@ -74,10 +76,20 @@ pub fn is_transition(stored: Option<&ReadyCondition>, ready: &Ready) -> bool {
 
 /// The stored condition as a conditions list, with what [`claim_status`] reads of it: status and transition time.
 pub fn stored_conditions(stored: Option<&ReadyCondition>) -> Vec<Value> {
+    /// What [`transition_time`] reads of a stored `Ready` entry.
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Stored {
+        #[serde(rename = "type")]
+        type_: &'static str,
+        status: &'static str,
+        last_transition_time: Option<String>,
+    }
     stored
         .map(|c| {
             let time = c.last_transition_time.and_then(|s| Timestamp::from_second(s).ok()).map(rfc3339);
-            json!({"type": READY, "status": c.status_str(), "lastTransitionTime": time})
+            let entry = Stored { type_: READY, status: c.status_str(), last_transition_time: time };
+            serde_json::to_value(entry).unwrap_or_else(|e| unreachable!("a struct of strings serializes: {e}"))
         })
         .into_iter()
         .collect()
@@ -99,49 +111,48 @@ pub fn rfc3339(t: Timestamp) -> String {
 }
 
 /// A `metav1.Condition` (v1beta2 `status.conditions`, v1beta1 `status.v1beta2.conditions`).
-pub fn metav1_condition(existing: &[Value], ready: &Ready, generation: Option<i64>, now: Timestamp) -> Value {
-    let mut c = json!({
-        "type": READY,
-        "status": ready.status(),
-        "reason": ready.reason.as_str(),
-        "message": ready.message,
-        "lastTransitionTime": transition_time(existing, ready.status(), now),
-    });
-    if let Some(g) = generation {
-        c["observedGeneration"] = json!(g);
+pub fn metav1_condition(existing: &[Value], ready: &Ready, generation: Option<i64>, now: Timestamp) -> ReadyEntry {
+    ReadyEntry {
+        type_: READY,
+        status: ready.status(),
+        reason: ready.reason.as_str(),
+        message: Some(ready.message.clone()),
+        last_transition_time: transition_time(existing, ready.status(), now),
+        observed_generation: generation,
+        severity: None,
     }
-    c
 }
 
 /// A CAPI v1beta1 condition (with severity when False; message omitted when empty, as its schema requires).
-pub fn v1beta1_condition(existing: &[Value], ready: &Ready, now: Timestamp) -> Value {
-    let mut c = json!({
-        "type": READY,
-        "status": ready.status(),
-        "reason": ready.reason.as_str(),
-        "lastTransitionTime": transition_time(existing, ready.status(), now),
-    });
-    if !ready.message.is_empty() {
-        c["message"] = json!(ready.message);
+pub fn v1beta1_condition(existing: &[Value], ready: &Ready, now: Timestamp) -> ReadyEntry {
+    let severity = match ready.reason {
+        ClaimReason::Allocated => None,
+        ClaimReason::PoolExhausted => Some("Warning"),
+        ClaimReason::WaitingForCluster | ClaimReason::ClusterPaused => Some("Info"),
+        ClaimReason::PoolNotReady | ClaimReason::AllocationFailed => Some("Error"),
+    };
+    ReadyEntry {
+        type_: READY,
+        status: ready.status(),
+        reason: ready.reason.as_str(),
+        message: Some(ready.message.clone()).filter(|m| !m.is_empty()),
+        last_transition_time: transition_time(existing, ready.status(), now),
+        observed_generation: None,
+        severity,
     }
-    if !ready.reason.is_ready() {
-        let severity = match ready.reason {
-            ClaimReason::PoolExhausted => "Warning",
-            ClaimReason::WaitingForCluster | ClaimReason::ClusterPaused => "Info",
-            _ => "Error",
-        };
-        c["severity"] = json!(severity);
-    }
-    c
 }
 
 /// `conditions` with our Ready entry replaced (or appended), every other entry kept in place.
-pub fn with_condition(conditions: &[Value], ours: Value) -> Vec<Value> {
-    let mut out: Vec<Value> = conditions.to_vec();
-    match out.iter_mut().find(|c| c.get("type").and_then(Value::as_str) == Some(READY)) {
-        Some(slot) => *slot = ours,
-        None => out.push(ours),
+pub fn with_condition(conditions: &[Value], ours: ReadyEntry) -> Vec<ConditionEntry> {
+    let mut out: Vec<ConditionEntry> = Vec::with_capacity(conditions.len() + 1);
+    let mut ours = Some(ours);
+    for c in conditions {
+        match ours.take_if(|_| c.get("type").and_then(Value::as_str) == Some(READY)) {
+            Some(ours) => out.push(ConditionEntry::Ours(ours)),
+            None => out.push(ConditionEntry::Theirs(c.clone())),
+        }
     }
+    out.extend(ours.map(ConditionEntry::Ours));
     out
 }
 
@@ -157,26 +168,42 @@ pub fn claim_status(
     address_ref: Option<&str>,
     generation: Option<i64>,
     now: Timestamp,
-) -> Value {
-    let mut status = match version {
-        CapiVersion::V1Beta2 => json!({
-            "conditions": with_condition(conditions, metav1_condition(conditions, ready, generation, now)),
-            "deprecated": {"v1beta1": {"conditions": [v1beta1_condition(conditions, ready, now)]}},
-        }),
-        CapiVersion::V1Beta1 => json!({
-            "conditions": with_condition(conditions, v1beta1_condition(conditions, ready, now)),
-            "v1beta2": {"conditions": with_condition(v1beta2_conditions, metav1_condition(v1beta2_conditions, ready, generation, now))},
-        }),
-    };
-    if let Some(name) = address_ref {
-        status["addressRef"] = json!({"name": name});
+) -> ClaimStatusPatch {
+    let address_ref = address_ref.map(|name| NameRef { name: name.to_owned() });
+    match version {
+        CapiVersion::V1Beta2 => ClaimStatusPatch {
+            conditions: with_condition(conditions, metav1_condition(conditions, ready, generation, now)),
+            deprecated: Some(Deprecated {
+                v1beta1: Conditions {
+                    conditions: vec![ConditionEntry::Ours(v1beta1_condition(conditions, ready, now))],
+                },
+            }),
+            v1beta2: None,
+            address_ref,
+        },
+        CapiVersion::V1Beta1 => ClaimStatusPatch {
+            conditions: with_condition(conditions, v1beta1_condition(conditions, ready, now)),
+            deprecated: None,
+            v1beta2: Some(Conditions {
+                conditions: with_condition(
+                    v1beta2_conditions,
+                    metav1_condition(v1beta2_conditions, ready, generation, now),
+                ),
+            }),
+            address_ref,
+        },
     }
-    status
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// The body as the API server receives it.
+    fn sent(status: ClaimStatusPatch) -> Value {
+        serde_json::to_value(status).unwrap()
+    }
 
     fn ready(reason: ClaimReason, message: &str) -> Ready {
         Ready { reason, message: message.into() }
@@ -188,14 +215,14 @@ mod tests {
         let t1: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
         let others = vec![json!({"type": "Other", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"})];
         let first = ready(ClaimReason::PoolExhausted, "no free address");
-        let s = claim_status(CapiVersion::V1Beta1, &others, &[], &first, None, Some(1), t0);
+        let s = sent(claim_status(CapiVersion::V1Beta1, &others, &[], &first, None, Some(1), t0));
         let conditions = s["conditions"].as_array().unwrap().clone();
         assert_eq!(conditions.len(), 2);
         assert_eq!(conditions[0]["type"], "Other");
         assert_eq!(conditions[1]["severity"], "Warning");
         assert!(s.get("addressRef").is_none());
         // Same status, other message: the transition time stays.
-        let again = claim_status(
+        let again = sent(claim_status(
             CapiVersion::V1Beta1,
             &conditions,
             &[],
@@ -203,10 +230,10 @@ mod tests {
             None,
             Some(1),
             t1,
-        );
+        ));
         assert_eq!(again["conditions"][1]["lastTransitionTime"], "2026-01-01T00:00:00Z");
         // False -> True moves it.
-        let done = claim_status(
+        let done = sent(claim_status(
             CapiVersion::V1Beta1,
             &conditions,
             &[],
@@ -214,7 +241,7 @@ mod tests {
             Some("c"),
             None,
             t1,
-        );
+        ));
         assert_eq!(done["conditions"][1]["lastTransitionTime"], "2026-01-02T00:00:00Z");
         assert!(done["conditions"][1].get("severity").is_none());
         assert_eq!(done["addressRef"]["name"], "c");
@@ -224,8 +251,15 @@ mod tests {
     #[test]
     fn v1beta2_keeps_other_conditions_and_updates_ours() {
         let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        let s =
-            claim_status(CapiVersion::V1Beta2, &[], &[], &ready(ClaimReason::Allocated, "ok"), Some("c"), Some(3), now);
+        let s = sent(claim_status(
+            CapiVersion::V1Beta2,
+            &[],
+            &[],
+            &ready(ClaimReason::Allocated, "ok"),
+            Some("c"),
+            Some(3),
+            now,
+        ));
         assert_eq!(s["conditions"].as_array().unwrap().len(), 1);
         assert_eq!(s["conditions"][0]["observedGeneration"], 3);
         assert_eq!(s["conditions"][0]["message"], "ok");
@@ -233,7 +267,15 @@ mod tests {
             json!({"type": "Other", "status": "True", "reason": "Theirs", "lastTransitionTime": "2025-01-01T00:00:00Z"}),
             json!({"type": "Ready", "status": "False", "reason": "PoolExhausted", "lastTransitionTime": "2025-06-01T00:00:00Z"}),
         ];
-        let s = claim_status(CapiVersion::V1Beta2, &others, &[], &ready(ClaimReason::Allocated, "ok"), None, None, now);
+        let s = sent(claim_status(
+            CapiVersion::V1Beta2,
+            &others,
+            &[],
+            &ready(ClaimReason::Allocated, "ok"),
+            None,
+            None,
+            now,
+        ));
         let conditions = s["conditions"].as_array().unwrap();
         assert_eq!(conditions.len(), 2);
         assert_eq!(conditions[0], others[0]);
@@ -275,9 +317,9 @@ mod tests {
                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}));
         let conditions = stored_conditions(stored.as_ref());
         let same = metav1_condition(&conditions, &ready(ClaimReason::PoolNotReady, "x"), None, t1);
-        assert_eq!(same["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(same.last_transition_time, "2026-01-01T00:00:00Z");
         let flipped = metav1_condition(&conditions, &ready(ClaimReason::Allocated, "ok"), None, t1);
-        assert_eq!(flipped["lastTransitionTime"], "2026-01-02T00:00:00Z");
+        assert_eq!(flipped.last_transition_time, "2026-01-02T00:00:00Z");
         assert!(stored_conditions(None).is_empty());
     }
 
@@ -285,7 +327,7 @@ mod tests {
     fn v1beta2_claims_also_carry_the_v1beta1_shape_for_v1beta1_readers() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let waiting = ready(ClaimReason::ClusterPaused, "Cluster ns/c is paused");
-        let s = claim_status(CapiVersion::V1Beta2, &[], &[], &waiting, None, Some(2), t0);
+        let s = sent(claim_status(CapiVersion::V1Beta2, &[], &[], &waiting, None, Some(2), t0));
         assert_eq!(s["conditions"][0]["reason"], "ClusterPaused");
         assert_eq!(s["conditions"][0]["observedGeneration"], 2);
         let old = &s["deprecated"]["v1beta1"]["conditions"];
@@ -294,8 +336,15 @@ mod tests {
             (&old[0]["type"], &old[0]["status"], &old[0]["reason"], &old[0]["severity"]),
             (&json!("Ready"), &json!("False"), &json!("ClusterPaused"), &json!("Info"))
         );
-        let bound =
-            claim_status(CapiVersion::V1Beta2, &[], &[], &ready(ClaimReason::Allocated, "ok"), Some("a"), None, t0);
+        let bound = sent(claim_status(
+            CapiVersion::V1Beta2,
+            &[],
+            &[],
+            &ready(ClaimReason::Allocated, "ok"),
+            Some("a"),
+            None,
+            t0,
+        ));
         assert!(bound["deprecated"]["v1beta1"]["conditions"][0].get("severity").is_none());
         assert_eq!(bound["addressRef"]["name"], "a");
     }

@@ -20,6 +20,7 @@ use crate::apiserver::{
     ApiError, ApiServer, Call, Deleted, FinalizerAt, Read, Removed, Repair, StoredConditions, Target,
     failed_test_is_conflict, requests,
 };
+use crate::capi::status::ClaimStatusPatch;
 use crate::capi::{CapiVersion, ClaimResource, IpAddress};
 use crate::index::{ObjectKey, PoolKey};
 use crate::leader::Fenced;
@@ -223,7 +224,12 @@ impl ApiServer for SimApi {
         Box::pin(async move { parse(required(sent.await.map_err(failed_test_is_conflict)?)?) })
     }
 
-    fn patch_claim_status<'a>(&'a self, key: &'a ObjectKey, resource_version: &'a str, status: Value) -> Call<'a, ()> {
+    fn patch_claim_status<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        resource_version: &'a str,
+        status: &'a ClaimStatusPatch,
+    ) -> Call<'a, ()> {
         let patch = requests::claim_status(resource_version, status);
         let sent = self.send(Op::PatchMerge { kind: Kind::Claim, key: key.clone(), patch, status: true });
         Box::pin(async move { sent.await.map(|_| ()) })

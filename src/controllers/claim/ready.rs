@@ -67,7 +67,7 @@ pub(super) async fn set_ready(
         ctx.now(),
     );
     ctx.api
-        .patch_claim_status(&claim.key, &resource_version, body)
+        .patch_claim_status(&claim.key, &resource_version, &body)
         .await
         .map_err(Error::api("writing the claim status"))?;
     ctx.index.remember_written(claim, written);
