@@ -1,6 +1,7 @@
 //! The IPAddressClaim controller: claims get an IPAddress and `status.addressRef`, exactly once, with a `Ready`
-//! condition and an Event on failures, waits and recoveries; deleted claims release their address. `gate` and
-//! `allocate` decide from the index alone; the rest writes.
+//! condition and an Event on failures, waits and recoveries; deleted claims release their address. A reconcile reads
+//! the claim's view of the index in one step (`ClaimView`) and decides on it (`gate`, `adopt`'s checks); `allocate`
+//! holds an address in one step; the rest writes, and each success is reported back in one call.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
 use crate::apiserver::{ApiError, Read, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, AllocateError, Assigned, Duplicate, Index, ObjectKey, PoolKey};
+use crate::index::{AddressRecord, AllocateError, Assigned, ClaimView, Index, ObjectKey, PoolKey};
 use crate::runtime::queue::Next;
 use crate::runtime::retry::RECHECK;
 
@@ -41,7 +42,7 @@ pub enum Gate {
 }
 
 /// Pause (docs/compatibility.md D8), checked the same way on every event: the claim, its Cluster, its pool.
-pub fn gate(claim: &Claim, pool_key: &PoolKey, index: &Index) -> Gate {
+pub fn gate(claim: &Claim, view: &ClaimView) -> Gate {
     let namespace = &*claim.key.namespace;
     let deleting = claim.deletion_timestamp.is_some();
     if claim.paused {
@@ -49,7 +50,7 @@ pub fn gate(claim: &Claim, pool_key: &PoolKey, index: &Index) -> Gate {
     }
     if let Some(cluster) = claim.cluster() {
         // Velero restores Clusters last: wait, the Cluster's creation (or unpause) wakes this claim.
-        match index.cluster_paused(namespace, cluster) {
+        match view.cluster_paused {
             None if !deleting => {
                 let message = format!("waiting for Cluster {namespace}/{cluster} to exist");
                 return Gate::WaitForCluster(ClaimReason::WaitingForCluster, message);
@@ -62,7 +63,7 @@ pub fn gate(claim: &Claim, pool_key: &PoolKey, index: &Index) -> Gate {
             _ => {}
         }
     }
-    if index.pool(pool_key).is_some_and(|p| p.is_paused()) {
+    if view.pool.as_ref().is_some_and(|p| p.is_paused()) {
         return Gate::Paused;
     }
     if deleting { Gate::Release } else { Gate::Bind }
@@ -87,12 +88,13 @@ pub async fn reconcile(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
 async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     let key = &claim.key;
     let Some(kind) = claim.pool_kind else { return Ok(Next::AwaitChange) };
-    let pool_key = PoolKey::new(kind, &key.namespace, &claim.pool_name);
-    let gate = gate(claim, &pool_key, &ctx.index);
+    let view = ctx.index.claim_view(claim, PoolKey::new(kind, &key.namespace, &claim.pool_name));
+    let pool_key = view.pool_key.clone();
+    let gate = gate(claim, &view);
     if matches!(gate, Gate::Paused | Gate::WaitForCluster(..))
         && claim.address_ref().is_none()
-        && ctx.index.duplicate_of(&pool_key, key).is_some_and(|d| !moved_one_wins(ctx, &pool_key, key, &d))
-        && let Some(record) = ctx.index.address(key).filter(|r| *r.pool == pool_key)
+        && view.unwanted_duplicate()
+        && let Some(record) = view.record.as_ref().filter(|r| *r.pool == pool_key)
     {
         // Pause holds our decisions, not the undoing of a write that landed too late (a fenced leader's): an
         // IPAddress no claim is bound to, holding an address another holds, goes even now (a move would copy it).
@@ -119,16 +121,15 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
             }
             return Ok(Next::AwaitChange);
         }
-        Gate::Release => return release(claim, ctx, &pool_key).await,
+        Gate::Release => return release(claim, ctx, &view).await,
         Gate::Bind => {}
     }
-    let pool = ctx.index.pool(&pool_key);
 
     // The finalizer is persisted before any address exists, so a deleted claim never leaves an IPAddress behind. The
     // rest of this reconcile works on the claim as that write returned it (its resourceVersion is the status write's
     // precondition).
     let patched;
-    let claim = if claim.release_finalizer_index.is_none() {
+    let (claim, view) = if claim.release_finalizer_index.is_none() {
         let read = as_read(claim, ctx).await?;
         patched = ctx
             .api
@@ -137,16 +138,19 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
             .map_err(Error::api("adding a finalizer"))?
             .claim;
         debug!(claim = %key, index = ?patched.release_finalizer_index, "finalizer added");
-        &patched
+        // The write awaited, and the index may have moved on meanwhile (an IPAddress of the name seen): what follows
+        // decides on a new view.
+        let view = ctx.index.claim_view(&patched, pool_key.clone());
+        (&patched, view)
     } else {
-        claim
+        (claim, view)
     };
 
-    if let Some(record) = ctx.index.address(key) {
-        return adopt(claim, ctx, &pool_key, pool.as_deref(), &record).await;
+    if let Some(record) = &view.record {
+        return adopt(claim, ctx, &view, record).await;
     }
 
-    let Some(pool) = pool else {
+    let Some(pool) = view.pool else {
         settle_own_uncertain_create(ctx, &pool_key, key).await?;
         let message = format!("{pool_key} not found");
         set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
@@ -236,7 +240,7 @@ async fn create_address(
                 ctx.index.abandon(pool_key, key);
             }
             match ctx.index.remember_address(key, &existing) {
-                Some(record) => adopt(claim, ctx, pool_key, Some(pool), &record).await,
+                Some(record) => adopt(claim, ctx, &ctx.index.claim_view(claim, pool_key.clone()), &record).await,
                 None if AddressRecord::of(&existing).is_none() => {
                     belongs_elsewhere(claim, ctx, pool_key, &ipaddress::owner_of(&existing)).await
                 }
@@ -252,7 +256,7 @@ async fn create_address(
                 && AddressRecord::of(&existing).is_some_and(|r| *r.pool == *pool_key)
                 && let Some(record) = ctx.index.remember_address(key, &existing)
             {
-                return adopt(claim, ctx, pool_key, Some(pool), &record).await;
+                return adopt(claim, ctx, &ctx.index.claim_view(claim, pool_key.clone()), &record).await;
             }
             ctx.index.abandon(pool_key, key);
             let message = format!("creating IPAddress {key}: {}", refusal(&e));
@@ -315,14 +319,14 @@ async fn settle_own_uncertain_create(ctx: &Context, pool_key: &PoolKey, key: &Ob
 
 /// Deletion: the grace period, then the IPAddress (finalizer off, deleted), then the claim's finalizer. What the
 /// index keeps about the claim goes with its Delete event.
-async fn release(claim: &Claim, ctx: &Context, pool_key: &PoolKey) -> Result<Next, Error> {
-    let key = &claim.key;
+async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next, Error> {
+    let (key, pool_key) = (&claim.key, &view.pool_key);
     ctx.index.stop_waiting(pool_key, key);
     if claim.release_finalizer_index.is_none() {
         return Ok(Next::AwaitChange);
     }
     // addressReuseGracePeriodSeconds (IP pools): hold the address, unless the pool is gone or going.
-    if let Some(wait) = ctx.index.pool(pool_key).and_then(|pool| reuse_grace_remaining(claim, &pool, ctx.now())) {
+    if let Some(wait) = view.pool.as_ref().and_then(|pool| reuse_grace_remaining(claim, pool, ctx.now())) {
         debug!(claim = %key, seconds = wait.as_secs_f64(), "holding the address for the reuse grace period");
         return Ok(Next::After(wait + Duration::from_millis(50)));
     }

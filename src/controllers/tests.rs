@@ -40,25 +40,25 @@ fn the_gate_honours_pause_clusters_and_deletion() {
     let (index, _) = index();
     index.apply_pool(pool("10.0.0.1", 1).into_pool());
     let mut c = claim("a");
-    assert_eq!(gate(&c, &pool_key(), &index), Gate::Bind);
+    assert_eq!(gate(&c, &index.claim_view(&c, pool_key())), Gate::Bind);
     c.paused = true;
-    assert_eq!(gate(&c, &pool_key(), &index), Gate::Paused);
+    assert_eq!(gate(&c, &index.claim_view(&c, pool_key())), Gate::Paused);
     c.paused = false;
     c.cluster = Some(intern("demo"));
-    let Gate::WaitForCluster(reason, message) = gate(&c, &pool_key(), &index) else { panic!("waits") };
+    let Gate::WaitForCluster(reason, message) = gate(&c, &index.claim_view(&c, pool_key())) else { panic!("waits") };
     assert_eq!((reason, message.as_str()), (ClaimReason::WaitingForCluster, "waiting for Cluster ns/demo to exist"));
     index.apply_cluster(key("demo"), true);
-    assert!(matches!(gate(&c, &pool_key(), &index), Gate::WaitForCluster(ClaimReason::ClusterPaused, _)));
+    assert!(matches!(gate(&c, &index.claim_view(&c, pool_key())), Gate::WaitForCluster(ClaimReason::ClusterPaused, _)));
     // A deleted claim of a paused Cluster keeps its address (a move); of a missing one, it is released.
     c.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-    assert!(matches!(gate(&c, &pool_key(), &index), Gate::WaitForCluster(ClaimReason::ClusterPaused, _)));
+    assert!(matches!(gate(&c, &index.claim_view(&c, pool_key())), Gate::WaitForCluster(ClaimReason::ClusterPaused, _)));
     index.delete_cluster(&key("demo"));
-    assert_eq!(gate(&c, &pool_key(), &index), Gate::Release);
+    assert_eq!(gate(&c, &index.claim_view(&c, pool_key())), Gate::Release);
     // A paused pool holds everything, deletion included.
     let mut paused = pool("10.0.0.1", 2);
     paused.metadata.annotations = Some([(PAUSED_ANNOTATION.to_owned(), String::new())].into());
     index.apply_pool(paused.into_pool());
-    assert_eq!(gate(&c, &pool_key(), &index), Gate::Paused);
+    assert_eq!(gate(&c, &index.claim_view(&c, pool_key())), Gate::Paused);
 }
 
 #[test]

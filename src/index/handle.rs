@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{AddressRecord, AllocateError, Assigned, Duplicate, Held, Index, ObjectKey, PoolKey};
+use super::{AddressRecord, AllocateError, Assigned, ClaimView, Duplicate, Held, Index, ObjectKey, PoolKey};
 use crate::api::Pool;
 use crate::capi::{Claim, IpAddress};
 use crate::compact::{ResourceVersion, Uid};
@@ -31,6 +31,11 @@ impl Index {
 
     pub fn delete_claim(&self, key: &ObjectKey) {
         self.write(|s| s.delete_claim(key))
+    }
+
+    /// What `claim`'s reconcile decides on, in one step.
+    pub fn claim_view(&self, claim: &Claim, pool_key: PoolKey) -> ClaimView {
+        self.read(|s| s.claim_view(claim, pool_key))
     }
 
     pub fn claim(&self, key: &ObjectKey) -> Option<Arc<Claim>> {

@@ -14,6 +14,7 @@ mod pools;
 mod record;
 pub mod registry;
 pub mod relist;
+mod view;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use claims::{ClaimBook, ClaimCache};
 pub use record::AddressRecord;
 pub use registry::Registry;
 pub use registry::{AllocateError, Assigned, Duplicate, Held, ObjectKey, PoolKey};
+pub use view::ClaimView;
 
 /// Where the index sends what it noticed.
 pub trait Sink: Send + Sync {

@@ -7,19 +7,18 @@ use super::*;
 pub(super) async fn adopt(
     claim: &Claim,
     ctx: &Context,
-    pool_key: &PoolKey,
-    pool: Option<&Pool>,
+    view: &ClaimView,
     record: &AddressRecord,
 ) -> Result<Next, Error> {
     let key = &claim.key;
+    let (pool_key, pool) = (&view.pool_key, view.pool.as_deref());
     if *record.pool != *pool_key {
         return belongs_elsewhere(claim, ctx, pool_key, &record.pool.to_string()).await;
     }
     ctx.index.stop_waiting(pool_key, key);
     // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
     // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
-    let duplicate = ctx.index.duplicate_of(pool_key, key);
-    if claim.address_ref().is_none() && duplicate.as_ref().is_some_and(|d| !moved_one_wins(ctx, pool_key, key, d)) {
+    if claim.address_ref().is_none() && view.unwanted_duplicate() {
         if record.deleting {
             // Withdrawn already, or an orphan whose release did not finish: no one else finishes it while a claim of
             // its name exists (the orphan release leaves those alone), so this claim does.
@@ -33,12 +32,12 @@ pub(super) async fn adopt(
         // orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address anew.
         return finish_deletion(ctx, key, pool_key, record.uid).await;
     }
-    if !has_claim_owner && (record.moving_away || ctx.index.holds_reserved(pool_key, key)) {
+    if !has_claim_owner && (record.moving_away || view.holds_reserved) {
         // Left behind by the move of an earlier claim of this name (marked so, or holding a reserved address while
         // not owned by this claim, as one that came back would be: clusterctl rewrites the owner references): its
         // address is in use on the other management cluster. Never adopted: it is let go once its address is
         // recorded as moved away (so that the address stays reserved), and this claim gets another.
-        if ctx.index.moved_away_unwritten(pool_key, key) {
+        if view.moved_away_unwritten {
             return Ok(Next::After(Duration::from_secs(1)));
         }
         return finish_deletion(ctx, key, pool_key, record.uid).await;
@@ -54,13 +53,13 @@ pub(super) async fn adopt(
     if record.deleting {
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
     }
-    let held = ctx.index.held_by(pool_key, key);
+    let held = view.held;
     // The address as `spec.address` shows it; one that does not parse is said so.
     let address = held.map_or_else(String::new, |held| {
         held.address().map_or_else(|| held.to_string(), |address| address.to_string())
     });
     let mut message = format!("allocated {address} from {pool_key}");
-    if let Some(duplicate) = duplicate {
+    if let Some(duplicate) = &view.duplicate {
         // Bound, so it stays (a machine may use it); the condition says so until one holder is released.
         message.push_str(&format!(
             "; DUPLICATE: {duplicate}. Delete one of these claims to resolve it (see docs/operations.md)"
@@ -73,17 +72,6 @@ pub(super) async fn adopt(
         ctx.index.claim_back(pool_key, key, held);
     }
     Ok(Next::AwaitChange)
-}
-
-/// Whether the IPAddress `key`, part of `duplicate`, is the one that moved away with its address and came back (the
-/// pool's moved-away annotation names it): it stays, and the others holding the address, none bound (a late create
-/// of a deposed leader, the reservation), go. Withdrawn, the machine that came back would lose the address it uses.
-pub(super) fn moved_one_wins(ctx: &Context, pool_key: &PoolKey, key: &ObjectKey, duplicate: &Duplicate) -> bool {
-    ctx.index.is_moved_holder(pool_key, key)
-        && !duplicate
-            .holders
-            .iter()
-            .any(|other| other != key && ctx.index.claim(other).is_some_and(|c| c.address_ref() == Some(&*other.name)))
 }
 
 /// Deletes an IPAddress whose address another IPAddress of the pool holds, before its claim is bound to it; the

@@ -1,0 +1,66 @@
+//! What a claim's reconcile decides on, read from the index in one step ([`super::Index::claim_view`]): the claim's
+//! pool, its Cluster, the IPAddress of its name and where that stands in its pool. The reconcile decides on the view
+//! and writes; after a write it awaited, it takes a new view rather than mixing answers from before and after.
+
+use std::sync::Arc;
+
+use super::{AddressRecord, Duplicate, Held, PoolKey, State};
+use crate::api::Pool;
+use crate::capi::Claim;
+
+/// One claim's view of the index.
+#[derive(Clone, Debug)]
+pub struct ClaimView {
+    pub pool_key: PoolKey,
+    /// The pool as its watch shows it, if it exists.
+    pub pool: Option<Arc<Pool>>,
+    /// Whether the claim's Cluster is paused (`None`: it names none, or one that does not exist).
+    pub cluster_paused: Option<bool>,
+    /// The IPAddress of the claim's name, of any pool.
+    pub record: Option<AddressRecord>,
+    /// What that IPAddress holds in the claim's pool.
+    pub held: Option<Held>,
+    /// The duplicate it is part of, if another IPAddress of the pool holds its address too.
+    pub duplicate: Option<Duplicate>,
+    /// It is part of a duplicate as the one that moved away and came back (the pool's moved-away annotation names it),
+    /// and no other holder is bound: it stays and the others go (withdrawn, the machine that came back would lose the
+    /// address it uses).
+    pub moved_one_wins: bool,
+    /// It holds an address reserved as moved away (it came back with its Cluster, or a move left it behind).
+    pub holds_reserved: bool,
+    /// Its address is still to be written into the pool's moved-away annotation.
+    pub moved_away_unwritten: bool,
+}
+
+impl ClaimView {
+    /// A duplicate to withdraw (or whose withdrawal to finish) before the claim is bound to it: every duplicate but
+    /// the one the moved-back IPAddress wins.
+    pub fn unwanted_duplicate(&self) -> bool {
+        self.duplicate.is_some() && !self.moved_one_wins
+    }
+}
+
+impl State {
+    /// The view of `claim`, whose pool is `pool_key`.
+    pub fn claim_view(&self, claim: &Claim, pool_key: PoolKey) -> ClaimView {
+        let key = &claim.key;
+        let duplicate = self.duplicate_of(&pool_key, key);
+        let moved_one_wins = duplicate.as_ref().is_some_and(|d| {
+            self.is_moved_holder(&pool_key, key)
+                && !d.holders.iter().any(|other| {
+                    other != key && self.claim(other).is_some_and(|c| c.address_ref() == Some(&*other.name))
+                })
+        });
+        ClaimView {
+            pool: self.pool(&pool_key),
+            cluster_paused: claim.cluster().and_then(|cluster| self.cluster_paused(&key.namespace, cluster)),
+            record: self.address(key),
+            held: self.held_by(&pool_key, key),
+            duplicate,
+            moved_one_wins,
+            holds_reserved: self.holds_reserved(&pool_key, key),
+            moved_away_unwritten: self.moved_away_unwritten(&pool_key, key),
+            pool_key,
+        }
+    }
+}
