@@ -53,6 +53,8 @@ pub(super) async fn adopt(
     if record.deleting {
         debug!(claim = %key, "the IPAddress is being deleted; its finalizer holds it until the claim goes");
     }
+    // The view from before the repair still holds: repair adopted the very IPAddress judged (its UID), whose spec, and
+    // so what it holds, is immutable.
     let held = view.held;
     // The address as `spec.address` shows it; one that does not parse is said so.
     let address = held.map_or_else(String::new, |held| {
