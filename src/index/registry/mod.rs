@@ -5,6 +5,7 @@
 
 mod held;
 mod pool_state;
+mod waiting;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -16,7 +17,8 @@ use crate::ipam::{
     prefix_pool::PrefixReserveError,
 };
 pub use held::{AllocateError, Assigned, Duplicate, Held, HeldPrefix, PoolKey, is_reservation, reservation_key};
-use pool_state::{Dirty, assigned, parse_config, parse_ipv6, take_waiters};
+use pool_state::{Dirty, assigned, parse_config, parse_ipv6};
+use waiting::take_waiters;
 
 enum Allocator {
     Ip(IpPoolAllocator),
@@ -343,51 +345,6 @@ impl Registry {
         let result = assigned(state, held).ok_or_else(|| AllocateError::Unknown { pool: pool_key.clone() });
         self.dirty.mark(pool_key);
         result
-    }
-
-    /// Registers a claim that found the pool exhausted; it is woken when an address frees up.
-    pub fn wait(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
-        let state = self.pools.entry(pool_key.clone()).or_default();
-        // One list at a time: a requester in the waiters' queue would take the wake an exhausted claim needs.
-        state.requesters.retain(|c| c != claim);
-        if !state.waiters.contains(claim) {
-            state.waiters.push_back(claim.clone());
-        }
-    }
-
-    /// Registers a claim whose requested address is held; it is woken whenever an address of the pool frees up.
-    pub fn wait_for_requested(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
-        let state = self.pools.entry(pool_key.clone()).or_default();
-        state.waiters.retain(|c| c != claim);
-        if !state.requesters.contains(claim) {
-            state.requesters.push(claim.clone());
-        }
-    }
-
-    /// Removes a claim from a pool's waiting lists (it was allocated, deleted or paused). A claim that no longer
-    /// waits may have been woken for a free address it did not take (its Cluster was paused meanwhile): while the
-    /// pool has a free address, the next waiter is woken in its place, so that a wake is never lost.
-    pub fn stop_waiting(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
-        if let Some(state) = self.pools.get_mut(pool_key) {
-            state.waiters.retain(|c| c != claim);
-            state.requesters.retain(|c| c != claim);
-            if !state.is_exhausted() {
-                self.woken.extend(state.waiters.pop_front());
-            }
-        }
-    }
-
-    /// The claims woken by steps that returned something else, since the last call.
-    pub fn take_woken(&mut self) -> Woken {
-        std::mem::take(&mut self.woken)
-    }
-
-    fn wake_all(&mut self, key: &PoolKey) -> Woken {
-        let Some(state) = self.pools.get_mut(key) else { return Vec::new() };
-        if state.is_exhausted() {
-            return Vec::new();
-        }
-        state.waiters.drain(..).chain(state.requesters.drain(..)).collect()
     }
 
     /// The D4 counts of a pool, and its spec error if any.

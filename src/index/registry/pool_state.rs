@@ -128,15 +128,6 @@ impl PoolState {
     }
 }
 
-/// Once an address is free: the oldest waiter, and every claim whose requested address was held (one of them may
-/// want this one; the others wait again without taking the waiter's wake).
-pub(super) fn take_waiters(state: &mut PoolState) -> Woken {
-    if state.is_exhausted() {
-        return Vec::new();
-    }
-    state.waiters.pop_front().into_iter().chain(state.requesters.drain(..)).collect()
-}
-
 pub(super) fn assigned(state: &PoolState, held: Held) -> Option<Assigned> {
     Some(Assigned { address: held.address()?, prefix: state.prefix, gateway: state.gateway.clone() })
 }
