@@ -21,10 +21,6 @@ impl Index {
         self.write(|s| s.address_created(claim, pool, created))
     }
 
-    pub fn waiting(&self) -> (usize, Duration) {
-        self.read(|s| s.waiting())
-    }
-
     pub fn apply_claim(&self, claim: Claim) {
         self.write(|s| s.apply_claim(claim))
     }
