@@ -51,12 +51,13 @@ test: deps ## Go tools (cached), fmt, clippy, the image, unit tests, the simulat
 
 .PHONY: sim
 sim: ## Soak the deterministic simulation: SIM_SEEDS seeds (default 1,000,000) from SIM_SEED_BASE (default: random)
-	SIM_SEEDS=$${SIM_SEEDS:-1000000} cargo test --release --lib sim::tests::soak -- --ignored --nocapture
+	SIM_SEEDS=$${SIM_SEEDS:-1000000} SIM_SEED_BASE=$${SIM_SEED_BASE:-$$(( $$(date +%s) << 20 ))} \
+	  cargo test --release --lib sim::tests::soak -- --exact --nocapture
 
 .PHONY: sim-replay
 sim-replay: ## Replay one seed of the simulation with its trace: make sim-replay SIM_SEED=<n>
 	@test -n "$${SIM_SEED:-}" || { echo "usage: make sim-replay SIM_SEED=<n>" >&2; exit 2; }
-	cargo test --release --lib sim::tests::replay -- --ignored --nocapture
+	cargo test --release --lib sim::tests::replay -- --exact --nocapture
 
 .PHONY: bench-allocator
 bench-allocator: ## Allocator benchmarks (criterion), ends with the allocation speedup line

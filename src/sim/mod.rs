@@ -7,9 +7,10 @@
 //! `World::check_always` are checked, after the run settles those of `World::check_quiescent`; a violation prints the
 //! seed and the trace of the steps that led there.
 //!
-//! `make test` runs `SIM_SEEDS` seeds (6,000 by default) from `SIM_SEED_BASE` (0); `make sim` soaks (release build,
+//! `make test` runs `SIM_SEEDS` seeds (6,000 by default) from `SIM_SEED_BASE` (0), the soak's 2,000 after them and
+//! the replay of a seed a soak found; `make sim` soaks (release build,
 //! `SIM_SEEDS=1000000` by default, from a random base); `SIM_SEED=<n>` replays one seed with its trace
-//! (`cargo test --lib sim::tests::replay -- --ignored --nocapture`). docs/testing.md says what the model covers and
+//! (`SIM_SEED=<n> cargo test --lib sim::tests::replay -- --nocapture`). docs/testing.md says what the model covers and
 //! what it assumes about the API server.
 
 mod client;
@@ -110,15 +111,13 @@ mod tests {
         }
     }
 
-    /// `make sim`: many seeds on every core (`SIM_THREADS`); every kind of violation is reported with the first
-    /// seed that showed it, and the run fails if there was any.
+    /// `make sim` (`SIM_SEEDS`, default there 1,000,000, from a random `SIM_SEED_BASE`): many seeds on every core
+    /// (`SIM_THREADS`); every kind of violation is reported with the first seed that showed it, and the run fails if
+    /// there was any. Without `SIM_SEEDS` (`make test`): the 2,000 seeds after those of [`seeds_keep_every_invariant`].
     #[test]
-    #[ignore = "the soak of make sim"]
     fn soak() {
-        let seeds = env_u64("SIM_SEEDS").unwrap_or(1_000_000);
-        let base = env_u64("SIM_SEED_BASE").unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() << 20)
-        });
+        let seeds = env_u64("SIM_SEEDS").unwrap_or(2_000);
+        let base = env_u64("SIM_SEED_BASE").unwrap_or(6_000);
         let threads = env_u64("SIM_THREADS")
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
             .clamp(1, 64);
@@ -194,15 +193,18 @@ mod tests {
         assert!(found.is_empty(), "the soak found violations");
     }
 
-    /// `SIM_SEED=<n> cargo test --lib sim::tests::replay -- --ignored --nocapture`: one seed, with its trace.
+    /// `SIM_SEED=<n> cargo test --lib sim::tests::replay -- --nocapture` (`make sim-replay`): one seed, with its
+    /// trace. Without `SIM_SEED` (`make test`): the first seed a soak found, whose trace must end with every invariant
+    /// holding.
     #[test]
-    #[ignore = "replays the seed given by SIM_SEED"]
     fn replay() {
-        let seed = env_u64("SIM_SEED").expect("SIM_SEED=<seed>");
+        let seed = env_u64("SIM_SEED").unwrap_or(41_058_268);
         let options = Options { trace: true, ..Options::for_seed(seed) };
         let trace = World::new(seed, options).run_traced();
-        for line in trace {
+        for line in &trace {
             println!("{line}");
         }
+        let last = trace.last().map_or("", String::as_str);
+        assert!(last.ends_with("every invariant holds"), "seed {seed}: {last}");
     }
 }
