@@ -69,12 +69,11 @@ pub fn gate(claim: &Claim, view: &ClaimView) -> Gate {
     if deleting { Gate::Release } else { Gate::Bind }
 }
 
-/// The address for a claim without an IPAddress, held in the pool's allocator before anything is written: the
-/// requested one (docs/compatibility.md D14: the claim's annotation, else the pool's `preAllocations`), else the one
-/// its IPAddress held before it was deleted from under the live claim (while still free), else the lowest free one.
-pub fn allocate(claim: &Claim, pool_key: &PoolKey, pool: &Pool, index: &Index) -> Result<Assigned, AllocateError> {
-    let requested = claim.requested_address.as_deref().or_else(|| pool.spec.pre_allocation(&claim.key.name));
-    index.allocate(claim, pool_key, requested)
+/// The address for a claim without an IPAddress, held in the pool's allocator before anything is written
+/// (`Index::allocate`: the one it holds already, else the requested one, else the one its pool pins to it, else the
+/// lowest free one).
+pub fn allocate(claim: &Claim, pool_key: &PoolKey, index: &Index) -> Result<Assigned, AllocateError> {
+    index.allocate(claim, pool_key, claim.requested_address.as_deref())
 }
 
 /// Runs once every watch has listed (the claim workers wait for that before they read the claim).
@@ -113,7 +112,10 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         }
         Gate::WaitForCluster(reason, message) => {
             ctx.index.stop_waiting(&pool_key, key);
-            settle_own_uncertain_create(ctx, &pool_key, key).await?;
+            // A bound claim's hold without an IPAddress (deleted from under it) is its machine's address: it stays.
+            if claim.address_ref().is_none() {
+                settle_own_uncertain_create(ctx, &pool_key, key).await?;
+            }
             debug!(claim = %key, reason = reason.as_str(), "waiting for the Cluster");
             // A bound claim keeps its Ready as it is (nothing changes for it).
             if claim.address_ref().is_none() && claim.deletion_timestamp.is_none() {
@@ -162,7 +164,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
         return Ok(Next::AwaitChange);
     }
-    match allocate(claim, &pool_key, &pool, &ctx.index) {
+    match allocate(claim, &pool_key, &ctx.index) {
         Ok(assigned) => create_address(claim, ctx, &pool_key, &pool, &assigned).await,
         Err(AllocateError::Exhausted { .. }) => {
             ctx.index.wait_for_address(&pool_key, key);

@@ -86,6 +86,8 @@ pub struct Context {
     reachability: Reachability,
     synced: watch::Receiver<bool>,
     clock: Clock,
+    /// When the IPAddresses whose claim is gone were first seen so (`orphans`).
+    orphaned_since: orphans::OrphanedSince,
 }
 
 impl Context {
@@ -111,6 +113,7 @@ impl Context {
             reachability: Reachability::default(),
             synced,
             clock: Clock::Wall,
+            orphaned_since: orphans::OrphanedSince::default(),
         }
     }
 

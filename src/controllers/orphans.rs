@@ -1,27 +1,49 @@
 //! IPAddresses whose claim is gone are released (docs/compatibility.md D11): at once when the claim's Delete event says
 //! so, and by a sweep for those whose claim vanished while no watch saw it. The API server confirms the claim is gone
 //! before anything is deleted (the cache may lag), and a paused Cluster (a move in progress) keeps its addresses, but
-//! for a late duplicate of a bound claim's address.
+//! for a late duplicate of a bound claim's address. The pool's `addressReuseGracePeriodSeconds` holds the address of
+//! a claim gone without its release (its finalizer stripped) as long as a release would have held it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use jiff::{SignedDuration, Timestamp};
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::{Context, ipaddress};
 use crate::index::{AddressRecord, ObjectKey};
 
+/// When each IPAddress whose claim is gone was first seen so: its release waits out the sweep's delay and its pool's
+/// reuse grace period from then. Kept in memory: after a restart they are counted from the first sweep, which holds
+/// an address longer, never shorter.
+#[derive(Default)]
+pub struct OrphanedSince(Mutex<HashMap<ObjectKey, Timestamp>>);
+
+impl OrphanedSince {
+    fn mark(&self, key: &ObjectKey, now: Timestamp) -> Timestamp {
+        *self.0.lock().entry(key.clone()).or_insert(now)
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.0.lock().remove(key);
+    }
+
+    fn keep_only(&self, still: &HashSet<ObjectKey>) {
+        self.0.lock().retain(|k, _| still.contains(k));
+    }
+}
+
 /// Runs the immediate checks and the sweep until the controllers stop.
 pub async fn run(ctx: Arc<Context>, mut gone: mpsc::UnboundedReceiver<ObjectKey>) {
     let delay = ctx.options.orphan_release_delay;
-    let mut orphaned_since: HashMap<ObjectKey, Instant> = HashMap::new();
     let mut tick = tokio::time::interval((delay / 2).max(Duration::from_millis(500)));
     loop {
         tokio::select! {
             _ = tick.tick() => {
                 if *ctx.synced.borrow() {
-                    sweep(&ctx, &mut orphaned_since, delay).await;
+                    sweep(&ctx, delay).await;
                 }
             }
             Some(key) = gone.recv() => release_if_orphaned(&ctx, &key).await,
@@ -29,7 +51,8 @@ pub async fn run(ctx: Arc<Context>, mut gone: mpsc::UnboundedReceiver<ObjectKey>
     }
 }
 
-/// A claim's Delete event is authoritative: an IPAddress we made for it goes now, unless its Cluster is paused.
+/// A claim's Delete event is authoritative: an IPAddress we made for it goes now, unless its Cluster is paused or its
+/// pool's reuse grace period holds it (the sweep releases it then).
 pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     let Some(record) = ctx.index.address(key).filter(AddressRecord::made_for_a_claim) else {
         return;
@@ -37,7 +60,20 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     if ctx.index.keeps_orphan(key, &record) {
         return;
     }
+    let now = ctx.now();
+    let since = ctx.orphaned_since.mark(key, now);
+    if now < since + reuse_grace(ctx, &record) {
+        return;
+    }
     release_if_claim_gone(ctx, key, &record).await;
+}
+
+/// The reuse grace period of the IPAddress's pool (`addressReuseGracePeriodSeconds`; none for a pool gone or going,
+/// as for a claim's release).
+fn reuse_grace(ctx: &Context, record: &AddressRecord) -> SignedDuration {
+    let pool = ctx.index.pool(&record.pool);
+    let seconds = pool.filter(|p| !p.is_deleting()).and_then(|p| p.spec.reuse_grace_period_seconds());
+    SignedDuration::from_secs(seconds.unwrap_or(0).max(0))
 }
 
 /// Releases the IPAddress `key` once the API server confirms that its claim is gone, unless the address it holds
@@ -46,32 +82,26 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
     if record.moving_away && ctx.index.moved_away_unwritten(&record.pool, key) {
         return;
     }
-    if let Err(e) = ipaddress::release_orphan(ctx, key, record).await {
-        ctx.report_failure("releasing the IPAddress of a claim gone", key, &e);
+    match ipaddress::release_orphan(ctx, key, record).await {
+        Ok(()) => ctx.orphaned_since.forget(key),
+        Err(e) => ctx.report_failure("releasing the IPAddress of a claim gone", key, &e),
     }
 }
 
-/// Releases every orphan now, one after another (the simulation's sweep: it has no clock to wait on).
-#[cfg(test)]
-pub(crate) async fn sweep_now(ctx: &Context) {
+/// Releases the orphans that have been orphans for `delay` and for their pool's reuse grace period (the simulation
+/// runs it as the orphan task does, on its own clock).
+pub(crate) async fn sweep(ctx: &Context, delay: Duration) {
+    let now = ctx.now();
+    let delay = SignedDuration::try_from(delay).unwrap_or(SignedDuration::MAX);
     let mut candidates = ctx.index.orphans();
     candidates.sort_by(|a, b| a.0.cmp(&b.0));
+    let still: HashSet<ObjectKey> = candidates.iter().map(|(k, _)| k.clone()).collect();
+    ctx.orphaned_since.keep_only(&still);
     for (key, record) in candidates {
-        release_if_claim_gone(ctx, &key, &record).await;
-    }
-}
-
-/// Releases the orphans that have been orphans for `delay`.
-async fn sweep(ctx: &Context, orphaned_since: &mut HashMap<ObjectKey, Instant>, delay: Duration) {
-    let mut still = HashSet::new();
-    for (key, record) in ctx.index.orphans() {
-        still.insert(key.clone());
-        let since = *orphaned_since.entry(key.clone()).or_insert_with(Instant::now);
-        if since.elapsed() < delay {
+        let since = ctx.orphaned_since.mark(&key, now);
+        if now < since + delay.max(reuse_grace(ctx, &record)) {
             continue;
         }
         release_if_claim_gone(ctx, &key, &record).await;
-        orphaned_since.remove(&key);
     }
-    orphaned_since.retain(|k, _| still.contains(k));
 }

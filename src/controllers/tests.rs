@@ -62,29 +62,30 @@ fn the_gate_honours_pause_clusters_and_deletion() {
 }
 
 #[test]
-fn allocation_takes_the_requested_then_the_previous_then_the_lowest_free_address() {
+fn allocation_takes_the_held_then_the_requested_then_the_pinned_then_the_lowest_free_address() {
     let (index, _) = index();
     let mut p = pool("10.0.0.1-10.0.0.5", 1);
-    p.spec.fields.pre_allocations = Some([("pinned".to_owned(), "10.0.0.4".to_owned())].into());
+    p.spec.fields.pre_allocations = Some([("pinned".to_owned(), "10.0.0.1".to_owned())].into());
     index.apply_pool(p.into_pool());
-    let pool = index.pool(&pool_key()).expect("pool");
-    let address = |name: &str| allocate(&claim(name), &pool_key(), &pool, &index).map(|a| a.address.to_string()).ok();
-    assert_eq!(address("first").as_deref(), Some("10.0.0.1"));
-    assert_eq!(address("pinned").as_deref(), Some("10.0.0.4"), "preAllocations");
+    let address = |name: &str| allocate(&claim(name), &pool_key(), &index).map(|a| a.address.to_string()).ok();
+    // The lowest free address is 10.0.0.1, but it is pinned: another claim, first, does not get it.
+    assert_eq!(address("first").as_deref(), Some("10.0.0.2"));
+    assert_eq!(address("pinned").as_deref(), Some("10.0.0.1"), "preAllocations");
     let mut annotated = claim("annotated");
     annotated.requested_address = Some("10.0.0.5".into());
-    assert_eq!(allocate(&annotated, &pool_key(), &pool, &index).expect("free").address.to_string(), "10.0.0.5");
+    assert_eq!(allocate(&annotated, &pool_key(), &index).expect("free").address.to_string(), "10.0.0.5");
     let mut taken = claim("taken");
     taken.requested_address = Some("10.0.0.5".into());
-    let err = allocate(&taken, &pool_key(), &pool, &index).expect_err("taken");
+    let err = allocate(&taken, &pool_key(), &index).expect_err("taken");
     assert!(matches!(err, AllocateError::Requested { .. }), "{err}");
     assert!(err.to_string().contains("already allocated"), "{err}");
-    // An IPAddress deleted from under its live claim: the claim gets the same address back while it is free.
+    // An IPAddress deleted from under its live claim: the claim gets the same address back, held for it meanwhile.
     let back = claim("back");
     index.apply_claim(back.clone());
     index.apply_address(&ip_address("back", "10.0.0.3", &back));
     index.delete_address(&key("back"), None);
-    assert_eq!(allocate(&back, &pool_key(), &pool, &index).expect("free").address.to_string(), "10.0.0.3");
+    assert_eq!(address("other").as_deref(), Some("10.0.0.4"), "the address of a live claim's lost IPAddress is held");
+    assert_eq!(allocate(&back, &pool_key(), &index).expect("held").address.to_string(), "10.0.0.3");
 }
 
 #[test]

@@ -17,7 +17,11 @@ impl State {
             return key;
         }
         let Some(mut record) = AddressRecord::of(address) else {
-            // Not one of our pools' (IPAddress specs are immutable, so it never was).
+            // Not one of our pools' (IPAddress specs are immutable, so it never was). A claim of ours of its name
+            // cannot have it, and is told so: it looks again whenever the object changes or goes.
+            if self.claims.get(&key).is_some() {
+                self.wake(key.clone());
+            }
             return key;
         };
         record.seen = true;
@@ -97,17 +101,33 @@ impl State {
                 _ => None,
             }
         };
-        let Some(record) = record else { return };
-        let held = self.registry.held_by(&record.pool, key);
-        self.release_hold(&record.pool, key);
-        self.metrics.released(record.pool.kind);
-        // If its claim still lives, it gets a new IPAddress: with the same address, while that is still free.
-        if let Some(claim) = self.claims.get(key).filter(|c| c.deletion_timestamp.is_none())
-            && let Some(address) = held.and_then(Held::address)
-        {
-            self.book(&claim, |b| b.vanished = Some(((*record.pool).clone(), address.to_string().into())));
+        let Some(record) = record else {
+            // Not ours (another provider's, or gone already): a claim of its name that it blocked may go on now.
+            if self.claims.get(key).is_some() {
+                self.wake(key.clone());
+            }
+            return;
+        };
+        if self.keeps_hold_for_claim(&record.pool, key) {
+            // Its claim still lives, and its machine may use the address: the claim makes its IPAddress again with
+            // it. Held as an uncertain create's hold, so that no waiter takes it meanwhile, and it goes the way such a
+            // hold goes if the claim goes or will not create it.
+            self.registry.unconfirm(&record.pool, key);
+        } else {
+            self.release_hold(&record.pool, key);
+            self.metrics.released(record.pool.kind);
         }
         self.wake(key.clone());
+    }
+
+    /// Whether the hold of the IPAddress `key` of `pool`, gone from under its claim (a finalizer stripped, a
+    /// restore's garbage collection), stays for that claim: it lives, uses the pool, and is not being deleted, and the
+    /// address is no duplicate (a duplicate's claim gets another).
+    fn keeps_hold_for_claim(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.claims.get(key).is_some_and(|c| {
+            c.deletion_timestamp.is_none() && c.uses_pool(pool.kind, &pool.namespace, &pool.name) && !c.moving_away
+        }) && self.registry.held_by(pool, key).is_some_and(|h| h.address().is_some())
+            && self.registry.duplicate_of(pool, key).is_none()
     }
 
     /// The hold of an IPAddress that is gone ends: its address is free, unless the pool's annotation says it is in
@@ -176,6 +196,9 @@ impl State {
             doubtful.push(key.clone());
         }
         self.wake_all(doubtful);
+        // The IPAddresses that blocked claims may have gone while the watch was away: no event will say so.
+        let blocked = std::mem::take(&mut self.blocked_elsewhere);
+        self.wake_all(blocked.into_iter().collect());
     }
 
     /// A doubtful record (see [`AddressRecord::doubtful`]) was read: `live` is what the API server holds now of that
@@ -193,6 +216,12 @@ impl State {
         if still_doubtful {
             self.delete_address(key, uid);
         }
+    }
+
+    /// The claim `key` cannot get an IPAddress: one of its name exists for another pool or another provider. It is
+    /// woken when that object changes or goes, and after every list of the IPAddress watch.
+    pub fn blocked_elsewhere(&mut self, key: &ObjectKey) {
+        self.blocked_elsewhere.insert(key.clone());
     }
 
     pub fn address(&self, key: &ObjectKey) -> Option<AddressRecord> {

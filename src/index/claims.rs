@@ -70,13 +70,11 @@ pub(super) struct ClaimBook {
     written: Option<u64>,
     /// When it was first seen without an address (the allocation latency).
     pub(super) first_seen: Option<Instant>,
-    /// The address its IPAddress held when that was deleted from under the live claim: it gets it back if free.
-    pub(super) vanished: Option<(PoolKey, Box<str>)>,
 }
 
 impl ClaimBook {
     fn is_empty(&self) -> bool {
-        self.written.is_none() && self.first_seen.is_none() && self.vanished.is_none()
+        self.written.is_none() && self.first_seen.is_none()
     }
 }
 
@@ -105,6 +103,7 @@ impl State {
     pub fn delete_claim(&mut self, key: &ObjectKey) {
         let Some(claim) = self.claims.remove(key) else { return };
         self.books.remove(&claim.uid.uid());
+        self.blocked_elsewhere.remove(key);
         let moved_cluster = claim
             .cluster()
             .is_some_and(|cluster| self.moved_clusters.contains(&ObjectKey::new(&key.namespace, cluster)));
@@ -196,11 +195,6 @@ impl State {
     /// Time since the claim was first seen, once: the allocation latency.
     pub fn allocation_latency(&mut self, claim: &Claim) -> Option<Duration> {
         self.book(claim, |b| b.first_seen.take().map(|t| t.elapsed())).flatten()
-    }
-
-    /// The address the claim's IPAddress held in `pool` before it was deleted from under the live claim, once.
-    pub fn take_vanished_address(&mut self, claim: &Claim, pool: &PoolKey) -> Option<Box<str>> {
-        self.book(claim, |b| b.vanished.take().filter(|(p, _)| p == pool).map(|(_, address)| address)).flatten()
     }
 
     /// How many claims have something kept about them (for tests and diagnostics).

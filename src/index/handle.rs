@@ -66,10 +66,6 @@ impl Index {
         self.write(|s| s.allocation_latency(claim))
     }
 
-    pub fn take_vanished_address(&self, claim: &Claim, pool: &PoolKey) -> Option<Box<str>> {
-        self.write(|s| s.take_vanished_address(claim, pool))
-    }
-
     pub fn books(&self) -> usize {
         self.read(|s| s.books())
     }
@@ -88,6 +84,10 @@ impl Index {
 
     pub fn is_moved_holder(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
         self.read(|s| s.is_moved_holder(pool, key))
+    }
+
+    pub fn blocked_elsewhere(&self, key: &ObjectKey) {
+        self.write(|s| s.blocked_elsewhere(key))
     }
 
     pub fn addresses_listing(&self) {

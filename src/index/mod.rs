@@ -82,6 +82,8 @@ pub struct State {
     /// later, with or without their `delete-for-move`, went with them.
     moved_clusters: HashSet<ObjectKey>,
     moved_away: moved_away::Ledger,
+    /// Claims an IPAddress of their name of another pool or provider blocks (`blocked_elsewhere`).
+    blocked_elsewhere: HashSet<ObjectKey>,
     /// What to tell the sink once the lock is released.
     notices: Vec<Notice>,
     metrics: Arc<Metrics>,
@@ -106,6 +108,7 @@ impl State {
             listing_until: None,
             moved_clusters: HashSet::new(),
             moved_away: moved_away::Ledger::default(),
+            blocked_elsewhere: HashSet::new(),
             notices: Vec::new(),
             metrics,
         }

@@ -10,24 +10,15 @@ use crate::ipam::PoolCounts;
 
 impl State {
     /// The address for a claim without an IPAddress, held in the pool's allocator before anything is written:
-    /// `requested` when given (docs/compatibility.md D14), else the one its IPAddress held before it was deleted from
-    /// under the live claim (while still free), else the lowest free one.
+    /// the one it holds already (an uncertain create, or an IPAddress deleted from under the live claim), else
+    /// `requested` when given (docs/compatibility.md D14), else the one the pool pins to it, else the lowest free one.
     pub fn allocate(
         &mut self,
         claim: &Claim,
         pool: &PoolKey,
         requested: Option<&str>,
     ) -> Result<Assigned, AllocateError> {
-        if requested.is_some() {
-            return self.registry.allocate(pool, &claim.key, requested);
-        }
-        match self.take_vanished_address(claim, pool) {
-            Some(previous) => match self.registry.allocate(pool, &claim.key, Some(&previous)) {
-                Err(AllocateError::Requested { .. }) => self.registry.allocate(pool, &claim.key, None),
-                again => again,
-            },
-            None => self.registry.allocate(pool, &claim.key, None),
-        }
+        self.registry.allocate(pool, &claim.key, requested)
     }
 
     /// Our create of the claim's IPAddress succeeded: its hold is confirmed and the object recorded. Returns the

@@ -239,17 +239,47 @@ fn an_ipaddress_we_deleted_is_not_brought_back_by_a_late_event() {
     assert!(index.address(&key("a")).is_some());
 }
 
+/// Issue 33, finding 7: an IPAddress deleted from under its live claim (its finalizer stripped by a person or a
+/// tool) freed its address and woke a waiter before the loss was recorded for the claim: the waiter took the address
+/// the claim's machine still uses. The hold stays for the claim, which makes its IPAddress again with it.
 #[test]
-fn a_live_claim_whose_ipaddress_was_deleted_gets_its_address_back_once() {
+fn an_ipaddress_deleted_from_under_its_live_claim_keeps_its_address_for_that_claim_and_wakes_no_waiter() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let (a, b) = (claim("a"), claim("b"));
+    index.apply_claim(a.clone());
+    index.apply_address(&ip_address("a", "10.0.0.2", &a));
+    index.apply_address(&ip_address("b", "10.0.0.1", &b));
+    index.wait_for_address(&pool_key(), &key("w"));
+    sink.take_woken();
+    index.delete_address(&key("a"), None);
+    let woken = sink.take_woken();
+    assert!(!woken.contains(&key("w")), "no waiter is woken for an address its claim keeps: {woken:?}");
+    assert!(woken.contains(&key("a")), "the claim makes its IPAddress again: {woken:?}");
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 0, "the address is not free");
+    let w = claim("w");
+    assert!(matches!(index.allocate(&w, &pool_key(), None), Err(AllocateError::Exhausted { .. })));
+    assert_eq!(index.allocate(&a, &pool_key(), None).expect("its own").address.to_string(), "10.0.0.2");
+    assert!(index.holds_unconfirmed(&pool_key(), &key("a")), "held as an uncertain create's, until it is made");
+    // Once the claim goes, the hold goes the way an uncertain create's does (its worker finds out).
+    index.delete_claim(&key("a"));
+    assert_eq!(index.orphaned_hold(&key("a")), Some(pool_key()));
+    index.abandon_orphaned_hold(&pool_key(), &key("a"));
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 1);
+    assert!(sink.take_woken().contains(&key("w")), "now the waiter is woken");
+}
+
+/// An IPAddress deleted while its claim is gone, or being deleted, frees its address at once.
+#[test]
+fn an_ipaddress_deleted_without_a_live_claim_frees_its_address() {
     let (index, _sink) = index();
-    feed_pool(&index, pool("10.0.0.1-10.0.0.3", 1));
-    let a = claim("a");
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let mut a = claim("a");
+    a.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
     index.apply_claim(a.clone());
     index.apply_address(&ip_address("a", "10.0.0.2", &a));
     index.delete_address(&key("a"), None);
-    assert_eq!(index.take_vanished_address(&a, &pool_key()).as_deref(), Some("10.0.0.2"));
-    assert_eq!(index.take_vanished_address(&a, &pool_key()), None);
-    assert_eq!(index.books(), 0);
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 2);
 }
 
 #[test]

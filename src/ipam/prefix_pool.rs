@@ -170,8 +170,15 @@ impl Allocation {
         (len <= 128).then(|| Allocation { base: block(Family::V6, u128::from(address), len).0, len })
     }
 
-    fn range(&self) -> (u128, u128) {
+    /// The first and last address of the allocation.
+    pub fn range(&self) -> (u128, u128) {
         block(Family::V6, self.base, self.len)
+    }
+
+    /// Whether the two share an address (CIDR blocks are nested or disjoint: one contains the other).
+    pub fn overlaps(&self, other: &Allocation) -> bool {
+        let ((s, e), (os, oe)) = (self.range(), other.range());
+        s <= oe && os <= e
     }
 }
 
@@ -262,12 +269,14 @@ impl PrefixPoolAllocator {
         Ok(())
     }
 
-    /// Records an allocation that exists already (loaded from an IPAddress), allocatable or not.
-    /// Whether an IPAddress already holds exactly this allocation.
+    /// Whether an IPAddress already holds an allocation sharing an address with this one (the same, or one nested
+    /// in it or containing it, whatever its length).
     pub fn holds(&self, allocation: Allocation) -> bool {
-        self.in_use.contains_key(&allocation)
+        let (s, e) = allocation.range();
+        self.in_use.contains_key(&allocation) || !self.overlapping(s, e).is_empty()
     }
 
+    /// Records an allocation that exists already (loaded from an IPAddress), allocatable or not.
     pub fn record(&mut self, allocation: Option<Allocation>) {
         self.used += 1;
         let Some(a) = allocation else {

@@ -839,7 +839,7 @@ impl World {
                 Next::AwaitChange
             }),
             Job::Sweep => Box::pin(async move {
-                controllers::orphans::sweep_now(&ctx).await;
+                controllers::orphans::sweep(&ctx, Duration::ZERO).await;
                 Next::AwaitChange
             }),
             Job::MovedAway(key) => {

@@ -27,12 +27,14 @@ pub(super) async fn adopt(
         return withdraw_duplicate(ctx, key, pool_key, record.uid).await;
     }
     let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
-    if record.deleting && !(has_claim_owner && claim.address_ref() == Some(&*key.name)) {
-        // Being deleted, and never this claim's: a delete of ours that did not finish (a withdrawn duplicate, an
-        // orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address anew.
+    let bound = claim.address_ref() == Some(&*key.name);
+    if record.deleting && !bound {
+        // Being deleted, and the claim not bound to it: a delete of ours that did not finish (a withdrawn duplicate,
+        // an orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address
+        // anew. A bound claim's stays while it goes (its machine may use the address): its deletion wakes the claim.
         return finish_deletion(ctx, key, pool_key, record.uid).await;
     }
-    if !has_claim_owner && (record.moving_away || view.holds_reserved) {
+    if !has_claim_owner && !bound && (record.moving_away || view.holds_reserved) {
         // Left behind by the move of an earlier claim of this name (marked so, or holding a reserved address while
         // not owned by this claim, as one that came back would be: clusterctl rewrites the owner references): its
         // address is in use on the other management cluster. Never adopted: it is let go once its address is
@@ -132,7 +134,9 @@ pub(super) async fn unbound_ipaddress(
 ) -> Result<Result<IpAddress, Next>, Error> {
     let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
     if live.is_none_or(|c| c.claim.address_ref().is_some()) {
-        return Ok(Err(Next::After(Duration::from_millis(500))));
+        // Gone, or bound after all (the cache is behind our status write): the claim's watch event, or the
+        // IPAddress's, brings it back.
+        return Ok(Err(Next::AwaitChange));
     }
     let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? else {
         return Ok(Err(Next::After(Duration::from_millis(200))));
@@ -162,6 +166,8 @@ pub(super) async fn belongs_elsewhere(
 ) -> Result<Next, Error> {
     let key = &claim.key;
     ctx.index.stop_waiting(pool_key, key);
+    // Woken when that IPAddress changes or goes (also unseen, by the watch's next list).
+    ctx.index.blocked_elsewhere(key);
     let message = format!("IPAddress {key} already exists and belongs to {owner}, not to {pool_key}");
     set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
     Ok(Next::AwaitChange)

@@ -94,6 +94,23 @@ impl Held {
 }
 
 impl Held {
+    /// Whether two holds share an address: the same address, or child prefixes that overlap whatever their lengths
+    /// (one nested in the other: a pool edited past the webhook, or an IPAddress made by hand).
+    pub fn overlaps(self, other: Held) -> bool {
+        match (self, other) {
+            (Held::Prefix(Some(a)), Held::Prefix(Some(b))) => a.allocation().overlaps(&b.allocation()),
+            _ => self == other,
+        }
+    }
+
+    /// Of two overlapping holds, the one containing the other (the shorter prefix).
+    pub(super) fn wider(self, other: Held) -> Held {
+        match (self, other) {
+            (Held::Prefix(Some(a)), Held::Prefix(Some(b))) if b.len < a.len => other,
+            _ => self,
+        }
+    }
+
     /// The address an IPAddress of it shows in `spec.address`: the address, or the child prefix's base address.
     pub fn address(self) -> Option<IpAddr> {
         match self {
@@ -120,7 +137,13 @@ pub fn reservation_key(held: Held) -> ObjectKey {
     ObjectKey::new("", &held.to_string())
 }
 
+/// Whether a holder is a reservation of an address moved away.
 pub fn is_reservation(key: &ObjectKey) -> bool {
+    is_placeholder(key) && !super::is_pin(key)
+}
+
+/// Whether a holder is no IPAddress: a reservation, or the placeholder of a pinned address.
+pub fn is_placeholder(key: &ObjectKey) -> bool {
     key.namespace.is_empty()
 }
 

@@ -4,6 +4,7 @@
 //! written only through it, one step at a time (`super::Index`).
 
 mod held;
+mod pins;
 mod pool_state;
 mod waiting;
 
@@ -16,7 +17,10 @@ use crate::ipam::{
     Allocation, IpPoolAllocator, IpPoolConfig, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig, ReserveError,
     prefix_pool::PrefixReserveError,
 };
-pub use held::{AllocateError, Assigned, Duplicate, Held, HeldPrefix, PoolKey, is_reservation, reservation_key};
+pub use held::{
+    AllocateError, Assigned, Duplicate, Held, HeldPrefix, PoolKey, is_placeholder, is_reservation, reservation_key,
+};
+pub use pins::{PinnedTo, is_pin, pin_key};
 use pool_state::{Dirty, assigned, parse_config, parse_ipv6};
 use waiting::take_waiters;
 
@@ -55,6 +59,10 @@ struct PoolState {
     requesters: Vec<ObjectKey>,
     /// Addresses held by more than one IPAddress, with their holders (empty unless something went wrong).
     duplicates: HashMap<Held, Vec<ObjectKey>>,
+    /// `spec.preAllocations`: addresses reserved for the claims they name.
+    pins: pins::Pins,
+    /// A pin's placeholder took an address since the requesters were last woken: the pinned claim may wait for it.
+    requesters_due: bool,
 }
 
 /// The allocator state of all pools.
@@ -117,6 +125,7 @@ impl Registry {
                 }
             }
         }
+        state.set_pins(key, spec);
         self.dirty.mark(key);
         self.wake_all(key)
     }
@@ -127,6 +136,8 @@ impl Registry {
             state.spec = None;
             state.config_error = None;
             state.allocator = None;
+            state.holders.retain(|k, _| !is_pin(k));
+            state.pins = pins::Pins::default();
         }
     }
 
@@ -142,11 +153,12 @@ impl Registry {
             Some(_) => {
                 if let Some(old) = state.holders.remove(address) {
                     let _ = state.clear_duplicate(address, old.held);
-                    state.release(old.held);
+                    state.let_go(old.held);
                 }
             }
             None => {}
         }
+        state.unpin(held);
         let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, address, held));
         state.record(held);
         state.holders.insert(address.clone(), Holding { held, confirmed: true });
@@ -159,9 +171,9 @@ impl Registry {
     /// The duplicate the IPAddress `address` is part of, if another IPAddress of the pool holds its address too.
     pub fn duplicate_of(&self, pool_key: &PoolKey, address: &ObjectKey) -> Option<Duplicate> {
         let state = self.pools.get(pool_key)?;
-        let held = state.holders.get(address)?.held;
-        let holders = state.duplicates.get(&held)?.clone();
-        Some(Duplicate { pool: pool_key.clone(), held, holders })
+        let wide = state.group_of(address)?;
+        let holders = state.duplicates.get(&wide)?.clone();
+        Some(Duplicate { pool: pool_key.clone(), held: wide, holders })
     }
 
     /// The addresses of a pool that more than one IPAddress holds.
@@ -189,10 +201,11 @@ impl Registry {
         let holding = state.holders.remove(from)?;
         if let Some(old) = state.holders.remove(to) {
             let _ = state.clear_duplicate(to, old.held);
-            state.release(old.held);
+            state.let_go(old.held);
         }
-        if let Some(holders) = state.duplicates.get_mut(&holding.held) {
+        if let Some(holders) = state.group_of(from).and_then(|wide| state.duplicates.get_mut(&wide)) {
             holders.iter_mut().filter(|k| *k == from).for_each(|k| *k = to.clone());
+            holders.sort();
         }
         let held = holding.held;
         state.holders.insert(to.clone(), Holding { held, confirmed: true });
@@ -214,6 +227,7 @@ impl Registry {
         if state.holders.contains_key(&key) {
             return None;
         }
+        state.unpin(held);
         let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, &key, held));
         state.record(held);
         state.holders.insert(key, Holding { held, confirmed: true });
@@ -225,6 +239,8 @@ impl Registry {
     pub fn reserve(&mut self, pool_key: &PoolKey, held: Held) -> bool {
         let state = self.pools.entry(pool_key.clone()).or_default();
         let key = reservation_key(held);
+        // A pin's placeholder makes way: an address in use on another management cluster is reserved for it here.
+        state.unpin(held);
         if state.holders.contains_key(&key) || state.is_held(held) {
             return false;
         }
@@ -264,7 +280,7 @@ impl Registry {
         }
         let Some(old) = state.holders.remove(address) else { return Vec::new() };
         let mut woken = state.clear_duplicate(address, old.held);
-        state.release(old.held);
+        state.let_go(old.held);
         woken.extend(take_waiters(state));
         self.dirty.mark(pool_key);
         woken
@@ -280,6 +296,14 @@ impl Registry {
         self.pools.get(pool_key).is_some_and(|p| p.holders.get(address).is_some_and(|h| !h.confirmed))
     }
 
+    /// The IPAddress `address` is gone while its claim keeps its hold: unconfirmed again, as the hold of a create not
+    /// known to have happened, until the claim's new IPAddress is created or seen.
+    pub fn unconfirm(&mut self, pool_key: &PoolKey, address: &ObjectKey) {
+        if let Some(h) = self.pools.get_mut(pool_key).and_then(|p| p.holders.get_mut(address)) {
+            h.confirmed = false;
+        }
+    }
+
     /// Marks our hold confirmed once our create succeeded.
     pub fn confirm(&mut self, pool_key: &PoolKey, address: &ObjectKey) {
         if let Some(h) = self.pools.get_mut(pool_key).and_then(|p| p.holders.get_mut(address)) {
@@ -288,7 +312,8 @@ impl Registry {
     }
 
     /// The address an IPAddress named `address` should get in `pool_key`: the one it holds already (a retry after an
-    /// uncertain create), else `requested` when given, else the lowest free one. The hold is taken here, before the
+    /// uncertain create, or an IPAddress deleted from under its live claim), else `requested` when given, else the one
+    /// the pool pins to it, else the lowest free one (never a pinned one). The hold is taken here, before the
     /// IPAddress is created, so concurrent allocations in the pool never pick the same address.
     pub fn allocate(
         &mut self,
@@ -308,15 +333,35 @@ impl Registry {
             });
         }
         let prefix = state.prefix;
+        // docs/compatibility.md D14: the claim's requested address, else the one its pool pins to it.
+        let pinned = state.pins.of_claim(address).map(|h| h.to_string());
+        let target = requested.map(str::to_owned).or(pinned.clone());
+        let requested_error = |reason: String| AllocateError::Requested {
+            pool: pool_key.clone(),
+            requested: target.clone().unwrap_or_default(),
+            reason,
+        };
+        if let (Some(pin), Some(asked)) = (&pinned, requested)
+            && parse_ip(asked).ok().map(|ip| Held::Ip(Some(ip)).to_string()).as_ref() != Some(pin)
+        {
+            return Err(requested_error(format!("spec.preAllocations pins {pin} to this claim")));
+        }
+        if let (Some(Allocator::Ip(_)), Some(t)) = (&state.allocator, &target) {
+            let ip = parse_ip(t).map_err(|_| requested_error("not an IP address".to_owned()))?;
+            let held = Held::Ip(Some(ip));
+            // A pinned address is reserved for its claim: no other gets it, however it asks.
+            if let Some(owner) = state.pins.owner(held).filter(|owner| !owner.matches(address)) {
+                return Err(requested_error(format!("spec.preAllocations pins it to claim {owner}")));
+            }
+            if state.take_pin(address, held) {
+                self.dirty.mark(pool_key);
+                return assigned(state, held).ok_or_else(|| AllocateError::Unknown { pool: pool_key.clone() });
+            }
+        }
         let Some(allocator) = state.allocator.as_mut() else {
             return Err(AllocateError::Unknown { pool: pool_key.clone() });
         };
-        let requested_error = |reason: String| AllocateError::Requested {
-            pool: pool_key.clone(),
-            requested: requested.unwrap_or_default().to_owned(),
-            reason,
-        };
-        let held = match (allocator, requested) {
+        let held = match (allocator, target.as_deref()) {
             (Allocator::Ip(a), None) => {
                 Held::Ip(Some(a.allocate().map_err(|_| AllocateError::Exhausted { pool: pool_key.clone() })?))
             }
@@ -355,10 +400,10 @@ impl Registry {
         }
     }
 
-    /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0; reservations do not count, they go
-    /// with the pool).
+    /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0; reservations and pins do not count,
+    /// they go with the pool).
     pub fn used(&self, key: &PoolKey) -> usize {
-        self.pools.get(key).map_or(0, |p| p.holders.keys().filter(|k| !is_reservation(k)).count())
+        self.pools.get(key).map_or(0, |p| p.holders.keys().filter(|k| !is_placeholder(k)).count())
     }
 }
 

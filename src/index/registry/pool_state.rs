@@ -35,22 +35,16 @@ impl PoolState {
         });
     }
 
-    /// Rebuilds the duplicate index from every holder (at a rebuild, when addresses arrived before the spec).
+    /// Rebuilds the duplicate index from every holder (at a rebuild, when addresses arrived before the spec): the
+    /// holders that share an address, in groups keyed by the widest hold of each.
     pub(super) fn find_duplicates(&mut self) {
-        let mut by_held: HashMap<Held, Vec<ObjectKey>> = HashMap::new();
-        for (key, h) in &self.holders {
-            if h.held.address().is_some() {
-                by_held.entry(h.held).or_default().push(key.clone());
-            }
-        }
-        by_held.retain(|_, holders| holders.len() > 1);
-        for holders in by_held.values_mut() {
-            holders.sort();
-        }
-        self.duplicates = by_held;
+        let holds: Vec<(Held, ObjectKey)> =
+            self.holders.iter().filter(|(_, h)| h.held.address().is_some()).map(|(k, h)| (h.held, k.clone())).collect();
+        self.duplicates = overlapping_groups(holds).collect();
     }
 
-    /// Whether another IPAddress holds `held` already (known once the pool's spec is loaded).
+    /// Whether another IPAddress holds `held` already, or for a prefix pool, a prefix overlapping it (known once the
+    /// pool's spec is loaded).
     pub(super) fn is_held(&self, held: Held) -> bool {
         match (&self.allocator, held) {
             (Some(Allocator::Ip(a)), Held::Ip(Some(ip))) if a.config().family() == Family::of(&ip) => a.is_in_use(ip),
@@ -62,32 +56,52 @@ impl PoolState {
         }
     }
 
-    /// Notes that `address` holds `held` as another IPAddress does; returns the duplicate.
-    pub(super) fn note_duplicate(&mut self, pool: &PoolKey, address: &ObjectKey, held: Held) -> Duplicate {
-        let known = self.duplicates.contains_key(&held);
-        let holders = self.duplicates.entry(held).or_default();
-        if !known {
-            // The first duplicate of this address: find the earlier holder (rare, so a scan is fine).
-            holders
-                .extend(self.holders.iter().filter(|(k, h)| h.held == held && *k != address).map(|(k, _)| k.clone()));
-        }
-        if !holders.contains(address) {
-            holders.push(address.clone());
-        }
-        holders.sort();
-        Duplicate { pool: pool.clone(), held, holders: holders.clone() }
+    /// The key of the duplicate group `address` is in, if any (there are none unless something went wrong, so a scan
+    /// is fine).
+    pub(super) fn group_of(&self, address: &ObjectKey) -> Option<Held> {
+        self.duplicates.iter().find(|(_, members)| members.contains(address)).map(|(wide, _)| *wide)
     }
 
-    /// Takes `address` off the duplicate index of `held`; returns the other holders (their claims' conditions name
+    /// Notes that `address` holds `held`, which another IPAddress holds too (or a prefix overlapping it); returns the
+    /// duplicate. Every group it overlaps becomes one.
+    pub(super) fn note_duplicate(&mut self, pool: &PoolKey, address: &ObjectKey, held: Held) -> Duplicate {
+        let mut wide = held;
+        let mut members: Vec<ObjectKey> = Vec::new();
+        let joined: Vec<Held> = self.duplicates.keys().filter(|k| k.overlaps(held)).copied().collect();
+        for key in joined {
+            wide = wide.wider(key);
+            members.extend(self.duplicates.remove(&key).into_iter().flatten());
+        }
+        // The earlier holders not in a group yet (rare, so a scan is fine).
+        for (k, h) in &self.holders {
+            if h.held.overlaps(held) && k != address && !members.contains(k) {
+                wide = wide.wider(h.held);
+                members.push(k.clone());
+            }
+        }
+        if !members.contains(address) {
+            members.push(address.clone());
+        }
+        members.sort();
+        self.duplicates.insert(wide, members.clone());
+        Duplicate { pool: pool.clone(), held: wide, holders: members }
+    }
+
+    /// Takes `address` off the duplicate index; returns the other holders of its group (their claims' conditions name
     /// the duplicate, and must be told it is gone or changed).
     pub(super) fn clear_duplicate(&mut self, address: &ObjectKey, held: Held) -> Vec<ObjectKey> {
-        let Some(holders) = self.duplicates.get_mut(&held) else { return Vec::new() };
-        holders.retain(|k| k != address);
-        let others = holders.clone();
-        if holders.len() < 2 {
-            self.duplicates.remove(&held);
-        }
-        others
+        let Some(wide) =
+            self.duplicates.get(&held).filter(|m| m.contains(address)).map(|_| held).or_else(|| self.group_of(address))
+        else {
+            return Vec::new();
+        };
+        let Some(mut members) = self.duplicates.remove(&wide) else { return Vec::new() };
+        members.retain(|k| k != address);
+        // What is left may be one group, several (prefixes that only the one gone overlapped), or none.
+        let rest: Vec<(Held, ObjectKey)> =
+            members.iter().filter_map(|k| self.holders.get(k).map(|h| (h.held, k.clone()))).collect();
+        self.duplicates.extend(overlapping_groups(rest));
+        members
     }
 
     pub(super) fn record(&mut self, held: Held) {
@@ -125,6 +139,35 @@ impl PoolState {
             Some(Allocator::Prefix(a)) => a.is_exhausted(),
             None => true,
         }
+    }
+}
+
+/// The holds that share an address, in groups of two or more keyed by the widest hold of each (CIDR blocks are nested
+/// or disjoint, so in the order of [`sort_key`] a group's members come one after another).
+fn overlapping_groups(mut holds: Vec<(Held, ObjectKey)>) -> impl Iterator<Item = (Held, Vec<ObjectKey>)> {
+    holds.sort_by_key(|(held, key)| (sort_key(*held), key.clone()));
+    let mut groups: Vec<(Held, Vec<ObjectKey>)> = Vec::new();
+    for (held, key) in holds {
+        match groups.last_mut().filter(|(wide, _)| wide.overlaps(held)) {
+            Some((wide, members)) => {
+                *wide = wide.wider(held);
+                members.push(key);
+            }
+            None => groups.push((held, vec![key])),
+        }
+    }
+    groups.into_iter().filter(|(_, members)| members.len() > 1).map(|(wide, mut members)| {
+        members.sort();
+        (wide, members)
+    })
+}
+
+/// The order in which overlapping holds come next to each other: by first address, the widest first.
+fn sort_key(held: Held) -> (bool, u128, u8) {
+    match held {
+        Held::Prefix(Some(p)) => (true, p.allocation().range().0, p.len),
+        Held::Prefix(None) => (true, 0, 0),
+        Held::Ip(ip) => (false, ip.map_or(0, |ip| crate::ipam::address::to_u128(ip)), 0),
     }
 }
 

@@ -309,3 +309,100 @@ fn an_address_freed_by_a_replaced_or_handed_over_hold_wakes_a_waiter() {
     assert_eq!(r.transfer(&pool(), &obj("a"), &obj("b")), Some(ip("10.0.0.1")));
     assert_eq!(r.take_woken(), vec![obj("e")]);
 }
+
+/// Issue 33, finding 1: `spec.preAllocations` reserved nothing. A pinned address is Metal3's: held for its claim
+/// whatever the order in which claims come, refused to any other that asks for it, and back to the pin when the
+/// claim's IPAddress goes.
+#[test]
+fn a_pinned_address_is_reserved_for_its_claim_whatever_the_order() {
+    let mut r = Registry::new();
+    let pinned = |pins: serde_json::Value| {
+        spec(pool().kind, json!({"addresses": ["10.0.0.10-10.0.0.12"], "prefix": 24, "preAllocations": pins}))
+    };
+    r.apply_spec(&pool(), &pinned(json!({"node-a": "10.0.0.10"})));
+    // node-b comes first: it does not get the lowest address, which is node-a's.
+    assert_eq!(r.allocate(&pool(), &obj("node-b"), None).unwrap().address.to_string(), "10.0.0.11");
+    let err = r.allocate(&pool(), &obj("node-c"), Some("10.0.0.10")).unwrap_err().to_string();
+    assert!(err.contains("pins it to claim ns/node-a"), "{err}");
+    assert_eq!(r.counts(&pool()).0.free, 1, "the pinned address is not free for others");
+    assert_eq!(r.used(&pool()), 1, "a pin holds no pool finalizer");
+    assert_eq!(r.allocate(&pool(), &obj("node-a"), None).unwrap().address.to_string(), "10.0.0.10");
+    assert_eq!(r.allocate(&pool(), &obj("node-c"), None).unwrap().address.to_string(), "10.0.0.12");
+    // node-a's create is refused: the address goes back to the pin, not to the pool.
+    r.wait(&pool(), &obj("w"));
+    assert!(r.abandon(&pool(), &obj("node-a")).is_empty(), "nothing is free: no waiter is woken");
+    assert!(matches!(r.allocate(&pool(), &obj("w"), None), Err(AllocateError::Exhausted { .. })));
+    // Created and seen, then deleted: the same.
+    r.allocate(&pool(), &obj("node-a"), None).unwrap();
+    r.record(&pool(), &obj("node-a"), ip("10.0.0.10"));
+    r.forget(&pool(), &obj("node-a"));
+    assert!(matches!(r.allocate(&pool(), &obj("w"), None), Err(AllocateError::Exhausted { .. })));
+    // The pin asks for one address and the claim's annotation another: that is refused, as in Metal3.
+    let err = r.allocate(&pool(), &obj("node-a"), Some("10.0.0.12")).unwrap_err().to_string();
+    assert!(err.contains("pins 10.0.0.10 to this claim"), "{err}");
+    // The pin is removed: its address is free, and the waiter is woken for it.
+    assert_eq!(r.apply_spec(&pool(), &pinned(json!({}))), vec![obj("w")]);
+    assert_eq!(r.allocate(&pool(), &obj("w"), None).unwrap().address.to_string(), "10.0.0.10");
+    r.check_consistency().unwrap();
+}
+
+/// A pin added over an address an IPAddress of another claim holds: that one keeps it (it may be in use), and the
+/// pinned claim, refused meanwhile, is woken when the placeholder takes the address, even in a full pool.
+#[test]
+fn a_pin_over_an_address_in_use_waits_for_it_and_then_wakes_its_claim() {
+    let mut r = full_pool();
+    r.apply_spec(
+        &pool(),
+        &spec(pool().kind, json!({"addresses": ["10.0.0.1"], "prefix": 24, "preAllocations": {"p": "10.0.0.1"}})),
+    );
+    let err = r.allocate(&pool(), &obj("p"), None).unwrap_err();
+    assert!(matches!(err, AllocateError::Requested { .. }), "{err}");
+    r.wait_for_requested(&pool(), &obj("p"));
+    r.wait(&pool(), &obj("e"));
+    assert_eq!(r.forget(&pool(), &obj("a")), vec![obj("p")], "the pinned claim, not the exhausted one");
+    assert!(matches!(r.allocate(&pool(), &obj("e"), None), Err(AllocateError::Exhausted { .. })));
+    assert_eq!(r.allocate(&pool(), &obj("p"), None).unwrap().address.to_string(), "10.0.0.1");
+    r.check_consistency().unwrap();
+}
+
+/// A global pool pins by `<namespace>/<name>`: same-named claims of two namespaces do not compete for it.
+#[test]
+fn a_global_pool_pins_a_claim_of_one_namespace() {
+    let mut r = Registry::new();
+    let key = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+    let pins = json!({"tenant-a/node": "10.0.0.1", "bare": "10.0.0.2"});
+    r.apply_spec(
+        &key,
+        &spec(key.kind, json!({"addresses": ["10.0.0.1-10.0.0.4"], "prefix": 24, "preAllocations": pins})),
+    );
+    let node = |ns: &str| ObjectKey::new(ns, "node");
+    assert_eq!(r.allocate(&key, &node("tenant-b"), None).unwrap().address.to_string(), "10.0.0.3");
+    assert_eq!(r.allocate(&key, &node("tenant-a"), None).unwrap().address.to_string(), "10.0.0.1");
+    // A bare name pins a claim of that name in any namespace: the first to come holds it, the second is told.
+    assert_eq!(r.allocate(&key, &ObjectKey::new("x", "bare"), None).unwrap().address.to_string(), "10.0.0.2");
+    let err = r.allocate(&key, &ObjectKey::new("y", "bare"), None).unwrap_err();
+    assert!(err.to_string().contains("already allocated"), "{err}");
+}
+
+/// Issue 33, finding 8: child prefixes that overlap with different lengths (a pool edited past the webhook, an
+/// IPAddress made by hand) are a duplicate like two equal ones, so that the one no claim is bound to is withdrawn.
+#[test]
+fn prefixes_that_overlap_with_different_lengths_are_a_duplicate() {
+    let mut r = Registry::new();
+    let key = PoolKey::new(PoolKind::InClusterPrefixPool, "ns", "pp");
+    r.apply_spec(&key, &spec(key.kind, json!({"prefixes": ["fd00::/62"], "allocationPrefixLength": 64})));
+    let prefix = |a: &str, len: i64| {
+        Held::of(key.kind, &IpAddressSpec { address: a.into(), prefix: Some(len), ..Default::default() })
+    };
+    assert_eq!(r.record(&key, &obj("a"), prefix("fd00::", 64)), None);
+    let d = r.record(&key, &obj("wide"), prefix("fd00::", 63)).expect("a /63 over a /64 is a duplicate");
+    assert_eq!(d.holders, [obj("a"), obj("wide")]);
+    assert_eq!(d.held, prefix("fd00::", 63), "named by the widest hold");
+    let d = r.record(&key, &obj("b"), prefix("fd00:0:0:1::", 64)).expect("inside the /63 too");
+    assert_eq!(d.holders, [obj("a"), obj("b"), obj("wide")]);
+    assert_eq!(r.duplicate_of(&key, &obj("b")).map(|d| d.holders.len()), Some(3));
+    assert_eq!(r.forget(&key, &obj("wide")), vec![obj("a"), obj("b")]);
+    assert!(r.duplicates(&key).is_empty(), "the two /64s do not overlap each other");
+    assert!(r.duplicate_of(&key, &obj("a")).is_none());
+    r.check_consistency().unwrap();
+}

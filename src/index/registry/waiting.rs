@@ -43,8 +43,9 @@ impl Registry {
     pub(super) fn wake_all(&mut self, key: &PoolKey) -> Woken {
         let Some(state) = self.pools.get_mut(key) else { return Vec::new() };
         if state.is_exhausted() {
-            return Vec::new();
+            return take_requesters_due(state);
         }
+        state.requesters_due = false;
         state.waiters.drain(..).chain(state.requesters.drain(..)).collect()
     }
 }
@@ -53,7 +54,17 @@ impl Registry {
 /// want this one; the others wait again without taking the waiter's wake).
 pub(super) fn take_waiters(state: &mut PoolState) -> Woken {
     if state.is_exhausted() {
+        return take_requesters_due(state);
+    }
+    state.requesters_due = false;
+    state.waiters.pop_front().into_iter().chain(state.requesters.drain(..)).collect()
+}
+
+/// A pin's placeholder took an address: the claims whose requested (or pinned) address was held look again, even in
+/// a pool with nothing free.
+fn take_requesters_due(state: &mut PoolState) -> Woken {
+    if !std::mem::take(&mut state.requesters_due) {
         return Vec::new();
     }
-    state.waiters.pop_front().into_iter().chain(state.requesters.drain(..)).collect()
+    state.requesters.drain(..).collect()
 }
