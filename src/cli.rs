@@ -119,6 +119,11 @@ pub struct Args {
     #[arg(long, default_value_t = 60)]
     pub orphan_release_delay: u64,
 
+    /// Seconds a claim restored by Velero (label velero.io/restore-name) waits, from its creation, for its IPAddress
+    /// to be restored before it is allocated a new address (Velero restores IPAddressClaims before IPAddresses).
+    #[arg(long, default_value_t = 120)]
+    pub restore_wait: u64,
+
     /// Reject a pool whose addresses overlap another pool of the same kind and scope (default: warn).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub reject_overlapping_pools: bool,

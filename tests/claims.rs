@@ -602,6 +602,67 @@ async fn requested_and_pre_allocated_addresses() {
     assert_eq!(address_of(&CAPI.wait_bound(c, ns, "taken").await), "10.0.0.7");
 }
 
+/// Issue 33, finding 1: `spec.preAllocations` reserved nothing. The claim created first took the pinned address (the
+/// lowest free one), and the pinned claim waited with `AllocationFailed` until it went. CAPM3 creates claims in no
+/// fixed order.
+#[tokio::test]
+async fn a_pinned_address_goes_to_its_claim_whatever_the_order_of_the_claims() {
+    let env = TestEnv::with_manager("pinned").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    create_pool(
+        c,
+        "InClusterIPPool",
+        ns,
+        "pool",
+        json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "preAllocations": {"node-a-pool": "10.0.0.10"}}),
+    )
+    .await;
+    CAPI.create_claim(c, ns, "node-b-pool", "InClusterIPPool", "pool").await;
+    assert_eq!(address_of(&CAPI.wait_bound(c, ns, "node-b-pool").await), "10.0.0.11", "not the pinned address");
+    let mut asking = CAPI.claim("asks-for-it", "InClusterIPPool", "pool");
+    asking.metadata.annotations =
+        Some([("ipam.cluster.x-k8s.io/requested-address".to_owned(), "10.0.0.10".to_owned())].into());
+    CAPI.claims(c, ns).create(&PostParams::default(), &asking).await.expect("claim");
+    let ready = CAPI.wait_reason(c, ns, "asks-for-it", "AllocationFailed").await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&format!("pins it to claim {ns}/node-a-pool")), "{message}");
+    CAPI.create_claim(c, ns, "node-a-pool", "InClusterIPPool", "pool").await;
+    assert_eq!(address_of(&CAPI.wait_bound(c, ns, "node-a-pool").await), "10.0.0.10");
+    // A pin added over an address another claim's IPAddress holds is refused, naming the field and the IPAddress.
+    let pools = support::claims::pools(c, "InClusterIPPool", ns);
+    let patch = json!({"spec": {"preAllocations": {"node-a-pool": "10.0.0.10", "node-c-pool": "10.0.0.11"}}});
+    let refused = pools
+        .patch("pool", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+        .await
+        .expect_err("a pin over an address in use");
+    let text = refused.to_string();
+    assert!(
+        text.contains("spec.preAllocations[node-c-pool]")
+            && text.contains(&format!("in use by IPAddress {ns}/node-b-pool")),
+        "{text}"
+    );
+}
+
+/// Issue 33, finding 2: a claim whose name another provider's IPAddress holds was never retried once that IPAddress
+/// went (the IPAddress watch woke nobody for objects outside our pools). A GitOps tool that re-creates a claim with
+/// another poolRef meets this.
+#[tokio::test]
+async fn a_claim_blocked_by_another_providers_ipaddress_is_bound_once_it_goes() {
+    let env = TestEnv::with_manager("foreign").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.51.0.1-10.51.0.2"], "prefix": 24})).await;
+    let address_resource = support::resource("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress");
+    let mut theirs = kube::api::DynamicObject::new("m", &address_resource);
+    theirs.data = json!({"spec": {"address": "192.0.2.9", "prefix": 24, "claimRef": {"name": "m"},
+                                  "poolRef": {"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": "m3"}}});
+    CAPI.addresses(c, ns).create(&PostParams::default(), &theirs).await.expect("IPAddress");
+    CAPI.create_claim(c, ns, "m", "InClusterIPPool", "pool").await;
+    CAPI.wait_reason(c, ns, "m", "AllocationFailed").await;
+    CAPI.addresses(c, ns).delete("m", &DeleteParams::default()).await.expect("delete theirs");
+    let bound = CAPI.wait_bound(c, ns, "m").await;
+    assert_eq!(address_of(&bound), "10.51.0.1");
+}
+
 #[tokio::test]
 async fn the_reuse_grace_period_holds_a_released_address() {
     let env = TestEnv::with_manager("grace").await;
@@ -767,6 +828,33 @@ async fn a_deleted_ipaddress_of_a_live_claim_is_made_again_with_its_old_address(
     assert_eq!(address_of(&again), "10.0.0.2", "the live claim gets its old address back, not the lowest free one");
 }
 
+/// Issue 33, finding 7: an IPAddress deleted from under its live bound claim (its finalizer stripped by a person or
+/// a tool) freed its address and woke the claims waiting on the full pool before the loss was recorded: the first
+/// waiter took the address the machine still uses.
+#[tokio::test]
+async fn an_ipaddress_stripped_from_under_its_bound_claim_is_not_handed_to_a_waiting_claim() {
+    let env = TestEnv::with_manager("stripped").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.0.0.1"], "prefix": 24})).await;
+    CAPI.create_claim(c, ns, "machine", "InClusterIPPool", "pool").await;
+    CAPI.wait_bound(c, ns, "machine").await;
+    CAPI.create_claim(c, ns, "waiting", "InClusterIPPool", "pool").await;
+    CAPI.wait_reason(c, ns, "waiting", "PoolExhausted").await;
+    let addresses = CAPI.addresses(c, ns);
+    let first = addresses.get("machine").await.expect("the IPAddress");
+    let strip = kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    addresses.patch("machine", &Default::default(), &strip).await.expect("strip");
+    addresses.delete("machine", &DeleteParams::default()).await.expect("delete");
+    let again = support::eventually(Duration::from_secs(20), "the claim's IPAddress made again", || async {
+        addresses.get_opt("machine").await.ok().flatten().filter(|a| a.metadata.uid != first.metadata.uid)
+    })
+    .await;
+    assert_eq!(address_of(&again), "10.0.0.1");
+    assert_stays_unbound(&env, "waiting", Duration::from_secs(3)).await;
+    let duplicates: Vec<_> = addresses.list(&Default::default()).await.expect("list").items;
+    assert_eq!(duplicates.len(), 1, "one IPAddress holds the address: {duplicates:?}");
+}
+
 #[tokio::test]
 async fn the_pool_finalizer_holds_a_pool_until_its_addresses_are_gone() {
     let env = TestEnv::with_manager("poolfin").await;
@@ -866,6 +954,35 @@ async fn a_restore_gets_every_claim_its_old_address_back() {
         assert_eq!(claim.finalizers(), ["ipam.cluster.x-k8s.io/ReleaseAddress"]);
     }
     wait_pool_counts(c, "InClusterIPPool", ns, "pool", (20, 5, 15, 0)).await;
+}
+
+/// Issue 33, finding 6: Velero restores IPAddressClaims before IPAddresses (alphabetically; Clusters last). A
+/// restored claim that names no Cluster was allocated a new address before its IPAddress came; the restore of the
+/// IPAddress then failed with AlreadyExists, and the machine's address was free in the pool. It waits for it now.
+#[tokio::test]
+async fn a_claim_restored_by_velero_waits_for_its_ipaddress_before_it_allocates() {
+    let env = TestEnv::with_manager("velero").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.41.0.1-10.41.0.5"], "prefix": 24})).await;
+    let velero = [("velero.io/restore-name".to_owned(), "nightly-1".to_owned())];
+    let mut claim = CAPI.claim("machine-0", "InClusterIPPool", "pool");
+    claim.metadata.labels = Some(velero.clone().into());
+    claim.metadata.finalizers = Some(vec!["ipam.cluster.x-k8s.io/ReleaseAddress".to_owned()]);
+    CAPI.claims(c, ns).create(&PostParams::default(), &claim).await.expect("restored claim");
+    let ready = CAPI.wait_reason(c, ns, "machine-0", "WaitingForIPAddress").await;
+    assert!(ready["message"].as_str().unwrap_or_default().contains("restored by Velero"), "{ready}");
+    assert!(CAPI.addresses(c, ns).get_opt("machine-0").await.expect("get").is_none(), "nothing allocated meanwhile");
+    // Velero goes on: the IPAddress, with the machine's address (not the lowest free one), and its stale owners.
+    let mut restored =
+        kube::api::DynamicObject::new("machine-0", &support::resource("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"));
+    restored.metadata.labels = Some(velero.into());
+    restored.data = json!({"spec": {"address": "10.41.0.4", "prefix": 24, "claimRef": {"name": "machine-0"},
+                                    "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}}});
+    CAPI.addresses(c, ns).create(&PostParams::default(), &restored).await.expect("the IPAddress is restored");
+    assert_eq!(address_of(&CAPI.wait_bound(c, ns, "machine-0").await), "10.41.0.4", "its own address, adopted");
+    // A claim Velero did not restore is allocated at once, as ever.
+    CAPI.create_claim(c, ns, "fresh", "InClusterIPPool", "pool").await;
+    assert_eq!(address_of(&CAPI.wait_bound(c, ns, "fresh").await), "10.41.0.1");
 }
 
 #[tokio::test]

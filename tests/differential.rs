@@ -17,7 +17,7 @@ use capi_ipam::api::conversion::{V1ALPHA2, convert};
 use capi_ipam::api::{PoolKind, PoolSpec};
 use capi_ipam::capi::IpAddressSpec;
 use capi_ipam::index::{Held, ObjectKey, PoolKey, Registry};
-use capi_ipam::webhooks::admission::{AdmissionContext, ClusterReads, review};
+use capi_ipam::webhooks::admission::{AdmissionContext, ClusterReads, PoolAddress, review};
 use capi_ipam::webhooks::routes::{AdmissionRoute, Purpose};
 use futures::future::BoxFuture;
 use proptest::prelude::*;
@@ -368,8 +368,9 @@ impl ClusterReads for Existing {
         _: PoolKind,
         _: &'a str,
         _: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<IpAddressSpec>, kube::Error>> {
-        Box::pin(async move { Ok(self.0.clone()) })
+    ) -> BoxFuture<'a, Result<Vec<PoolAddress>, kube::Error>> {
+        let addresses = self.0.iter().map(|spec| PoolAddress { namespace: "default".into(), spec: spec.clone() });
+        Box::pin(async move { Ok(addresses.collect()) })
     }
 
     fn pools<'a>(

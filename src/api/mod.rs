@@ -68,6 +68,9 @@ pub const CONVERSION_DATA_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// `--watch-filter` selects objects carrying this label with the given value.
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+/// Velero labels every object it restores with the restore's name: a restored claim waits a while for its IPAddress
+/// (Velero restores IPAddressClaims before IPAddresses) before it gets a new address.
+pub const VELERO_RESTORE_LABEL: &str = "velero.io/restore-name";
 /// The clusterctl provider label on every object we ship.
 pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";
 pub const PROVIDER_NAME: &str = "ipam-in-cluster";

@@ -59,6 +59,10 @@ pub struct Claim {
     pub requested_address: Option<Box<str>>,
     /// The `cluster.x-k8s.io/watch-filter` label.
     pub watch_filter: Option<Arc<str>>,
+    /// `metadata.creationTimestamp`, in Unix seconds (0 when absent).
+    pub created: i64,
+    /// Velero restored it (its `velero.io/restore-name` label): its IPAddress may still be on its way.
+    pub restored: bool,
     /// `status.addressRef.name`, read through [`Claim::address_ref`]: empty (no second copy of the name) when it is
     /// the claim's own name, as we write it.
     pub bound: Option<Box<str>>,
@@ -147,6 +151,7 @@ impl From<ClaimObject> for ClaimResource {
         let annotation = |k: &str| o.metadata.annotations.as_ref().and_then(|a| a.get(k)).cloned();
         let cluster = o.spec.cluster_name.take().filter(|n| !n.is_empty()).or_else(|| label(CLUSTER_NAME_LABEL));
         let watch_filter = label(crate::api::WATCH_FILTER_LABEL).map(|v| crate::compact::intern(&v));
+        let restored = label(crate::api::VELERO_RESTORE_LABEL).is_some();
         let release_finalizer_index = o
             .metadata
             .finalizers
@@ -183,6 +188,8 @@ impl From<ClaimObject> for ClaimResource {
             moving_away,
             requested_address,
             watch_filter,
+            created: meta.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+            restored,
             bound: status
                 .address_ref
                 .map(|r| r.name)

@@ -160,7 +160,7 @@ pub fn spec_of<T: serde::de::DeserializeOwned>(obj: &DynamicObject) -> Option<T>
 }
 
 /// The IPAddresses that reference a pool, read live from the API server (the webhooks must not trust a cache).
-/// `namespace` is the pool's namespace, `None` for a global pool (all namespaces).
+/// `namespace` is the pool's namespace, `None` for a global pool (all namespaces). Each comes with its namespace.
 pub async fn list_pool_addresses(
     client: &Client,
     version: CapiVersion,
@@ -187,7 +187,7 @@ pub async fn list_pool_addresses(
                 && spec.pool_ref.our_kind() == Some(kind)
                 && spec.pool_ref.name == pool_name
             {
-                out.push((obj.name_any(), spec));
+                out.push((obj.namespace().unwrap_or_default(), spec));
             }
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {

@@ -164,6 +164,17 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
         return Ok(Next::AwaitChange);
     }
+    if let Some(wait) = restore_wait_remaining(claim, view.held.is_some(), ctx) {
+        // Velero restores IPAddressClaims before IPAddresses: allocated now, the claim's machine would lose its
+        // address to the restore's AlreadyExists. Its IPAddress, when it comes, wakes it.
+        let message = format!(
+            "restored by Velero: waiting up to {} s after its creation for its IPAddress to be restored before \
+             allocating a new address (--restore-wait)",
+            ctx.options.restore_wait.as_secs()
+        );
+        set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
+        return Ok(Next::After(wait));
+    }
     match allocate(claim, &pool_key, &ctx.index) {
         Ok(assigned) => create_address(claim, ctx, &pool_key, &pool, &assigned).await,
         Err(AllocateError::Exhausted { .. }) => {
@@ -356,6 +367,17 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
             .await?;
     }
     Ok(Next::AwaitChange)
+}
+
+/// How much longer a claim restored by Velero waits for its IPAddress before it is allocated a new one; `None` when
+/// it was not restored, already holds an address here (an uncertain create of ours), or has waited long enough.
+pub fn restore_wait_remaining(claim: &Claim, holds: bool, ctx: &Context) -> Option<Duration> {
+    if !claim.restored || holds || claim.created == 0 {
+        return None;
+    }
+    let until = claim.created.saturating_add(i64::try_from(ctx.options.restore_wait.as_secs()).unwrap_or(i64::MAX));
+    let remaining = until.saturating_sub(ctx.now().as_second());
+    (remaining > 0).then(|| Duration::from_secs(remaining.unsigned_abs()))
 }
 
 /// How much longer a deleted claim's address is held (`addressReuseGracePeriodSeconds`, IP pools that are not being

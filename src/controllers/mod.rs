@@ -56,6 +56,8 @@ pub struct ControllerOptions {
     pub concurrency: u16,
     /// How long an IPAddress must have had no claim before it is released (docs/compatibility.md D11).
     pub orphan_release_delay: Duration,
+    /// How long a claim restored by Velero waits, from its creation, for its IPAddress (`--restore-wait`).
+    pub restore_wait: Duration,
 }
 
 /// Where the controllers read the time of day (condition timestamps, Events, the reuse grace period): the wall clock,

@@ -22,6 +22,8 @@ pub enum ClaimReason {
     WaitingForCluster,
     /// The claim's Cluster is paused (a `clusterctl move`, or by hand): no allocation until it is unpaused.
     ClusterPaused,
+    /// Restored by Velero, which restores IPAddressClaims before IPAddresses: it waits for its IPAddress a while.
+    WaitingForIPAddress,
 }
 
 impl ClaimReason {
@@ -33,6 +35,7 @@ impl ClaimReason {
             ClaimReason::AllocationFailed => "AllocationFailed",
             ClaimReason::WaitingForCluster => "WaitingForCluster",
             ClaimReason::ClusterPaused => "ClusterPaused",
+            ClaimReason::WaitingForIPAddress => "WaitingForIPAddress",
         }
     }
 
@@ -128,7 +131,7 @@ pub fn v1beta1_condition(existing: &[Value], ready: &Ready, now: Timestamp) -> R
     let severity = match ready.reason {
         ClaimReason::Allocated => None,
         ClaimReason::PoolExhausted => Some("Warning"),
-        ClaimReason::WaitingForCluster | ClaimReason::ClusterPaused => Some("Info"),
+        ClaimReason::WaitingForCluster | ClaimReason::ClusterPaused | ClaimReason::WaitingForIPAddress => Some("Info"),
         ClaimReason::PoolNotReady | ClaimReason::AllocationFailed => Some("Error"),
     };
     ReadyEntry {

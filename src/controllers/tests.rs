@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
-use super::claim::{Gate, allocate, gate, reuse_grace_remaining};
+use super::claim::{Gate, allocate, gate, restore_wait_remaining, reuse_grace_remaining};
 use super::pool::desired_status;
 use super::status::ClaimReason;
 use super::*;
@@ -27,6 +27,7 @@ fn test_context() -> Context {
         capi: CapiApis { ipam: CapiVersion::V1Beta2, cluster: Some(CapiVersion::V1Beta2) },
         concurrency: 1,
         orphan_release_delay: Duration::from_secs(1),
+        restore_wait: Duration::from_secs(120),
     };
     let (_, synced) = watch::channel(true);
     let metrics = Arc::new(Metrics::new());
@@ -86,6 +87,19 @@ fn allocation_takes_the_held_then_the_requested_then_the_pinned_then_the_lowest_
     index.delete_address(&key("back"), None);
     assert_eq!(address("other").as_deref(), Some("10.0.0.4"), "the address of a live claim's lost IPAddress is held");
     assert_eq!(allocate(&back, &pool_key(), &index).expect("held").address.to_string(), "10.0.0.3");
+}
+
+#[tokio::test]
+async fn a_claim_restored_by_velero_waits_for_its_ipaddress_from_its_creation_for_the_restore_wait() {
+    let created = jiff::Timestamp::from_second(1_000_000).expect("time");
+    let at = |s: i64| test_context().with_clock(Clock::Fixed(created + jiff::SignedDuration::from_secs(s)));
+    let mut c = claim("a");
+    c.created = created.as_second();
+    assert_eq!(restore_wait_remaining(&c, false, &at(10)), None, "not restored");
+    c.restored = true;
+    assert_eq!(restore_wait_remaining(&c, false, &at(10)), Some(Duration::from_secs(110)));
+    assert_eq!(restore_wait_remaining(&c, true, &at(10)), None, "it holds an address here already");
+    assert_eq!(restore_wait_remaining(&c, false, &at(120)), None, "waited long enough: allocated anew");
 }
 
 #[test]

@@ -535,6 +535,39 @@ fn pre_allocations_are_validated() {
     );
 }
 
+/// Issue 33, finding 1: a pin added over an address another claim's IPAddress holds was admitted, and its claim
+/// waited until that IPAddress went.
+#[test]
+fn a_new_pin_over_an_address_another_claim_holds_is_refused() {
+    let pins = |entries: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        entries.iter().map(|(c, a)| (c.to_string(), a.to_string())).collect()
+    };
+    let in_use = [
+        InUse { namespace: "ns", claim: "node-b", address: "10.0.0.10" },
+        InUse { namespace: "ns", claim: "node-a", address: "10.0.0.11" },
+    ];
+    let got = messages(&pins_in_use(false, &pins(&[("node-a", "10.0.0.10")]), None, &in_use));
+    assert_eq!(
+        got,
+        [
+            "spec.preAllocations[node-a]: Invalid value: \"10.0.0.10\": address 10.0.0.10 is in use by IPAddress ns/node-b"
+        ]
+    );
+    // Its own IPAddress, or a pin admitted before, is fine.
+    assert!(pins_in_use(false, &pins(&[("node-a", "10.0.0.11")]), None, &in_use).is_empty());
+    let before = pins(&[("node-a", "10.0.0.10")]);
+    assert!(pins_in_use(false, &before, Some(&before), &in_use).is_empty());
+    // A global pool's key names the namespace: a claim of the name in another namespace is another claim.
+    assert!(pins_in_use(true, &pins(&[("ns/node-b", "10.0.0.10")]), None, &in_use).is_empty());
+    assert_eq!(pins_in_use(true, &pins(&[("other/node-b", "10.0.0.10")]), None, &in_use).len(), 1);
+    assert!(
+        pins_in_use(true, &pins(&[("node-b", "10.0.0.10")]), None, &in_use).is_empty(),
+        "a bare name: any namespace"
+    );
+    assert_eq!(pin_warnings(true, Some(&pins(&[("node-b", "10.0.0.10"), ("ns/x", "10.0.0.1")]))).len(), 1);
+    assert!(pin_warnings(false, Some(&pins(&[("node-b", "10.0.0.10")]))).is_empty());
+}
+
 #[test]
 fn oversized_specs_are_refused_before_anything_is_parsed() {
     let many: Vec<String> = (0..MAX_LIST_ENTRIES + 1).map(|i| format!("10.{}.{}.1", i / 256, i % 256)).collect();

@@ -277,6 +277,66 @@ fn validate_pre_allocations(config: &IpPoolConfig, pre: &BTreeMap<String, String
     }
 }
 
+/// An IPAddress of a pool as the pin check reads it: its namespace, the claim it names, its address.
+#[derive(Clone, Debug)]
+pub struct InUse<'a> {
+    pub namespace: &'a str,
+    pub claim: &'a str,
+    pub address: &'a str,
+}
+
+/// The pins of `spec.preAllocations` that are new or changed since `old` and whose address an IPAddress of another
+/// claim holds (docs/compatibility.md D14): admitted, the pinned claim would wait until that IPAddress goes. A key of
+/// a global pool names `<namespace>/<name>`, or a bare name in any namespace; a namespaced pool's names a claim of
+/// its namespace.
+pub fn pins_in_use(
+    global: bool,
+    new: &BTreeMap<String, String>,
+    old: Option<&BTreeMap<String, String>>,
+    in_use: &[InUse<'_>],
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (claim, address) in new {
+        if old.is_some_and(|o| o.get(claim) == Some(address)) {
+            continue;
+        }
+        let Ok(ip) = parse_ip(address) else { continue };
+        let (namespace, name) = match claim.split_once('/') {
+            Some((ns, name)) if global => (Some(ns), name),
+            _ => (None, claim.as_str()),
+        };
+        let theirs = in_use.iter().find(|a| {
+            parse_ip(a.address).ok() == Some(ip) && !(a.claim == name && namespace.is_none_or(|ns| ns == a.namespace))
+        });
+        if let Some(other) = theirs {
+            errs.push(FieldError::invalid(
+                format!("spec.preAllocations[{claim}]"),
+                quote(address),
+                format!("address {ip} is in use by IPAddress {}/{}", other.namespace, other.claim),
+            ));
+        }
+    }
+    errs
+}
+
+/// Warnings about `spec.preAllocations` a pool is admitted with: a bare claim name in a global pool pins a claim of
+/// that name in any namespace (the first to come holds the address).
+pub fn pin_warnings(global: bool, pins: Option<&BTreeMap<String, String>>) -> Vec<String> {
+    if !global {
+        return Vec::new();
+    }
+    pins.into_iter()
+        .flatten()
+        .filter(|(claim, _)| !claim.contains('/'))
+        .map(|(claim, _)| {
+            format!(
+                "spec.preAllocations[{claim}]: a bare claim name in a global pool pins a claim of that name in any \
+                 namespace; write <namespace>/{claim} to pin one"
+            )
+        })
+        .collect()
+}
+
 fn parse_entries<S: AsRef<str>>(
     field: &str,
     entries: &[S],

@@ -604,6 +604,7 @@ impl World {
             capi: CapiApis { ipam: CapiVersion::V1Beta2, cluster: Some(CapiVersion::V1Beta2) },
             concurrency: 4,
             orphan_release_delay: Duration::from_secs(1),
+            restore_wait: Duration::from_secs(120),
         };
         let clock = controllers::Clock::Fixed(jiff::Timestamp::from_second(1_700_000_000).unwrap_or_default());
         let ctx =

@@ -27,8 +27,8 @@ use crate::capi::{self, CapiVersion, IpAddressSpec};
 use crate::ipam::address::Family;
 use crate::ipam::prefix_pool::effective_allocation_length;
 use crate::ipam::validate::{
-    FieldError, IpPoolExtras, first_overlap, ip_pool_gateway_finding, ip_pool_stranded_addresses,
-    prefix_pool_non_allocatable, prefix_pool_warnings, quote_list, validate_ip_pool, validate_prefix_pool,
+    FieldError, InUse, IpPoolExtras, first_overlap, ip_pool_gateway_finding, ip_pool_stranded_addresses, pin_warnings,
+    pins_in_use, prefix_pool_non_allocatable, prefix_pool_warnings, quote_list, validate_ip_pool, validate_prefix_pool,
 };
 use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
 
@@ -60,13 +60,13 @@ impl AdmissionContext {
 /// a kind and scope (the overlap warning). The manager reads them live ([`LiveReads`]); the differential test against
 /// the Go provider gives them as data.
 pub trait ClusterReads: Send + Sync {
-    /// The specs of the IPAddresses whose poolRef names this pool, in `namespace` (all namespaces for global pools).
+    /// The IPAddresses whose poolRef names this pool, in `namespace` (all namespaces for global pools).
     fn pool_addresses<'a>(
         &'a self,
         kind: PoolKind,
         name: &'a str,
         namespace: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<IpAddressSpec>, kube::Error>>;
+    ) -> BoxFuture<'a, Result<Vec<PoolAddress>, kube::Error>>;
 
     /// Every pool of `kind` in `namespace` (all global pools), as (name, spec).
     fn pools<'a>(
@@ -74,6 +74,13 @@ pub trait ClusterReads: Send + Sync {
         kind: PoolKind,
         namespace: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<(String, Value)>, kube::Error>>;
+}
+
+/// One IPAddress of a pool, as admission reads it.
+#[derive(Clone, Debug)]
+pub struct PoolAddress {
+    pub namespace: String,
+    pub spec: IpAddressSpec,
 }
 
 /// [`ClusterReads`] from the API server, read live (not from a cache: a decision must see the latest writes).
@@ -89,10 +96,10 @@ impl ClusterReads for LiveReads {
         kind: PoolKind,
         name: &'a str,
         namespace: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<IpAddressSpec>, kube::Error>> {
+    ) -> BoxFuture<'a, Result<Vec<PoolAddress>, kube::Error>> {
         Box::pin(async move {
             let addresses = capi::list_pool_addresses(&self.client, self.capi, kind, name, namespace).await?;
-            Ok(addresses.into_iter().map(|(_, spec)| spec).collect())
+            Ok(addresses.into_iter().map(|(namespace, spec)| PoolAddress { namespace, spec }).collect())
         })
     }
 

@@ -73,7 +73,10 @@ pub(super) async fn set_ready(
     ctx.index.remember_written(claim, written);
     if deserves_event(stored, &ready) {
         let type_ = match reason {
-            ClaimReason::Allocated | ClaimReason::WaitingForCluster | ClaimReason::ClusterPaused => EventType::Normal,
+            ClaimReason::Allocated
+            | ClaimReason::WaitingForCluster
+            | ClaimReason::ClusterPaused
+            | ClaimReason::WaitingForIPAddress => EventType::Normal,
             _ => EventType::Warning,
         };
         ctx.events

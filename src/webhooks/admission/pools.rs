@@ -39,20 +39,35 @@ pub(super) async fn validate_ip(
         Err(e) => return deny_spec(kind, &request.name, e),
     };
     let changed = old.as_ref().is_none_or(|o| o.to_ipam() != new.to_ipam());
+    let old_pins = old.as_ref().and_then(|o| o.pre_allocations.as_ref());
+    let pins_changed = new.pre_allocations.as_ref().is_some_and(|pins| Some(pins) != old_pins);
     // Only a spec change can strand an allocated address: an update of the metadata alone (our finalizer, the
-    // moved-away annotation) is never refused for addresses stranded before it.
-    if update && changed {
+    // moved-away annotation) is never refused for addresses stranded before it. A pin, new or changed, must not name
+    // an address another claim's IPAddress holds (D14). A new pool's IPAddresses are restored ones.
+    if (update && changed) || pins_changed {
         match ctx.reads.pool_addresses(kind, &request.name, namespace).await {
             Ok(addresses) => {
-                let allocated: Vec<&str> = addresses.iter().map(|s| s.address.as_str()).collect();
-                if let Some(message) = ip_pool_stranded_addresses(&config, &allocated) {
+                let allocated: Vec<&str> = addresses.iter().map(|a| a.spec.address.as_str()).collect();
+                if update
+                    && changed
+                    && let Some(message) = ip_pool_stranded_addresses(&config, &allocated)
+                {
                     return Outcome::deny(bad_request(kind.kind(), &request.name, "spec.addresses", &message));
+                }
+                let in_use: Vec<InUse<'_>> = addresses
+                    .iter()
+                    .map(|a| InUse { namespace: &a.namespace, claim: &a.spec.claim_ref.name, address: &a.spec.address })
+                    .collect();
+                let pins = new.pre_allocations.as_ref().map(|p| pins_in_use(kind.is_global(), p, old_pins, &in_use));
+                if let Some(errs) = pins.filter(|e| !e.is_empty()) {
+                    return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
                 }
             }
             Err(e) => return Outcome::deny(internal(&format!("listing the IPAddresses of the pool: {e}"))),
         }
     }
     let mut outcome = Outcome::allow();
+    outcome.warnings.extend(pin_warnings(kind.is_global(), new.pre_allocations.as_ref()));
     outcome.warnings.extend(gateway_finding.map(|f| {
         format!(
             "{}: {} {} (admitted as the Go provider admits it; --reject-gateway-outside-subnet refuses it)",
@@ -174,7 +189,7 @@ pub(super) async fn validate_prefix(
         match ctx.reads.pool_addresses(kind, &request.name, namespace).await {
             Ok(addresses) => {
                 let allocations: Vec<(String, Option<i64>)> =
-                    addresses.into_iter().map(|s| (s.address, s.prefix)).collect();
+                    addresses.into_iter().map(|a| (a.spec.address, a.spec.prefix)).collect();
                 if let Some(message) = prefix_pool_non_allocatable(&config, &allocations) {
                     return Outcome::deny(bad_request(kind.kind(), &request.name, "spec.prefixes", &message));
                 }
