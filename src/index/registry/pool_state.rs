@@ -167,7 +167,7 @@ fn sort_key(held: Held) -> (bool, u128, u8) {
     match held {
         Held::Prefix(Some(p)) => (true, p.allocation().range().0, p.len),
         Held::Prefix(None) => (true, 0, 0),
-        Held::Ip(ip) => (false, ip.map_or(0, |ip| crate::ipam::address::to_u128(ip)), 0),
+        Held::Ip(ip) => (false, ip.map_or(0, crate::ipam::address::to_u128), 0),
     }
 }
 
