@@ -222,8 +222,25 @@ async fn out_of_range_addresses_are_counted() {
         "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}}});
     CAPI.addresses(c, ns).create(&PostParams::default(), &stray).await.expect("stray IPAddress");
     wait_pool_counts(c, "InClusterIPPool", ns, "pool", (11, 2, 10, 1)).await;
+    // Issue 33, finding 5: the pool says so (it stayed Ready, outOfRange the only trace), naming the IPAddress.
+    let pools = support::claims::pools(c, "InClusterIPPool", ns);
+    let pool_ready = |reason: &'static str| {
+        let pools = pools.clone();
+        async move {
+            support::eventually(Duration::from_secs(20), &format!("the pool's Ready reason {reason}"), || async {
+                let pool = pools.get("pool").await.ok()?;
+                let conditions = pool.data.pointer("/status/conditions")?.as_array()?.clone();
+                conditions.into_iter().find(|c| c["type"] == "Ready" && c["reason"] == reason)
+            })
+            .await
+        }
+    };
+    let ready = pool_ready("AddressesOutOfRange").await;
+    assert_eq!(ready["status"], "False");
+    assert!(ready["message"].as_str().unwrap_or_default().contains(&format!("{ns}/stray (10.0.0.99)")), "{ready}");
     CAPI.addresses(c, ns).delete("stray", &DeleteParams::default()).await.expect("delete");
     wait_pool_counts(c, "InClusterIPPool", ns, "pool", (11, 1, 10, 0)).await;
+    assert_eq!(pool_ready("Ready").await["status"], "True");
 }
 
 #[tokio::test]

@@ -59,8 +59,8 @@ pub struct Claim {
     pub requested_address: Option<Box<str>>,
     /// The `cluster.x-k8s.io/watch-filter` label.
     pub watch_filter: Option<Arc<str>>,
-    /// `metadata.creationTimestamp`, in Unix seconds (0 when absent).
-    pub created: i64,
+    /// `metadata.creationTimestamp`, in Unix seconds (0 when absent; 4 bytes, enough until 2106).
+    pub created: u32,
     /// Velero restored it (its `velero.io/restore-name` label): its IPAddress may still be on its way.
     pub restored: bool,
     /// `status.addressRef.name`, read through [`Claim::address_ref`]: empty (no second copy of the name) when it is
@@ -188,7 +188,7 @@ impl From<ClaimObject> for ClaimResource {
             moving_away,
             requested_address,
             watch_filter,
-            created: meta.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+            created: meta.creation_timestamp.as_ref().map_or(0, |t| u32::try_from(t.0.as_second()).unwrap_or(0)),
             restored,
             bound: status
                 .address_ref

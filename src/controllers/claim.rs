@@ -99,10 +99,8 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         // IPAddress no claim is bound to, holding an address another holds, goes even now (a move would copy it).
         // Withdrawn already (a delete whose answer was lost), its deletion is finished: no one else finishes it
         // while a claim of its name exists, and the claim may wait for its Cluster for good.
-        if record.deleting {
-            return finish_deletion(ctx, key, &pool_key, record.uid).await;
-        }
-        return withdraw_duplicate(ctx, key, &pool_key, record.uid).await;
+        let why = if record.deleting { LetGo::Deleting } else { LetGo::Duplicate };
+        return let_go(ctx, key, &pool_key, record.uid, why).await;
     }
     match gate {
         Gate::Paused => {
@@ -223,6 +221,16 @@ async fn create_address(
     match ctx.api.create_address(&object).await {
         Ok(created) => {
             let (record, latency) = ctx.index.address_created(claim, pool_key, &created);
+            let held = ctx.index.held_by(pool_key, key);
+            if held.is_some_and(|held| ctx.index.allocates(pool_key, held) == Some(false)) {
+                // The pool was edited while the create was in flight (the webhook cannot see an allocation that is
+                // not written yet): not handed out, the claim gets an address the pool allocates.
+                tracing::warn!(claim = %key, address = %assigned.address, pool = %pool_key, "the pool no longer allocates the address just created; deleting it before the claim is bound");
+                if ipaddress::delete(ctx, &created, "deleting an IPAddress the pool no longer allocates").await? {
+                    ctx.index.deleted_address(key, pool_key, created.metadata.uid.as_deref());
+                }
+                return Ok(Next::After(Duration::ZERO));
+            }
             ctx.metrics.allocated(pool_key.kind, latency);
             info!(claim = %key, address = %assigned.address, pool = %pool_key, "allocated");
             let message = format!("allocated {} from {pool_key}", assigned.address);
@@ -375,7 +383,8 @@ pub fn restore_wait_remaining(claim: &Claim, holds: bool, ctx: &Context) -> Opti
     if !claim.restored || holds || claim.created == 0 {
         return None;
     }
-    let until = claim.created.saturating_add(i64::try_from(ctx.options.restore_wait.as_secs()).unwrap_or(i64::MAX));
+    let until =
+        i64::from(claim.created).saturating_add(i64::try_from(ctx.options.restore_wait.as_secs()).unwrap_or(i64::MAX));
     let remaining = until.saturating_sub(ctx.now().as_second());
     (remaining > 0).then(|| Duration::from_secs(remaining.unsigned_abs()))
 }

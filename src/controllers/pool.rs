@@ -44,14 +44,33 @@ fn stored_ready(pool: &Pool) -> Option<&Condition> {
     pool.status.conditions.iter().flatten().find(|c| c.type_ == READY)
 }
 
-/// What the index says the pool's status is: an invalid spec, addresses held twice, or Ready (with the count of
-/// addresses reserved for Clusters moved away).
+/// How many IPAddresses out of range the pool's condition names.
+const OUT_OF_RANGE_SHOWN: usize = 5;
+
+/// What the index says the pool's status is: an invalid spec, addresses held twice, IPAddresses holding addresses the
+/// spec no longer allocates, or Ready (with the count of addresses reserved for Clusters moved away).
 pub fn desired_status(index: &Index, key: &PoolKey) -> DesiredStatus {
-    let ((counts, spec_error), duplicates, reservations) =
-        index.read(|s| (s.pool_counts(key), s.duplicates(key), s.reservations(key).len()));
+    let ((counts, spec_error), duplicates, reservations, out_of_range) = index.read(|s| {
+        let out_of_range = s.out_of_range(key, OUT_OF_RANGE_SHOWN);
+        (s.pool_counts(key), s.duplicates(key), s.reservations(key).len(), out_of_range)
+    });
     let addresses = PoolAddressesStatus::from(counts);
     let (ready, reason, message) = match (spec_error, duplicates.as_slice()) {
         (Some(e), _) => (false, "InvalidSpec", e),
+        // An edit admitted while an address was being handed out (the webhook cannot see one in flight), or an
+        // IPAddress made by hand: said, so that someone moves them.
+        (None, []) if !out_of_range.is_empty() => {
+            let shown: Vec<String> = out_of_range.iter().map(|(k, held)| format!("{k} ({held})")).collect();
+            let n = addresses.out_of_range;
+            let more = usize::try_from(n).unwrap_or(usize::MAX).saturating_sub(shown.len());
+            let mut message =
+                format!("{n} IPAddress(es) hold addresses the pool's spec does not allocate: {}", shown.join(", "));
+            if more > 0 {
+                message.push_str(&format!(" and {more} more"));
+            }
+            message.push_str("; delete their claims to move them to addresses the pool allocates");
+            (false, "AddressesOutOfRange", message)
+        }
         (None, []) => match reservations {
             0 => (true, "Ready", String::new()),
             n => (

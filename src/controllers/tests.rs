@@ -94,7 +94,7 @@ async fn a_claim_restored_by_velero_waits_for_its_ipaddress_from_its_creation_fo
     let created = jiff::Timestamp::from_second(1_000_000).expect("time");
     let at = |s: i64| test_context().with_clock(Clock::Fixed(created + jiff::SignedDuration::from_secs(s)));
     let mut c = claim("a");
-    c.created = created.as_second();
+    c.created = u32::try_from(created.as_second()).expect("in range");
     assert_eq!(restore_wait_remaining(&c, false, &at(10)), None, "not restored");
     c.restored = true;
     assert_eq!(restore_wait_remaining(&c, false, &at(10)), Some(Duration::from_secs(110)));

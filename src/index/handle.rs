@@ -198,6 +198,10 @@ impl Index {
         self.read(|s| s.duplicates(pool))
     }
 
+    pub fn allocates(&self, pool: &PoolKey, held: Held) -> Option<bool> {
+        self.read(|s| s.allocates(pool, held))
+    }
+
     pub fn pool_counts(&self, pool: &PoolKey) -> (PoolCounts, Option<String>) {
         self.read(|s| s.pool_counts(pool))
     }

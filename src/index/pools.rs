@@ -74,6 +74,16 @@ impl State {
         self.registry.counts(pool)
     }
 
+    /// Whether the pool's spec allocates `held` (`None` before a valid spec is loaded).
+    pub fn allocates(&self, pool: &PoolKey, held: Held) -> Option<bool> {
+        self.registry.allocates(pool, held)
+    }
+
+    /// Up to `limit` IPAddresses of the pool whose address its spec no longer allocates.
+    pub fn out_of_range(&self, pool: &PoolKey, limit: usize) -> Vec<(ObjectKey, Held)> {
+        self.registry.out_of_range(pool, limit)
+    }
+
     /// The addresses of the pool reserved as moved away.
     pub fn reservations(&self, pool: &PoolKey) -> Vec<Held> {
         self.registry.reservations(pool)

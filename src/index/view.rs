@@ -30,6 +30,8 @@ pub struct ClaimView {
     pub holds_reserved: bool,
     /// Its address is still to be written into the pool's moved-away annotation.
     pub moved_away_unwritten: bool,
+    /// What it holds is not an address the pool's spec allocates (the pool was edited while it was being created).
+    pub out_of_range: bool,
 }
 
 impl ClaimView {
@@ -60,6 +62,9 @@ impl State {
             moved_one_wins,
             holds_reserved: self.holds_reserved(&pool_key, key),
             moved_away_unwritten: self.moved_away_unwritten(&pool_key, key),
+            out_of_range: self
+                .held_by(&pool_key, key)
+                .is_some_and(|held| self.allocates(&pool_key, held) == Some(false)),
             pool_key,
         }
     }

@@ -19,12 +19,10 @@ pub(super) async fn adopt(
     // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
     // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
     if claim.address_ref().is_none() && view.unwanted_duplicate() {
-        if record.deleting {
-            // Withdrawn already, or an orphan whose release did not finish: no one else finishes it while a claim of
-            // its name exists (the orphan release leaves those alone), so this claim does.
-            return finish_deletion(ctx, key, pool_key, record.uid).await;
-        }
-        return withdraw_duplicate(ctx, key, pool_key, record.uid).await;
+        // Withdrawn already, or an orphan whose release did not finish: no one else finishes it while a claim of its
+        // name exists (the orphan release leaves those alone), so this claim does.
+        let why = if record.deleting { LetGo::Deleting } else { LetGo::Duplicate };
+        return let_go(ctx, key, pool_key, record.uid, why).await;
     }
     let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
     let bound = claim.address_ref() == Some(&*key.name);
@@ -32,7 +30,7 @@ pub(super) async fn adopt(
         // Being deleted, and the claim not bound to it: a delete of ours that did not finish (a withdrawn duplicate,
         // an orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address
         // anew. A bound claim's stays while it goes (its machine may use the address): its deletion wakes the claim.
-        return finish_deletion(ctx, key, pool_key, record.uid).await;
+        return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
     }
     if !has_claim_owner && !bound && (record.moving_away || view.holds_reserved) {
         // Left behind by the move of an earlier claim of this name (marked so, or holding a reserved address while
@@ -42,7 +40,12 @@ pub(super) async fn adopt(
         if view.moved_away_unwritten {
             return Ok(Next::After(Duration::from_secs(1)));
         }
-        return finish_deletion(ctx, key, pool_key, record.uid).await;
+        return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
+    }
+    if !bound && view.out_of_range && has_claim_owner && !view.holds_reserved && !claim.restored {
+        // Made by us for this claim from the pool's spec before an edit the webhook admitted while the create was in
+        // flight: not handed out, so that the claim gets an address the pool allocates.
+        return let_go(ctx, key, pool_key, record.uid, LetGo::OutOfRange).await;
     }
     let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
@@ -69,6 +72,13 @@ pub(super) async fn adopt(
             "; DUPLICATE: {duplicate}. Delete one of these claims to resolve it (see docs/operations.md)"
         ));
     }
+    if view.out_of_range {
+        // Bound, so it stays too; the pool's Ready condition names it as well.
+        message.push_str(
+            "; the pool's spec no longer allocates this address (it was edited while the address was being handed \
+             out): delete the claim to move it to an address the pool allocates",
+        );
+    }
     set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
     if let Some(held) = held {
         // Bound to a claim again: an address that was moved away came back with its Cluster. Only once the binding is
@@ -78,47 +88,58 @@ pub(super) async fn adopt(
     Ok(Next::AwaitChange)
 }
 
-/// Deletes an IPAddress whose address another IPAddress of the pool holds, before its claim is bound to it; the
-/// claim then gets a free address. A bound claim's address is never withdrawn: a machine may use it already.
-pub(super) async fn withdraw_duplicate(
-    ctx: &Context,
-    key: &ObjectKey,
-    pool_key: &PoolKey,
-    judged: Option<Uid>,
-) -> Result<Next, Error> {
-    let address = match unbound_ipaddress(ctx, key, pool_key, judged).await? {
-        Ok(address) => address,
-        Err(later) => return Ok(later),
-    };
-    tracing::error!(
-        claim = %key,
-        pool = %pool_key,
-        address = %ctx.index.held_by(pool_key, key).map_or_else(String::new, |h| h.to_string()),
-        "DUPLICATE ADDRESS withdrawn: IPAddress {key} holds an address another IPAddress of the pool holds, and its \
-         claim was not bound to it yet; deleting it so that the claim gets a free address"
-    );
-    if ipaddress::delete(ctx, &address, "deleting a duplicated IPAddress").await? {
-        ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
-    }
-    ctx.metrics.duplicate_withdrawn(pool_key.kind);
-    Ok(Next::After(Duration::from_millis(200)))
+/// Why an IPAddress of the claim's name is let go before the claim is bound to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LetGo {
+    /// Another IPAddress of the pool holds its address: it can only come from a write that reached the API server
+    /// late, after its leader's term ended (`crate::leader`). Withdrawn, the claim gets a free address. A bound claim's
+    /// address is never withdrawn: a machine may use it already.
+    Duplicate,
+    /// Its address is one the pool no longer allocates: the pool was edited while it was being created (the webhook
+    /// cannot see an allocation in flight).
+    OutOfRange,
+    /// Being deleted already (a delete of ours that did not finish, one by hand), or left behind by a move.
+    Deleting,
 }
 
-/// Lets an IPAddress of the claim's name that is being deleted go (our finalizer off), once the live claim confirms
-/// it was never bound to it; the claim is reconciled again to get an address.
-pub(super) async fn finish_deletion(
+/// Lets an IPAddress of the claim's name go (deleted, our finalizer off), once the live claim confirms it was never
+/// bound to it; the claim is reconciled again to get an address.
+pub(super) async fn let_go(
     ctx: &Context,
     key: &ObjectKey,
     pool_key: &PoolKey,
     judged: Option<Uid>,
+    why: LetGo,
 ) -> Result<Next, Error> {
     let address = match unbound_ipaddress(ctx, key, pool_key, judged).await? {
         Ok(address) => address,
         Err(later) => return Ok(later),
     };
-    debug!(claim = %key, "an IPAddress of the claim's name is being deleted; letting it go before allocating");
-    if ipaddress::delete(ctx, &address, "letting a deleted IPAddress go").await? {
+    let held = ctx.index.held_by(pool_key, key).map_or_else(String::new, |h| h.to_string());
+    match why {
+        LetGo::Duplicate => tracing::error!(
+            claim = %key,
+            pool = %pool_key,
+            address = held,
+            "DUPLICATE ADDRESS withdrawn: IPAddress {key} holds an address another IPAddress of the pool holds, and \
+             its claim was not bound to it yet; deleting it so that the claim gets a free address"
+        ),
+        LetGo::OutOfRange => tracing::warn!(
+            claim = %key,
+            pool = %pool_key,
+            address = held,
+            "the pool no longer allocates the address of IPAddress {key}, made while it was edited; its claim was not \
+             bound to it yet: deleting it so that the claim gets an address the pool allocates"
+        ),
+        LetGo::Deleting => {
+            debug!(claim = %key, "an IPAddress of the claim's name is being deleted; letting it go before allocating")
+        }
+    }
+    if ipaddress::delete(ctx, &address, "letting an IPAddress of the claim's name go").await? {
         ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
+    }
+    if why == LetGo::Duplicate {
+        ctx.metrics.duplicate_withdrawn(pool_key.kind);
     }
     Ok(Next::After(Duration::from_millis(200)))
 }

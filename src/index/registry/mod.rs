@@ -392,6 +392,32 @@ impl Registry {
         result
     }
 
+    /// Whether the pool's spec, as loaded, allocates `held` (`None` before a valid spec is loaded).
+    pub fn allocates(&self, pool_key: &PoolKey, held: Held) -> Option<bool> {
+        match (self.pools.get(pool_key)?.allocator.as_ref()?, held) {
+            (Allocator::Ip(a), Held::Ip(Some(ip))) => Some(a.config().check(ip).is_ok()),
+            (Allocator::Prefix(a), Held::Prefix(Some(p))) => Some(a.config().is_allocatable(p.base, p.len)),
+            _ => Some(false),
+        }
+    }
+
+    /// Up to `limit` IPAddresses of the pool holding what its spec does not allocate, by name, with what they hold.
+    pub fn out_of_range(&self, pool_key: &PoolKey, limit: usize) -> Vec<(ObjectKey, Held)> {
+        let Some(state) = self.pools.get(pool_key) else { return Vec::new() };
+        if state.counts().out_of_range == 0 {
+            return Vec::new();
+        }
+        let mut found: Vec<(ObjectKey, Held)> = state
+            .holders
+            .iter()
+            .filter(|(k, h)| !is_placeholder(k) && self.allocates(pool_key, h.held) == Some(false))
+            .map(|(k, h)| (k.clone(), h.held))
+            .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        found.truncate(limit);
+        found
+    }
+
     /// The D4 counts of a pool, and its spec error if any.
     pub fn counts(&self, key: &PoolKey) -> (PoolCounts, Option<String>) {
         match self.pools.get(key) {
