@@ -56,6 +56,10 @@ pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete
 /// with `clusterctl move`, comma-separated. They stay reserved here until they come back or an operator removes them
 /// (`index::moved_away`).
 pub const MOVED_AWAY_ANNOTATION: &str = "ipam.cluster.x-k8s.io/moved-away";
+/// The value of [`MOVED_AWAY_ANNOTATION`] on an IPAddress of a global pool that `clusterctl move` left behind: its
+/// address is in use on another management cluster. It marks the IPAddress itself, so that a restart (or a pool
+/// annotation too full to take the address) never lets it be released as an orphan.
+pub const MOVED_AWAY_MARK: &str = "true";
 /// Cluster API's pause annotation, honoured on claims, pools and Clusters.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// A claim may ask for a specific address (docs/compatibility.md D14).

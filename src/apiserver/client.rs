@@ -9,8 +9,8 @@ use super::{
     ApiError, ApiServer, Call, Deleted, FinalizerAt, Read, Removed, Repair, StoredConditions, Target,
     failed_test_is_conflict, requests,
 };
-use crate::api::Pool;
 use crate::api::v1alpha2::PoolStatus;
+use crate::api::{MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK, Pool};
 use crate::capi::status::ClaimStatusPatch;
 use crate::capi::{CapiApis, ClaimResource, IpAddress};
 use crate::error::is_transport;
@@ -167,6 +167,14 @@ impl ApiServer for KubeApi {
     fn repair_address<'a>(&'a self, key: &'a ObjectKey, repair: &'a Repair) -> Call<'a, IpAddress> {
         Box::pin(async move {
             let patch = requests::repair(repair);
+            let api = self.addresses(&key.namespace);
+            self.write(api.patch(&key.name, &patch_params(), &Patch::Merge(&patch))).await.map(typed_address)
+        })
+    }
+
+    fn mark_address_moved_away<'a>(&'a self, key: &'a ObjectKey, resource_version: &'a str) -> Call<'a, IpAddress> {
+        Box::pin(async move {
+            let patch = requests::annotation(resource_version, MOVED_AWAY_ANNOTATION, Some(MOVED_AWAY_MARK));
             let api = self.addresses(&key.namespace);
             self.write(api.patch(&key.name, &patch_params(), &Patch::Merge(&patch))).await.map(typed_address)
         })

@@ -139,6 +139,8 @@ pub struct Repair {
     pub owner_references: Vec<OwnerReference>,
     pub finalizers: Vec<String>,
     pub cluster_label: Option<String>,
+    /// Take off our mark of an IPAddress a move left behind (`ipam.cluster.x-k8s.io/moved-away`): a claim adopts it.
+    pub unmark_moved_away: bool,
 }
 
 /// Every request the controllers make. Writes go through the leader fence: once this replica's term ended they fail
@@ -164,6 +166,9 @@ pub trait ApiServer: Send + Sync {
     fn get_address<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<IpAddress>>;
     fn create_address<'a>(&'a self, address: &'a IpAddress) -> Call<'a, IpAddress>;
     fn repair_address<'a>(&'a self, key: &'a ObjectKey, repair: &'a Repair) -> Call<'a, IpAddress>;
+    /// Marks an IPAddress a move left behind (`ipam.cluster.x-k8s.io/moved-away`) if it is still as read at
+    /// `resource_version`: the mark outlives this process.
+    fn mark_address_moved_away<'a>(&'a self, key: &'a ObjectKey, resource_version: &'a str) -> Call<'a, IpAddress>;
     /// Deletes the IPAddress if it is still the object `uid` (at `resource_version`, when given).
     fn delete_address<'a>(
         &'a self,

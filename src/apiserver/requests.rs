@@ -5,8 +5,8 @@
 use serde_json::{Value, json};
 
 use super::{FinalizerAt, Read, Repair};
-use crate::api::CLUSTER_NAME_LABEL;
 use crate::api::v1alpha2::PoolStatus;
+use crate::api::{CLUSTER_NAME_LABEL, MOVED_AWAY_ANNOTATION};
 use crate::capi::status::ClaimStatusPatch;
 
 fn json_patch(ops: Value) -> json_patch::Patch {
@@ -62,6 +62,9 @@ pub fn repair(repair: &Repair) -> Value {
     });
     if let Some(cluster) = &repair.cluster_label {
         metadata["labels"] = json!({ CLUSTER_NAME_LABEL: cluster });
+    }
+    if repair.unmark_moved_away {
+        metadata["annotations"] = json!({ MOVED_AWAY_ANNOTATION: null });
     }
     json!({ "metadata": metadata })
 }

@@ -7,7 +7,7 @@ use kube::api::ObjectMeta;
 use tracing::{debug, info};
 
 use super::{Context, Error, finalizers};
-use crate::api::{CLUSTER_NAME_LABEL, GROUP, PROTECT_ADDRESS_FINALIZER, Pool};
+use crate::api::{CLUSTER_NAME_LABEL, GROUP, MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK, PROTECT_ADDRESS_FINALIZER, Pool};
 use crate::apiserver::{ApiError, Deleted, Removed, Repair, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress, IpAddressSpec, NameRef, PoolRef};
 use crate::compact::Uid;
@@ -104,6 +104,7 @@ pub async fn repair(
         owner_references,
         finalizers,
         cluster_label: claim.cluster().map(str::to_owned),
+        unmark_moved_away: live.annotations().get(MOVED_AWAY_ANNOTATION).is_some_and(|v| v == MOVED_AWAY_MARK),
     };
     let patched = ctx.api.repair_address(key, &repair).await.map_err(Error::api("adopting the IPAddress"))?;
     ctx.index.remember_address(key, &patched);

@@ -58,6 +58,8 @@ pub struct ControllerOptions {
     pub orphan_release_delay: Duration,
     /// How long a claim restored by Velero waits, from its creation, for its IPAddress (`--restore-wait`).
     pub restore_wait: Duration,
+    /// The most bytes of a global pool's moved-away annotation (`moved_away::MAX_BYTES`; the simulation's is small).
+    pub moved_away_max_bytes: usize,
 }
 
 /// Where the controllers read the time of day (condition timestamps, Events, the reuse grace period): the wall clock,

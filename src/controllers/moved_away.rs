@@ -9,13 +9,26 @@ use tokio::sync::mpsc;
 use tokio_util::time::DelayQueue;
 
 use super::{Context, Error};
-use crate::api::MOVED_AWAY_ANNOTATION;
+use std::collections::{BTreeMap, BTreeSet};
+
+use tracing::warn;
+
+use crate::api::{MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK};
 use crate::compact::ResourceVersion;
 use crate::index::PoolKey;
 use crate::index::moved_away::entries;
 
 /// A failed write is tried again after this long.
 const RETRY: Duration = Duration::from_secs(1);
+
+/// Entries that did not fit into the annotation are tried again after this long (an operator may have freed room).
+const FULL_RETRY: Duration = Duration::from_secs(60);
+
+/// The most bytes the annotation's value may take: the API server refuses an object whose annotations take more than
+/// 256 KiB in all, and the pool's other annotations (kubectl's last-applied configuration, GitOps tools') need room.
+/// About 4,000 entries; an address that does not fit stays held by the IPAddress left behind, which carries our mark
+/// (`MOVED_AWAY_MARK`) and is kept, so nothing is lost.
+pub const MAX_BYTES: usize = 128 * 1024;
 
 /// Writes the queued changes into the pools' annotations, one pool at a time, retrying until they land.
 pub async fn write_pending(ctx: Arc<Context>, mut changed: mpsc::UnboundedReceiver<PoolKey>) {
@@ -26,33 +39,55 @@ pub async fn write_pending(ctx: Arc<Context>, mut changed: mpsc::UnboundedReceiv
             Some(expired) = retries.next(), if !retries.is_empty() => expired.into_inner(),
             else => return,
         };
-        if let Err(e) = write(&ctx, &key).await {
-            ctx.report_failure("recording the addresses moved away", &key, &e);
-            retries.insert(key, RETRY);
+        match write(&ctx, &key).await {
+            Ok(Written::All) => {}
+            Ok(Written::Full) => {
+                retries.insert(key, FULL_RETRY);
+            }
+            Err(e) => {
+                ctx.report_failure("recording the addresses moved away", &key, &e);
+                retries.insert(key, RETRY);
+            }
         }
     }
 }
 
-/// Writes the changes pending for one pool (the simulation calls it as the writer does).
-pub async fn write(ctx: &Context, key: &PoolKey) -> Result<(), Error> {
+/// What a write of a pool's pending changes did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Every change is in the annotation (or there was none).
+    All,
+    /// Some entries did not fit ([`MAX_BYTES`]): they stay pending, and their IPAddresses stay.
+    Full,
+}
+
+/// Writes the changes pending for one pool (the simulation calls it as the writer does): removals first, then the
+/// additions that fit into `ctx.options.moved_away_max_bytes`.
+pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
     let changes = ctx.index.moved_away_pending(key);
     if changes.is_empty() {
-        return Ok(());
+        return Ok(Written::All);
     }
     let Some(live) = ctx.api.get_pool(key).await.map_err(Error::api("reading the pool"))? else {
         // The pool is gone, and its reservations with it.
         ctx.index.moved_away_written(key, None);
-        return Ok(());
+        return Ok(Written::All);
     };
-    let mut stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
-    for (entry, add) in &changes {
-        if *add {
-            stored.insert(entry.clone());
-        } else {
-            stored.remove(entry);
-        }
+    let stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
+    let (value, landed) = fit(stored, &changes, ctx.options.moved_away_max_bytes);
+    let full = landed.len() < changes.len();
+    if full {
+        warn!(
+            pool = %key,
+            annotation = MOVED_AWAY_ANNOTATION,
+            left_out = changes.len() - landed.len(),
+            max_bytes = ctx.options.moved_away_max_bytes,
+            "the pool's annotation has no room for more addresses moved away; their IPAddresses are kept (marked {MOVED_AWAY_ANNOTATION}={MOVED_AWAY_MARK}) until room is made (docs/operations.md)"
+        );
     }
-    let value = (!stored.is_empty()).then(|| stored.into_iter().collect::<Vec<_>>().join(","));
+    if landed.is_empty() {
+        return Ok(Written::Full);
+    }
     let resource_version = live.metadata.resource_version.clone().unwrap_or_default();
     let written = ctx
         .api
@@ -60,6 +95,68 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<(), Error> {
         .await
         .map_err(Error::api("recording the addresses moved away"))?;
     let revision = ResourceVersion::of(written.metadata.resource_version.as_deref().unwrap_or_default());
-    ctx.index.moved_away_written(key, Some((&changes, revision)));
-    Ok(())
+    ctx.index.moved_away_written(key, Some((&landed, revision)));
+    Ok(if full { Written::Full } else { Written::All })
+}
+
+/// The annotation's value once `changes` are applied to `stored`, removals first and additions while the value stays
+/// within `max_bytes`; and the changes that are in it.
+fn fit(
+    mut stored: BTreeSet<String>,
+    changes: &BTreeMap<String, bool>,
+    max_bytes: usize,
+) -> (Option<String>, BTreeMap<String, bool>) {
+    let mut landed = BTreeMap::new();
+    for (entry, _) in changes.iter().filter(|(_, add)| !**add) {
+        stored.remove(entry);
+        landed.insert(entry.clone(), false);
+    }
+    // The joined length: every entry and a comma between two.
+    let mut length = stored.iter().map(|e| e.len() + 1).sum::<usize>().saturating_sub(1);
+    for (entry, _) in changes.iter().filter(|(_, add)| **add) {
+        if stored.contains(entry) {
+            landed.insert(entry.clone(), true);
+            continue;
+        }
+        let grown = if stored.is_empty() { entry.len() } else { length + 1 + entry.len() };
+        if grown > max_bytes {
+            continue;
+        }
+        length = grown;
+        stored.insert(entry.clone());
+        landed.insert(entry.clone(), true);
+    }
+    let value = (!stored.is_empty()).then(|| stored.into_iter().collect::<Vec<_>>().join(","));
+    (value, landed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 33, finding 4: at 4,000-5,000 entries the whole annotation was refused by the API server on every
+    /// write, retried each second for ever. What fits is written, removals first; the rest stays pending.
+    #[test]
+    fn the_annotation_takes_what_fits_and_removals_first() {
+        let stored: BTreeSet<String> = ["10.0.0.1@a/m1".to_owned()].into();
+        let changes: BTreeMap<String, bool> = [
+            ("10.0.0.1@a/m1".to_owned(), false),
+            ("10.0.0.2@a/m2".to_owned(), true),
+            ("10.0.0.3@a/m3".to_owned(), true),
+        ]
+        .into();
+        let (value, landed) = fit(stored, &changes, 30);
+        assert_eq!(value.as_deref(), Some("10.0.0.2@a/m2,10.0.0.3@a/m3"));
+        assert_eq!(landed, changes);
+        let (value, landed) = fit(BTreeSet::new(), &changes, 20);
+        assert_eq!(value.as_deref(), Some("10.0.0.2@a/m2"), "what fits");
+        assert_eq!(landed.len(), 2, "the removal and one addition: {landed:?}");
+        assert!(!landed.contains_key("10.0.0.3@a/m3"));
+        let many: BTreeMap<String, bool> = (0..20_000)
+            .map(|i| (format!("10.{}.{}.{}@ns/machine-{i}", i / 65536, i / 256 % 256, i % 256), true))
+            .collect();
+        let (value, landed) = fit(BTreeSet::new(), &many, MAX_BYTES);
+        assert!(value.is_some_and(|v| v.len() <= MAX_BYTES));
+        assert!(landed.len() > 4_000 && landed.len() < many.len(), "{}", landed.len());
+    }
 }

@@ -12,7 +12,7 @@ use jiff::{SignedDuration, Timestamp};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use super::{Context, ipaddress};
+use super::{Context, Error, ipaddress};
 use crate::index::{AddressRecord, ObjectKey};
 
 /// When each IPAddress whose claim is gone was first seen so: its release waits out the sweep's delay and its pool's
@@ -57,6 +57,7 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     let Some(record) = ctx.index.address(key).filter(AddressRecord::made_for_a_claim) else {
         return;
     };
+    mark_moved_away(ctx, key, &record).await;
     if ctx.index.keeps_orphan(key, &record) {
         return;
     }
@@ -66,6 +67,23 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
         return;
     }
     release_if_claim_gone(ctx, key, &record).await;
+}
+
+/// An IPAddress of a global pool whose claim moved away (deleted for a move, or of a Cluster moved away) is marked so
+/// on the object itself before anything else: its address is in use on the other management cluster, and the mark,
+/// unlike what this process knows, survives a restart and holds while the pool's annotation has no room for it
+/// (docs/operations.md). A failed mark is tried again by the next sweep.
+async fn mark_moved_away(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
+    if !record.pool.kind.is_global() || !record.moving_away || record.marked_moved_away || record.deleting {
+        return;
+    }
+    let Some(resource_version) = record.revision.text() else { return };
+    match ctx.api.mark_address_moved_away(key, &resource_version).await {
+        Ok(marked) => {
+            ctx.index.remember_address(key, &marked);
+        }
+        Err(e) => ctx.report_failure("marking the IPAddress of a claim moved away", key, &Error::api("marking")(e)),
+    }
 }
 
 /// The reuse grace period of the IPAddress's pool (`addressReuseGracePeriodSeconds`; none for a pool gone or going,
@@ -80,7 +98,12 @@ fn reuse_grace(ctx: &Context, record: &AddressRecord) -> SignedDuration {
 /// still waits to be recorded as moved away (released first, a restart would lose the reservation).
 async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
     if record.moving_away && ctx.index.moved_away_unwritten(&record.pool, key) {
-        return;
+        if !record.deleting || record.delete_for_move {
+            return;
+        }
+        // Deleted while its address waited to be recorded (ours waits for the entry, clusterctl's carries
+        // `delete-for-move`): an operator freeing it (docs/operations.md), as they asked.
+        ctx.index.moved_away_cancelled(&record.pool, key);
     }
     match ipaddress::release_orphan(ctx, key, record).await {
         Ok(()) => ctx.orphaned_since.forget(key),
@@ -98,6 +121,7 @@ pub(crate) async fn sweep(ctx: &Context, delay: Duration) {
     let still: HashSet<ObjectKey> = candidates.iter().map(|(k, _)| k.clone()).collect();
     ctx.orphaned_since.keep_only(&still);
     for (key, record) in candidates {
+        mark_moved_away(ctx, &key, &record).await;
         let since = ctx.orphaned_since.mark(&key, now);
         if now < since + delay.max(reuse_grace(ctx, &record)) {
             continue;

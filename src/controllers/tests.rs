@@ -28,6 +28,7 @@ fn test_context() -> Context {
         concurrency: 1,
         orphan_release_delay: Duration::from_secs(1),
         restore_wait: Duration::from_secs(120),
+        moved_away_max_bytes: moved_away::MAX_BYTES,
     };
     let (_, synced) = watch::channel(true);
     let metrics = Arc::new(Metrics::new());

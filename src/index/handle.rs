@@ -86,6 +86,10 @@ impl Index {
         self.read(|s| s.is_moved_holder(pool, key))
     }
 
+    pub fn moved_away_cancelled(&self, pool: &PoolKey, key: &ObjectKey) {
+        self.write(|s| s.moved_away_cancelled(pool, key))
+    }
+
     pub fn blocked_elsewhere(&self, key: &ObjectKey) {
         self.write(|s| s.blocked_elsewhere(key))
     }

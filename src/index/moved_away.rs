@@ -77,6 +77,19 @@ impl State {
             .any(|(entry, add)| *add && parse(pool, entry).is_some_and(|e| e.held == held))
     }
 
+    /// The IPAddress `address`, left behind by a move and waiting for room in the pool's annotation, is deleted by an
+    /// operator: its address is not to be reserved (docs/operations.md), and its entry is not written.
+    pub fn moved_away_cancelled(&mut self, pool: &PoolKey, address: &ObjectKey) {
+        let Some(held) = self.registry.held_by(pool, address) else { return };
+        let entry = entry_text(held, address);
+        if let Some(ledger) = self.moved_away.pools.get_mut(pool)
+            && ledger.pending.get(&entry) == Some(&true)
+        {
+            ledger.pending.remove(&entry);
+            info!(pool = %pool, ipaddress = %address, address = %held, "an IPAddress left behind by a move was deleted before its address could be recorded; the address is free");
+        }
+    }
+
     /// The changes to the pool's annotation not written yet.
     pub fn moved_away_pending(&self, pool: &PoolKey) -> BTreeMap<String, bool> {
         self.moved_away.pools.get(pool).map(|l| l.pending.clone()).unwrap_or_default()

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use super::{PoolKey, revision_of};
-use crate::api::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, PROTECT_ADDRESS_FINALIZER};
+use crate::api::{
+    CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK, PROTECT_ADDRESS_FINALIZER,
+};
 use crate::capi::IpAddress;
 use crate::compact::{ResourceVersion, Uid, intern};
 
@@ -33,6 +35,11 @@ pub struct AddressRecord {
     pub deleting: bool,
     /// clusterctl is deleting it for a move (`moved_away`).
     pub moving_away: bool,
+    /// It carries clusterctl's `delete-for-move` itself.
+    pub delete_for_move: bool,
+    /// It carries our mark of an IPAddress a move left behind (`MOVED_AWAY_MARK`): it moved away for good, also after
+    /// a restart.
+    pub marked_moved_away: bool,
 }
 
 impl AddressRecord {
@@ -50,6 +57,9 @@ impl AddressRecord {
                 .find(|o| o.kind == k && o.name == name)
                 .map(|o| Uid::of(&o.uid))
         };
+        let annotation = |k: &str| object.metadata.annotations.as_ref().and_then(|a| a.get(k));
+        let marked_moved_away =
+            kind.is_global() && annotation(MOVED_AWAY_ANNOTATION).is_some_and(|v| v == MOVED_AWAY_MARK);
         Some(Self {
             uid: object.metadata.uid.as_deref().map(Uid::of),
             revision: revision_of(&object.metadata),
@@ -60,11 +70,9 @@ impl AddressRecord {
             pool_owner: owner(kind.kind(), &pool.name),
             cluster_label: object.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)).map(|v| intern(v)),
             deleting: object.metadata.deletion_timestamp.is_some(),
-            moving_away: object
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(DELETE_FOR_MOVE_ANNOTATION)),
+            delete_for_move: annotation(DELETE_FOR_MOVE_ANNOTATION).is_some(),
+            moving_away: annotation(DELETE_FOR_MOVE_ANNOTATION).is_some() || marked_moved_away,
+            marked_moved_away,
             pool,
         })
     }

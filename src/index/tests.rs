@@ -398,7 +398,8 @@ fn orphans_are_ipaddresses_of_claims_gone_whose_cluster_is_not_paused() {
 fn what_is_kept_per_object_stays_small() {
     use std::mem::size_of;
     assert!(size_of::<Claim>() <= 232, "Claim: {} bytes", size_of::<Claim>());
-    assert!(size_of::<AddressRecord>() <= 88, "AddressRecord: {} bytes", size_of::<AddressRecord>());
+    // 96 since issue 33 (clusterctl's `delete-for-move` and our moved-away mark, apart): 0.8 MB more for 100,000.
+    assert!(size_of::<AddressRecord>() <= 96, "AddressRecord: {} bytes", size_of::<AddressRecord>());
     assert!(size_of::<Held>() <= 20, "Held: {} bytes", size_of::<Held>());
     assert_eq!(size_of::<ObjectKey>(), 32);
 }

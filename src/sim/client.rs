@@ -13,8 +13,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::server::{Deletion, Kind, Server};
-use crate::api::Pool;
 use crate::api::v1alpha2::PoolStatus;
+use crate::api::{MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK, Pool};
 use crate::apiserver::client::removed;
 use crate::apiserver::{
     ApiError, ApiServer, Call, Deleted, FinalizerAt, Read, Removed, Repair, StoredConditions, Target,
@@ -247,6 +247,12 @@ impl ApiServer for SimApi {
 
     fn repair_address<'a>(&'a self, key: &'a ObjectKey, repair: &'a Repair) -> Call<'a, IpAddress> {
         let patch = requests::repair(repair);
+        let sent = self.send(Op::PatchMerge { kind: Kind::Address, key: key.clone(), patch, status: false });
+        Box::pin(async move { parse(required(sent.await?)?) })
+    }
+
+    fn mark_address_moved_away<'a>(&'a self, key: &'a ObjectKey, resource_version: &'a str) -> Call<'a, IpAddress> {
+        let patch = requests::annotation(resource_version, MOVED_AWAY_ANNOTATION, Some(MOVED_AWAY_MARK));
         let sent = self.send(Op::PatchMerge { kind: Kind::Address, key: key.clone(), patch, status: false });
         Box::pin(async move { parse(required(sent.await?)?) })
     }

@@ -667,3 +667,87 @@ fn a_claim_adopts_only_the_ipaddress_it_judged() {
     let m1_address = w.read(Kind::Address, &m1).map(|a| a["spec"]["address"].clone());
     assert!(!(m1_bound && m1_address == Some(taken)), "m0 and m1 are bound to one address:\n{}", w.trace_text());
 }
+
+/// Issue 33, finding 4: the moved-away annotation was rewritten whole on every change, and once it grew past the API
+/// server's limit every write was refused, retried each second for ever. The IPAddresses a move left behind were held
+/// back only by what the process knew; a restart lost it, released them as orphans, and handed their addresses out
+/// while the other management cluster used them. Now what fits is written, and the IPAddresses whose address does
+/// not fit carry our mark and are kept, across a restart, until an operator frees them.
+#[test]
+fn a_move_too_large_for_the_annotation_loses_nothing_across_a_restart() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3 });
+    // Room for one entry in the annotation; an API server that refuses two.
+    w.limit_annotations(14, 50);
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    let (m1, _) = claim_of_cluster(&mut w, "m1");
+    w.begin_term();
+    w.deliver_all(&[]);
+    for m in [&m0, &m1] {
+        w.run_job(Job::Claim(m.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+    }
+    let moved: Vec<Value> =
+        [&m0, &m1].iter().map(|m| w.read(Kind::Address, m).expect("an IPAddress")["spec"]["address"].clone()).collect();
+    // clusterctl moves cl away.
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    for m in [&m0, &m1] {
+        w.patch(Kind::Claim, m, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+        w.force_delete_claim(m);
+    }
+    w.deliver_all(&[]);
+    for m in [&m0, &m1] {
+        w.run_job(Job::Gone(m.clone()));
+        w.answer_everything();
+    }
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_job(Job::Sweep);
+    w.answer_everything();
+    w.deliver_all(&[]);
+    // The manager restarts: what it knew goes.
+    w.end_this_term();
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Sweep);
+    w.answer_everything();
+    w.deliver_all(&[]);
+    // Users create claims in the other namespace: none may get an address in use over there.
+    let others: Vec<ObjectKey> = ["x0", "x1", "x2"].iter().map(|n| w.create_claim_named(1, n, gip)).collect();
+    w.deliver_all(&[]);
+    for x in &others {
+        w.run_job(Job::Claim(x.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+    }
+    let result = w.finish();
+    fails(&w, result);
+    for x in &others {
+        if let Some(a) = w.read(Kind::Address, x) {
+            assert!(
+                !moved.contains(&a["spec"]["address"]),
+                "{x} got {} in use over there:\n{}",
+                a["spec"]["address"],
+                w.trace_text()
+            );
+        }
+    }
+    let recorded = moved_away_entries(&w);
+    let kept: Vec<ObjectKey> = [&m0, &m1].into_iter().filter(|m| w.read(Kind::Address, m).is_some()).cloned().collect();
+    assert_eq!(
+        recorded.split(',').filter(|e| !e.is_empty()).count() + kept.len(),
+        2,
+        "each address recorded once: {recorded:?}, kept {kept:?}\n{}",
+        w.trace_text()
+    );
+    for m in &kept {
+        let a = w.read(Kind::Address, m).expect("kept");
+        assert_eq!(a["metadata"]["annotations"][MOVED_AWAY_ANNOTATION], "true", "{m} is kept by our mark: {a}");
+    }
+}

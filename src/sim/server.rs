@@ -72,6 +72,18 @@ pub struct Server {
     logs: BTreeMap<Kind, Vec<Logged>>,
     /// Seconds since the start, for timestamps (the simulation has no wall clock).
     pub clock: i64,
+    /// The most bytes an object's annotations may take, keys and values (the API server's 256 KiB; 0: that).
+    pub annotation_limit: usize,
+}
+
+/// The API server's limit on an object's annotations, keys and values together.
+pub const ANNOTATION_LIMIT: usize = 256 * 1024;
+
+/// The bytes of an object's annotations, as the API server counts them.
+fn annotation_bytes(object: &Value) -> usize {
+    object["metadata"]["annotations"]
+        .as_object()
+        .map_or(0, |a| a.iter().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum())
 }
 
 pub fn key_of(object: &Value) -> ObjectKey {
@@ -113,6 +125,18 @@ impl Server {
         self.revision
     }
 
+    /// The API server refuses an object whose annotations are too large (422), whatever else the write does.
+    fn check_size(&self, object: &Value) -> Result<(), ApiError> {
+        let limit = if self.annotation_limit == 0 { ANNOTATION_LIMIT } else { self.annotation_limit };
+        let bytes = annotation_bytes(object);
+        if bytes > limit {
+            return Err(invalid(format!(
+                "metadata.annotations: Too long: may not be more than {limit} bytes (it would be {bytes})"
+            )));
+        }
+        Ok(())
+    }
+
     pub fn get(&self, kind: Kind, key: &ObjectKey) -> Option<&Value> {
         self.objects.get(&(kind, key.clone()))
     }
@@ -149,6 +173,7 @@ impl Server {
         if self.objects.contains_key(&(kind, key.clone())) {
             return Err(ApiError::AlreadyExists(format!("{} \"{}\" already exists", kind.name(), key.name)));
         }
+        self.check_size(&object)?;
         self.uids += 1;
         let uid = format!("00000000-0000-4000-8000-{:012x}", self.uids);
         let revision = self.next_revision();
@@ -252,6 +277,7 @@ impl Server {
         if without_revision(&new) == without_revision(&old) {
             return Ok(old);
         }
+        self.check_size(&new)?;
         if !status && new["spec"] != old["spec"] {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
             new["metadata"]["generation"] = json!(generation + 1);

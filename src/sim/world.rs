@@ -329,6 +329,8 @@ struct Swarm {
     users: [u32; 11],
     /// Percent of answered requests that fail instead.
     failures: u64,
+    /// The room of the moved-away annotation: now and then only two entries', so that a move overflows it.
+    moved_away_max_bytes: usize,
 }
 
 impl Swarm {
@@ -355,7 +357,8 @@ impl Swarm {
         for w in &mut users {
             *w = (*w * [1, 3, 9][rng.below(3)]).div_ceil(3);
         }
-        Swarm { watch_speed, steps, users, failures: [0, 5, 15, 30][rng.below(4)] }
+        let moved_away_max_bytes = if rng.chance(20) { 30 } else { controllers::moved_away::MAX_BYTES };
+        Swarm { watch_speed, steps, users, failures: [0, 5, 15, 30][rng.below(4)], moved_away_max_bytes }
     }
 }
 
@@ -452,12 +455,17 @@ impl World {
     pub fn new(seed: u64, options: Options) -> World {
         let mut rng = Rng::new(seed);
         let swarm = Swarm::new(&mut rng);
+        let hub: Arc<Mutex<Hub>> = Arc::default();
+        if swarm.moved_away_max_bytes < controllers::moved_away::MAX_BYTES {
+            // An API server whose annotation limit a move would exceed, as 4,000 addresses moved away do a real one.
+            lock(&hub).server.annotation_limit = 200;
+        }
         World {
             seed,
             rng,
             swarm,
             options,
-            hub: Arc::default(),
+            hub,
             term: None,
             next_term: 0,
             shapes: BTreeMap::new(),
@@ -605,6 +613,7 @@ impl World {
             concurrency: 4,
             orphan_release_delay: Duration::from_secs(1),
             restore_wait: Duration::from_secs(120),
+            moved_away_max_bytes: self.swarm.moved_away_max_bytes,
         };
         let clock = controllers::Clock::Fixed(jiff::Timestamp::from_second(1_700_000_000).unwrap_or_default());
         let ctx =
@@ -846,6 +855,7 @@ impl World {
             Job::MovedAway(key) => {
                 let sink = term.sink.clone();
                 Box::pin(async move {
+                    // A write the annotation had no room for is not retried here: it waits for room.
                     if controllers::moved_away::write(&ctx, &key).await.is_err() {
                         // The writer retries a failed write.
                         sink.moved_away_changed(key);
@@ -1400,6 +1410,16 @@ impl World {
                 json!({"metadata": {"annotations": { MOVED_AWAY_ANNOTATION: value }}}),
             );
         }
+        // And the IPAddresses left behind that the annotation had no room for (docs/operations.md).
+        let marked: Vec<ObjectKey> = self
+            .objects(Kind::Address)
+            .iter()
+            .filter(|a| *key_of(a).namespace == *NAMESPACES[n] && is_marked_moved_away(a))
+            .map(key_of)
+            .collect();
+        for key in marked {
+            let _ = self.server_delete(Kind::Address, &key);
+        }
         self.note(|| {
             format!("an operator frees the addresses of Cluster {}/{CLUSTER}, deleted over there", NAMESPACES[n])
         });
@@ -1411,6 +1431,17 @@ impl World {
     /// A world that does nothing by itself: the script creates, delivers and answers.
     pub(super) fn scripted() -> World {
         World::new(0, Options { replicas: 1, steps: 0, late: Late::BeforeNextTerm, trace: true })
+    }
+
+    /// The room of the moved-away annotation (for the terms begun from now on), and the API server's limit on an
+    /// object's annotations.
+    pub(super) fn limit_annotations(&mut self, moved_away_room: usize, server_limit: usize) {
+        self.swarm.moved_away_max_bytes = moved_away_room;
+        lock(&self.hub).server.annotation_limit = server_limit;
+    }
+
+    pub(super) fn end_this_term(&mut self) {
+        self.end_term();
     }
 
     pub(super) fn create_pool_shaped(&mut self, pool: PoolId, shape: Shape) {
@@ -1785,8 +1816,17 @@ impl World {
             return;
         }
         let recorded: Vec<Held> = entries_of(&object).iter().filter_map(|e| Held::of_entry(pool, e)).collect();
+        // An address the annotation had no room for is recorded on the IPAddress left behind, by our mark.
+        let marked: Vec<String> = self
+            .objects(Kind::Address)
+            .iter()
+            .filter(|a| is_marked_moved_away(a))
+            .filter_map(|a| a["metadata"]["uid"].as_str().map(str::to_owned))
+            .collect();
         for (h, e) in &mut self.elsewhere {
-            if !recorded.contains(h) {
+            if marked.contains(&e.left_behind) {
+                e.protected = true;
+            } else if !recorded.contains(h) {
                 e.seen_absent = true;
             } else if e.seen_absent {
                 e.protected = true;
@@ -1838,6 +1878,10 @@ impl World {
             let labelled =
                 a.pointer("/metadata/labels").and_then(|l| l.get(CLUSTER_NAME_LABEL)).and_then(Value::as_str);
             if labelled == Some(CLUSTER) && paused_cluster(&key.namespace) {
+                continue;
+            }
+            // Left behind by a move, its address in use over there, and no room in the pool's annotation: kept.
+            if is_marked_moved_away(a) {
                 continue;
             }
             if !claims.iter().any(|c| key_of(c) == key) {
@@ -2013,6 +2057,12 @@ fn pool_of_address(address: &Value) -> Option<PoolId> {
     let kind = address.pointer("/spec/poolRef/kind")?.as_str()?;
     let name = address.pointer("/spec/poolRef/name")?.as_str()?;
     PoolId::of_reference(kind, name, &key_of(address).namespace)
+}
+
+/// Whether an IPAddress carries our mark of one a move left behind.
+fn is_marked_moved_away(address: &Value) -> bool {
+    address.pointer("/metadata/annotations").and_then(|a| a.get(MOVED_AWAY_ANNOTATION)).and_then(Value::as_str)
+        == Some(crate::api::MOVED_AWAY_MARK)
 }
 
 fn entries_of(pool: &Value) -> Vec<String> {
