@@ -39,6 +39,11 @@ pub struct Args {
     #[arg(long, env = "POD_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
 
+    /// The leader-election Lease, `<name>` or `<namespace>/<name>` (as the Cluster API Operator passes it). Managers
+    /// with different --watch-filter values in one namespace each need their own.
+    #[arg(long, default_value = "7bb7acb4.ipam.cluster.x-k8s.io")]
+    pub leader_election_id: String,
+
     /// Only watch this namespace (default: all namespaces).
     #[arg(long, default_value = "")]
     pub namespace: String,

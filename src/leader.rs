@@ -228,7 +228,21 @@ impl Elector {
                 }
                 Attempt::Other { holder } => {
                     if waiting_for.as_ref() != Some(&holder) {
-                        info!(lease = %self.name, %holder, "another replica holds the lease; waiting");
+                        let (theirs, ours) =
+                            (crate::manager::shard_of(&holder), crate::manager::shard_of(&self.identity));
+                        if theirs.is_some() && theirs != ours {
+                            tracing::error!(
+                                lease = %self.name,
+                                %holder,
+                                "the lease is held by the manager of another shard (--watch-filter={}): this one \
+                                 (--watch-filter={}) never leads while they share it, and its claims wait; give each \
+                                 its own --leader-election-id, or run them in different namespaces",
+                                theirs.unwrap_or_default(),
+                                ours.unwrap_or_default()
+                            );
+                        } else {
+                            info!(lease = %self.name, %holder, "another replica holds the lease; waiting");
+                        }
                         waiting_for = Some(holder);
                     }
                 }

@@ -63,6 +63,15 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// The Lease's namespace and name: `--leader-election-id=<namespace>/<name>`, else `--leader-election-namespace` (or
+/// the pod's namespace) and `--leader-election-id`.
+fn leader_election_lease(args: &Args) -> (String, String) {
+    match args.leader_election_id.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => (namespace.to_owned(), name.to_owned()),
+        _ => (leader_election_namespace(args), args.leader_election_id.clone()),
+    }
+}
+
 fn leader_election_namespace(args: &Args) -> String {
     args.leader_election_namespace
         .clone()
@@ -72,7 +81,16 @@ fn leader_election_namespace(args: &Args) -> String {
         .unwrap_or_else(|| "default".to_owned())
 }
 
-fn identity() -> String {
+/// How a Lease holder's identity names its manager's `--watch-filter` (after the host and a random part): a replica
+/// waiting for a Lease held by another shard says so, since it never leads while they share it.
+const SHARD_MARK: &str = "_watch-filter=";
+
+/// The `--watch-filter` a holder identity names; `None` when it names none (no filter, or the Go provider).
+pub fn shard_of(identity: &str) -> Option<&str> {
+    identity.split_once(SHARD_MARK).map(|(_, shard)| shard)
+}
+
+fn identity(shard: Option<&str>) -> String {
     use std::hash::{BuildHasher, RandomState};
     let host = std::env::var("HOSTNAME")
         .ok()
@@ -80,7 +98,11 @@ fn identity() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "manager".to_owned());
-    format!("{host}_{:016x}", RandomState::new().hash_one(std::process::id()))
+    let id = format!("{host}_{:016x}", RandomState::new().hash_one(std::process::id()));
+    match shard {
+        Some(shard) => format!("{id}{SHARD_MARK}{shard}"),
+        None => id,
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -191,9 +213,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if args.leader_elect {
         // A replica that does not lead has no caches to wait for.
         readiness.set_caches_synced(true);
-        let namespace = leader_election_namespace(&args);
+        let lease = leader_election_lease(&args);
         let (client, metrics, readiness, stop) = (client.clone(), metrics.clone(), readiness.clone(), stop.clone());
-        tasks.spawn("leader election", lead(client, namespace, timings, options, metrics, readiness, stop));
+        tasks.spawn("leader election", lead(client, lease, timings, options, metrics, readiness, stop));
     } else {
         let (client, metrics, readiness, stop) = (client.clone(), metrics.clone(), readiness.clone(), stop.clone());
         let synced = move || readiness.set_caches_synced(true);
@@ -223,19 +245,19 @@ async fn supervise(mut tasks: Supervisor, stop: CancellationToken) -> anyhow::Re
 /// another replica is an error (crash-only, like controller-runtime). On shutdown the Lease is released.
 async fn lead(
     client: Client,
-    namespace: String,
+    (namespace, lease): (String, String),
     timings: Timings,
     options: ControllerOptions,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let identity = identity();
-    let mut elector = Elector::new(client.clone(), &namespace, LEADER_ELECTION_ID, &identity, timings);
-    info!(lease = LEADER_ELECTION_ID, %namespace, %identity, "waiting for leadership");
+    let identity = identity(options.watch_filter.as_deref());
+    let mut elector = Elector::new(client.clone(), &namespace, &lease, &identity, timings);
+    info!(%lease, %namespace, %identity, "waiting for leadership");
     let result = loop {
         let Some(fence) = elector.acquire(&stop).await else { break Ok(()) };
-        info!(lease = LEADER_ELECTION_ID, %identity, "became the leader");
+        info!(%lease, %identity, "became the leader");
         metrics.set_leading(true);
         readiness.set_caches_synced(false);
         let controllers_stop = stop.child_token();
@@ -263,7 +285,7 @@ async fn lead(
             Ok(TermEnd::DeadlinePassed) => {
                 metrics.fenced();
                 error!(
-                    lease = LEADER_ELECTION_ID,
+                    %lease,
                     renew_deadline = ?timings.renew_deadline,
                     "fenced: the lease was not renewed within the renew deadline; stopped allocating and dropped \
                      every cache; retrying as a candidate"
@@ -276,7 +298,7 @@ async fn lead(
                 }
             }
             Ok(TermEnd::Lost { holder }) => {
-                break Err(anyhow::anyhow!("lost the leader election lease {LEADER_ELECTION_ID} to {holder}"));
+                break Err(anyhow::anyhow!("lost the leader election lease {lease} to {holder}"));
             }
             Err(Ok(())) if stop.is_cancelled() => break Ok(()),
             Err(Ok(())) => break Err(anyhow::anyhow!("the controllers stopped unexpectedly")),

@@ -390,3 +390,89 @@ async fn the_go_providers_flags_start_a_manager_that_means_them() {
         assert!(claim.finalizers().is_empty(), "{namespace}/{name} got a finalizer: {:?}", claim.finalizers());
     }
 }
+
+/// Issue 33, finding 3: two of our managers with different `--watch-filter` values allocated from one pool with
+/// separate state and bound two claims to one address; each took the other's IPAddresses for orphans; and with both
+/// Leases in one namespace one shard never led. A pool now belongs to the shard its `cluster.x-k8s.io/watch-filter`
+/// label names: only that shard's manager allocates from it and writes its status, a claim no manager serves is told
+/// why in the same words by any manager, and shards in one namespace lead through Leases of their own
+/// (`--leader-election-id`), a shared one being said loudly.
+#[tokio::test]
+async fn managers_of_two_shards_serve_their_own_pools_and_never_share_an_address() {
+    let _one = ONE_MANAGER_AT_A_TIME.lock().await;
+    let env = TestEnv::new("shards").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    let (a, b) = (support::unique_name("shard-a"), support::unique_name("shard-b"));
+    let start = |filter: &str, lease: Option<String>| {
+        let mut args = vec![
+            "--leader-elect".to_owned(),
+            format!("--leader-election-namespace={ns}"),
+            format!("--namespace={ns}"),
+            format!("--watch-filter={filter}"),
+            "--insecure-diagnostics".to_owned(),
+        ];
+        args.extend(lease.map(|l| format!("--leader-election-id={l}")));
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Manager::started(Plane::shared(), Launch::default(), &args).await
+        }
+    };
+    let manager_a = start(&a, None).await;
+    let manager_b = start(&b, Some(format!("{ns}/shard-b.ipam.cluster.x-k8s.io"))).await;
+    // Two pools over the same addresses, one per shard, labelled from the start.
+    let pools = support::claims::pools(c, "InClusterIPPool", ns);
+    for (name, shard) in [("pool-a", &a), ("pool-b", &b)] {
+        let mut pool =
+            DynamicObject::new(name, &support::resource("ipam.cluster.x-k8s.io", "v1alpha2", "InClusterIPPool"));
+        pool.metadata.labels = Some([("cluster.x-k8s.io/watch-filter".to_owned(), shard.clone())].into());
+        pool.data = json!({"spec": {"addresses": ["10.63.0.1-10.63.0.3"], "prefix": 24}});
+        pools.create(&PostParams::default(), &pool).await.expect("pool");
+    }
+    // Each shard's manager has written its own pool's status: both have seen both pools by now.
+    for pool in ["pool-a", "pool-b"] {
+        wait_pool_counts(c, "InClusterIPPool", ns, pool, (3, 0, 3, 0)).await;
+    }
+    let labelled = |name: &str, pool: &str, shard: &str| {
+        let mut claim = CAPI.claim(name, "InClusterIPPool", pool);
+        claim.metadata.labels = Some([("cluster.x-k8s.io/watch-filter".to_owned(), shard.to_owned())].into());
+        claim
+    };
+    let claims = CAPI.claims(c, ns);
+    for (name, pool, shard) in
+        [("a0", "pool-a", &a), ("a1", "pool-a", &a), ("b0", "pool-b", &b), ("stray", "pool-a", &b)]
+    {
+        claims.create(&PostParams::default(), &labelled(name, pool, shard)).await.expect("claim");
+    }
+    // Each shard's claims are bound by its own manager, both leading in one namespace.
+    let mut a_addresses = HashSet::new();
+    for name in ["a0", "a1"] {
+        assert!(a_addresses.insert(address_of(&CAPI.wait_bound(c, ns, name).await)), "one address twice in pool-a");
+    }
+    CAPI.wait_bound(c, ns, "b0").await;
+    // A claim of shard b on shard a's pool: neither manager serves it, and it is told why.
+    let ready = CAPI.wait_reason(c, ns, "stray", "PoolNotReady").await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&format!("--watch-filter={a}")) && message.contains("label the claim"), "{message}");
+    assert!(
+        claims.get("stray").await.expect("claim").finalizers().is_empty(),
+        "no finalizer from a manager that does not serve it"
+    );
+    assert!(CAPI.addresses(c, ns).get_opt("stray").await.expect("get").is_none(), "no IPAddress for it");
+    // Only pool-a's manager writes pool-a's status (its counts are its own claims'), and no orphan sweep of one
+    // shard touches the other's IPAddresses.
+    wait_pool_counts(c, "InClusterIPPool", ns, "pool-a", (3, 2, 1, 0)).await;
+    wait_pool_counts(c, "InClusterIPPool", ns, "pool-b", (3, 1, 2, 0)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for name in ["a0", "a1", "b0"] {
+        let address = CAPI.addresses(c, ns).get(name).await.expect("still there");
+        assert!(address.metadata.deletion_timestamp.is_none(), "{name}'s IPAddress is being deleted");
+    }
+    assert!(manager_a.is_running() && manager_b.is_running());
+    // A third shard sharing shard a's Lease never leads, and says why.
+    let c_shard = support::unique_name("shard-c");
+    let manager_c = start(&c_shard, None).await;
+    eventually(Duration::from_secs(30), "the shared Lease said", || async {
+        manager_c.log_tail(200).contains("held by the manager of another shard").then_some(())
+    })
+    .await;
+}

@@ -68,6 +68,12 @@ impl Pool {
         self.metadata.deletion_timestamp.is_some()
     }
 
+    /// The shard the pool belongs to: its `cluster.x-k8s.io/watch-filter` label, served only by the manager started
+    /// with `--watch-filter=<that value>` (docs/operations.md); `None`: any manager's.
+    pub fn shard(&self) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(super::WATCH_FILTER_LABEL).map(String::as_str).filter(|v| !v.is_empty())
+    }
+
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.metadata.annotations.as_ref()?.get(key).map(String::as_str)
     }

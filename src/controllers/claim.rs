@@ -12,11 +12,11 @@ use tracing::{debug, info};
 use super::events::{EventType, Note};
 use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
 use super::{Context, Error, finalizers, ipaddress};
-use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
+use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER, WATCH_FILTER_LABEL};
 use crate::apiserver::{ApiError, Read, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, AllocateError, Assigned, ClaimView, Index, ObjectKey, PoolKey};
+use crate::index::{AddressRecord, AllocateError, Assigned, ClaimView, Index, ObjectKey, PoolKey, Served};
 use crate::runtime::queue::Next;
 use crate::runtime::retry::RECHECK;
 
@@ -89,6 +89,25 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     let Some(kind) = claim.pool_kind else { return Ok(Next::AwaitChange) };
     let view = ctx.index.claim_view(claim, PoolKey::new(kind, &key.namespace, &claim.pool_name));
     let pool_key = view.pool_key.clone();
+    match &view.served {
+        Served::Here => {}
+        // Its pool's shard's manager serves it (docs/operations.md, sharded managers).
+        Served::Elsewhere => return Ok(Next::AwaitChange),
+        Served::Nowhere { .. } if claim.deletion_timestamp.is_some() => {}
+        Served::Nowhere { pool_shard, claim_shard } => {
+            if claim.address_ref().is_none() {
+                // The same words from every manager that sees it, so that two never rewrite each other's.
+                let labelled = claim_shard.as_deref().map_or_else(|| "no such label".to_owned(), |s| format!("{s:?}"));
+                let message = format!(
+                    "{pool_key} belongs to the manager started with --watch-filter={pool_shard} (the pool's label \
+                     {WATCH_FILTER_LABEL}), which does not watch this claim (its label: {labelled}): label the claim \
+                     {WATCH_FILTER_LABEL}={pool_shard}, or use a pool of its own manager"
+                );
+                set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
+            }
+            return Ok(Next::AwaitChange);
+        }
+    }
     let gate = gate(claim, &view);
     if matches!(gate, Gate::Paused | Gate::WaitForCluster(..))
         && claim.address_ref().is_none()

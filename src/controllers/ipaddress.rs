@@ -162,8 +162,13 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         return Ok(());
     }
     match ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? {
-        // A claim of the name that would adopt it: not an orphan (the cache lagged). One of another pool cannot.
+        // A claim of the name that would adopt it: not an orphan (the cache lagged, or another manager serves it). One
+        // of another pool cannot.
         Some(live) if live.claim.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name) => {
+            let ours = ctx.options.watch_filter.as_deref();
+            if ours.is_some() && live.claim.watch_filter.as_deref() != ours {
+                ctx.index.claim_of_another_manager(key, record.uid, live.claim.watch_filter.as_deref());
+            }
             return Ok(());
         }
         _ => {}

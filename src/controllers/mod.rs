@@ -104,7 +104,7 @@ impl Context {
         sink: Arc<dyn Sink>,
         synced: watch::Receiver<bool>,
     ) -> Self {
-        let index = Arc::new(Index::new(sink.clone(), metrics.clone()));
+        let index = Arc::new(Index::of_shard(sink.clone(), metrics.clone(), options.watch_filter.as_deref()));
         let waiting: Arc<dyn crate::metrics::WaitingClaims> = index.clone();
         metrics.watch_waiting(Arc::downgrade(&waiting));
         let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());
@@ -399,6 +399,10 @@ async fn pool_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToken
 /// One run of a pool worker.
 pub async fn work_pool(ctx: &Context, key: &PoolKey) -> Outcome {
     let Some(pool) = ctx.index.pool(key) else { return Outcome::Done(Next::AwaitChange) };
+    if pool.shard().is_some_and(|shard| Some(shard) != ctx.options.watch_filter.as_deref()) {
+        // Another shard's pool: its manager writes its finalizer and status.
+        return Outcome::Done(Next::AwaitChange);
+    }
     match pool::reconcile(key, &pool, ctx).await {
         Ok(next) => Outcome::Done(next),
         Err(error) => ctx.failed("reconciling the pool", key, &error),

@@ -90,6 +90,10 @@ impl Index {
         self.write(|s| s.moved_away_cancelled(pool, key))
     }
 
+    pub fn claim_of_another_manager(&self, key: &ObjectKey, uid: Option<Uid>, claim_shard: Option<&str>) {
+        self.write(|s| s.claim_of_another_manager(key, uid, claim_shard))
+    }
+
     pub fn blocked_elsewhere(&self, key: &ObjectKey) {
         self.write(|s| s.blocked_elsewhere(key))
     }

@@ -31,7 +31,7 @@ use claims::{ClaimBook, ClaimCache};
 pub use record::AddressRecord;
 pub use registry::Registry;
 pub use registry::{AllocateError, Assigned, Duplicate, Held, ObjectKey, PoolKey};
-pub use view::ClaimView;
+pub use view::{ClaimView, Served};
 
 /// Where the index sends what it noticed.
 pub trait Sink: Send + Sync {
@@ -84,6 +84,11 @@ pub struct State {
     moved_away: moved_away::Ledger,
     /// Claims an IPAddress of their name of another pool or provider blocks (`blocked_elsewhere`).
     blocked_elsewhere: HashSet<ObjectKey>,
+    /// This manager's `--watch-filter`: it serves the pools labelled with it, and those labelled with none.
+    shard: Option<Arc<str>>,
+    /// IPAddresses (name and UID) of claims another manager serves (with another `--watch-filter`): never orphans of
+    /// ours, so the sweep leaves them alone.
+    others_claims: HashSet<(ObjectKey, Option<Uid>)>,
     /// What to tell the sink once the lock is released.
     notices: Vec<Notice>,
     metrics: Arc<Metrics>,
@@ -109,6 +114,8 @@ impl State {
             moved_clusters: HashSet::new(),
             moved_away: moved_away::Ledger::default(),
             blocked_elsewhere: HashSet::new(),
+            shard: None,
+            others_claims: HashSet::new(),
             notices: Vec::new(),
             metrics,
         }
@@ -148,6 +155,13 @@ pub struct Index {
 impl Index {
     pub fn new(sink: Arc<dyn Sink>, metrics: Arc<Metrics>) -> Self {
         Self { state: Mutex::new(State::new(metrics)), sink }
+    }
+
+    /// An index of the manager started with `--watch-filter=<shard>`.
+    pub fn of_shard(sink: Arc<dyn Sink>, metrics: Arc<Metrics>, shard: Option<&str>) -> Self {
+        let mut state = State::new(metrics);
+        state.shard = shard.map(crate::compact::intern);
+        Self { state: Mutex::new(state), sink }
     }
 
     /// Runs one step that writes the state; what it noticed goes to the sink once the lock is released.

@@ -115,10 +115,36 @@ impl State {
                 // A claim of the name in another pool cannot adopt it (IPAddress specs are immutable): still an orphan.
                 r.made_for_a_claim()
                     && !self.claims.get(k).is_some_and(|c| c.uses_pool(r.pool.kind, &r.pool.namespace, &r.pool.name))
+                    && self.serves_pool(&r.pool)
+                    && !self.others_claims.contains(&((*k).clone(), r.uid))
             })
             .map(|(k, r)| (k.clone(), r.clone()))
             .collect();
         candidates.into_iter().filter(|(key, record)| !self.keeps_orphan(key, record)).collect()
+    }
+
+    /// Whether this manager serves the pool: it has no shard (`cluster.x-k8s.io/watch-filter` label), or this
+    /// manager's. A pool not known (gone) is anyone's.
+    pub fn serves_pool(&self, pool: &PoolKey) -> bool {
+        self.pools.get(pool).and_then(|p| p.shard()).is_none_or(|shard| Some(shard) == self.shard.as_deref())
+    }
+
+    /// The IPAddress `key` (`uid`) of a pool without a shard belongs to a live claim this manager does not watch
+    /// (another `--watch-filter`): not an orphan of ours, and a sign that two managers allocate from one pool, which can
+    /// hand an address out twice (docs/operations.md: label the pool for one of them).
+    pub fn claim_of_another_manager(&mut self, key: &ObjectKey, uid: Option<Uid>, claim_shard: Option<&str>) {
+        if self.others_claims.insert((key.clone(), uid)) {
+            let pool = self.addresses.get(key).map(|r| r.pool.to_string()).unwrap_or_default();
+            tracing::warn!(
+                ipaddress = %key,
+                pool,
+                claim_watch_filter = claim_shard.unwrap_or_default(),
+                watch_filter = self.shard.as_deref().unwrap_or_default(),
+                "an IPAddress of this pool belongs to a claim another manager serves: managers with different \
+                 --watch-filter values must not share a pool, or they can hand an address out twice; label the pool \
+                 cluster.x-k8s.io/watch-filter=<value> for the one that is to serve it"
+            );
+        }
     }
 
     /// Whether the IPAddress `key`, whose claim is gone, is kept: its Cluster is paused (a move in progress), unless a

@@ -32,6 +32,21 @@ pub struct ClaimView {
     pub moved_away_unwritten: bool,
     /// What it holds is not an address the pool's spec allocates (the pool was edited while it was being created).
     pub out_of_range: bool,
+    /// Who serves the claim, given its pool's shard (`--watch-filter`).
+    pub served: Served,
+}
+
+/// Who serves a claim: the manager of its pool's shard (the pool's `cluster.x-k8s.io/watch-filter` label; a pool
+/// without one is any manager's, as in the Go provider).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// This manager (or the pool is not known yet).
+    Here,
+    /// The manager of the pool's shard, which watches this claim too: it is left alone.
+    Elsewhere,
+    /// No manager: the pool's shard's manager does not watch the claim (its label differs). Said in the claim's
+    /// status by whoever sees it, in the same words.
+    Nowhere { pool_shard: Arc<str>, claim_shard: Option<Arc<str>> },
 }
 
 impl ClaimView {
@@ -43,6 +58,18 @@ impl ClaimView {
 }
 
 impl State {
+    /// Who serves `claim`, whose pool is `pool_key` (see [`Served`]).
+    fn who_serves(&self, claim: &Claim, pool_key: PoolKey) -> Served {
+        let Some(pool_shard) = self.pools.get(&pool_key).and_then(|p| p.shard()) else { return Served::Here };
+        if Some(pool_shard) == self.shard.as_deref() {
+            return Served::Here;
+        }
+        if claim.watch_filter.as_deref() == Some(pool_shard) {
+            return Served::Elsewhere;
+        }
+        Served::Nowhere { pool_shard: crate::compact::intern(pool_shard), claim_shard: claim.watch_filter.clone() }
+    }
+
     /// The view of `claim`, whose pool is `pool_key`.
     pub fn claim_view(&self, claim: &Claim, pool_key: PoolKey) -> ClaimView {
         let key = &claim.key;
@@ -62,6 +89,7 @@ impl State {
             moved_one_wins,
             holds_reserved: self.holds_reserved(&pool_key, key),
             moved_away_unwritten: self.moved_away_unwritten(&pool_key, key),
+            served: self.who_serves(claim, pool_key.clone()),
             out_of_range: self
                 .held_by(&pool_key, key)
                 .is_some_and(|held| self.allocates(&pool_key, held) == Some(false)),
