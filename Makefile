@@ -75,3 +75,7 @@ bench-vs-caip: k8s-bin ## Side by side with the Go provider (built from its Go m
 .PHONY: bench-memory
 bench-memory: k8s-bin ## The manager's memory with 100,000 claims and IPAddresses cached (MEMORY_CLAIMS=n)
 	cargo bench --bench memory
+
+.PHONY: mutants
+mutants: ## The proof of the proof: each regression of tests/tools/mutants.py, one at a time, and what catches it
+	python3 $(TOOLS)/mutants.py $${MUTANTS_ONLY:+--only $$MUTANTS_ONLY}

@@ -130,6 +130,13 @@ impl Fence {
         Self { term: None }
     }
 
+    /// The fence of a term that ended already: no write passes it.
+    #[cfg(test)]
+    pub fn ended_term() -> Self {
+        let clock = TermClock::Tokio(Instant::now());
+        Self { term: Some(Arc::new(Term::new(clock, Duration::ZERO))) }
+    }
+
     /// Whether a write may be sent now.
     pub fn holds(&self) -> bool {
         self.term.as_ref().is_none_or(|t| t.holds())

@@ -280,3 +280,48 @@ pub fn removed(meta: &kube::api::ObjectMeta) -> Removed {
         Removed::Kept
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::PoolKind;
+    use crate::capi::CapiVersion;
+
+    /// Every write of the manager's client passes the leader fence (a deposed leader never writes): past an ended term
+    /// each is refused as fenced, without being sent. One sent anyway would meet the closed port below and fail as
+    /// unreachable instead. (The simulation runs its own client, so this is where a write that skips the fence shows.)
+    #[tokio::test]
+    async fn no_write_passes_an_ended_term() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let capi = CapiApis { ipam: CapiVersion::V1Beta2, cluster: Some(CapiVersion::V1Beta2) };
+        let api = KubeApi::new(client, capi, Fence::ended_term());
+        let key = ObjectKey::new("ns", "c");
+        let pool = PoolKey::new(PoolKind::InClusterIPPool, "ns", "p");
+        let read = Read { resource_version: "1".into(), has_finalizers: false };
+        let at = FinalizerAt { index: 0, uid: "u".into() };
+        let repair = Repair {
+            resource_version: "1".into(),
+            owner_references: Vec::new(),
+            finalizers: Vec::new(),
+            cluster_label: None,
+            unmark_moved_away: false,
+        };
+        let address = IpAddress::default();
+        let fenced = |what: &str, result: Result<(), ApiError>| {
+            assert!(matches!(result, Err(ApiError::Fenced(_))), "{what} was not fenced: {result:?}");
+        };
+        fenced("add_claim_finalizer", api.add_claim_finalizer(&key, "f", &read).await.map(|_| ()));
+        let status = ClaimStatusPatch { conditions: Vec::new(), deprecated: None, v1beta2: None, address_ref: None };
+        fenced("patch_claim_status", api.patch_claim_status(&key, "1", &status).await);
+        fenced("create_address", api.create_address(&address).await.map(|_| ()));
+        fenced("repair_address", api.repair_address(&key, &repair).await.map(|_| ()));
+        fenced("mark_address_moved_away", api.mark_address_moved_away(&key, "1").await.map(|_| ()));
+        fenced("delete_address", api.delete_address(&key, "u", Some("1")).await.map(|_| ()));
+        fenced("add_pool_finalizer", api.add_pool_finalizer(&pool, "f", &read).await);
+        fenced("patch_pool_status", api.patch_pool_status(&pool, &PoolStatus::default()).await);
+        fenced("patch_pool_annotation", api.patch_pool_annotation(&pool, "1", "a", None).await.map(|_| ()));
+        fenced("remove_finalizer", api.remove_finalizer(&Target::Pool(pool.clone()), "f", &at).await.map(|_| ()));
+        fenced("publish_event", api.publish_event(Event::default()).await);
+    }
+}

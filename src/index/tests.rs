@@ -608,3 +608,61 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
         "10.1.0.1"
     );
 }
+
+/// Issue 33, finding 2: a claim whose name another provider's IPAddress held was never woken when that IPAddress
+/// changed or went (the watch returned before any wake for objects outside our pools), nor after a relist that no
+/// longer listed it.
+#[test]
+fn a_claim_blocked_by_another_providers_ipaddress_is_woken_when_it_goes_or_a_relist_may_have_missed_it() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let m = claim("m");
+    index.apply_claim(m.clone());
+    let mut theirs = ip_address("m", "192.0.2.9", &m);
+    theirs.spec.pool_ref =
+        PoolRef { api_group: Some("ipam.metal3.io".into()), kind: "IPPool".into(), name: "m3".into() };
+    sink.take_woken();
+    index.apply_address(&theirs);
+    assert_eq!(sink.take_woken(), [key("m")], "told when it appears or changes");
+    index.address_deleted(&key("m"), &theirs);
+    assert_eq!(sink.take_woken(), [key("m")], "woken when it goes");
+    // Blocked again; the watch expires and lists again without it (its DELETED event was never seen).
+    index.blocked_elsewhere(&key("m"));
+    index.addresses_listing();
+    index.addresses_listed();
+    assert_eq!(sink.take_woken(), [key("m")], "woken after the list");
+    index.addresses_listing();
+    index.addresses_listed();
+    assert!(sink.take_woken().is_empty(), "once: it is blocked again only if its reconcile finds it so");
+}
+
+/// Issue 33, finding 3: a pool belongs to the shard its `cluster.x-k8s.io/watch-filter` label names. Its claims are
+/// this manager's only when the shard is its own; a claim the pool's shard's manager watches is that manager's; any
+/// other is no manager's. Its IPAddresses are never orphans of another shard's manager.
+#[test]
+fn a_pool_of_another_shard_is_served_by_that_shards_manager_only() {
+    let recorder = Arc::new(Recorder::default());
+    let index = Index::of_shard(recorder, Arc::new(Metrics::new()), Some("a"));
+    let labelled = |shard: Option<&str>| {
+        let mut p = pool("10.0.0.1-10.0.0.2", 1);
+        p.metadata.labels = shard.map(|s| [(crate::api::WATCH_FILTER_LABEL.to_owned(), s.to_owned())].into());
+        p
+    };
+    let of_shard = |name: &str, shard: Option<&str>| Claim { watch_filter: shard.map(intern), ..claim(name) };
+    let served = |c: &Claim| index.claim_view(c, pool_key()).served;
+    feed_pool(&index, labelled(Some("a")));
+    assert_eq!(served(&of_shard("x", Some("a"))), Served::Here);
+    feed_pool(&index, labelled(None));
+    assert_eq!(served(&of_shard("x", Some("a"))), Served::Here, "a pool of no shard is any manager's");
+    feed_pool(&index, labelled(Some("b")));
+    assert_eq!(served(&of_shard("x", Some("b"))), Served::Elsewhere);
+    assert!(matches!(served(&of_shard("x", Some("a"))), Served::Nowhere { .. }));
+    // A claim of shard b is gone (its IPAddress stays): not an orphan of shard a's manager.
+    let gone = of_shard("x", Some("b"));
+    index.apply_address(&ip_address("x", "10.0.0.1", &gone));
+    assert!(index.orphans().is_empty(), "another shard's pool: {:?}", index.orphans());
+    feed_pool(&index, labelled(None));
+    assert_eq!(index.orphans().len(), 1, "a pool of no shard: a candidate, until the claim is found alive");
+    index.claim_of_another_manager(&key("x"), index.address(&key("x")).and_then(|r| r.uid), Some("b"));
+    assert!(index.orphans().is_empty(), "a live claim of another manager: never read again by the sweep");
+}

@@ -751,3 +751,30 @@ fn a_move_too_large_for_the_annotation_loses_nothing_across_a_restart() {
         assert_eq!(a["metadata"]["annotations"][MOVED_AWAY_ANNOTATION], "true", "{m} is kept by our mark: {a}");
     }
 }
+
+/// Issue 33, finding 5: a pool edit admitted while an allocation is in flight (the webhook lists live IPAddresses, and
+/// the create has not landed) excluded the address being created: the claim was bound to an address the pool no
+/// longer allocates, and only `outOfRange: 1` said so. The IPAddress is let go before the claim is bound, and the
+/// claim gets an address the pool allocates.
+#[test]
+fn an_address_the_pool_stops_allocating_while_it_is_created_is_not_handed_out() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    assert!(w.answer_where(is_claim_patch("m0"), Fate::Answered), "the finalizer");
+    // The create of 10.0.0.1 is in flight; the edit keeps 10.0.0.2 only, and the pool's watch shows it first.
+    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1 });
+    w.deliver_all(&[Kind::Pool(ip.kind())]);
+    assert!(w.answer_where(is_create, Fate::Answered), "the create");
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
+    let address = w.read(Kind::Address, &m0).expect("m0's IPAddress");
+    assert_eq!(address["spec"]["address"], "10.0.0.2", "{address}\n{}", w.trace_text());
+    let claim = w.read(Kind::Claim, &m0).expect("m0");
+    assert_eq!(claim["status"]["addressRef"]["name"], "m0", "bound: {claim}");
+}

@@ -1449,6 +1449,13 @@ impl World {
         self.shapes.insert(pool, shape);
     }
 
+    /// Edits a pool's spec to `shape`, at once (as a user whose edit the webhook admitted).
+    pub(super) fn edit_pool_shaped(&mut self, pool: PoolId, shape: Shape) {
+        self.server_merge(pool.server_kind(), &pool.key(), json!({"spec": shape.spec(pool)}))
+            .expect("the edit applies");
+        self.shapes.insert(pool, shape);
+    }
+
     pub(super) fn create_claim_named(&mut self, namespace: usize, name: &str, pool: PoolId) -> ObjectKey {
         let object = json!({
             "apiVersion": format!("{GROUP}/v1beta2"),

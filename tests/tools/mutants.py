@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""make mutants: the proof of the proof. Applies each realistic regression of the allocation path below (a guard an
+engineer "simplifying" the code might drop), one at a time, in a scratch copy of the checkout, and says what of
+`make test`'s library tests caught it: a named unit test or scenario, or the number of simulation seeds (of the
+8,000 `make test` runs) to the first violation, or "survived". Exits non-zero when one survived.
+
+Python, not Rust: it edits and rebuilds the crate it tests, from outside it.
+
+  tests/tools/mutants.py [--only ID[,ID...]] [--list] [--keep DIR]
+
+Each mutation names one `find` text that must occur exactly once in its file (so that a refactor that moves the
+guard makes this tool fail loudly, rather than test nothing), and what it is replaced with. The integration tests
+are not run (minutes each): a mutation caught only there is caught by `make test` too, and says so in `caught_by`.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# (id, file, find, replace, what the regression is)
+MUTATIONS = [
+    ("uid-orphan", "src/controllers/ipaddress.rs",
+     "    if address.metadata.uid.as_deref().map(Uid::of) != record.uid\n        || claim_owner",
+     "    if claim_owner",
+     "the orphan release no longer compares the live IPAddress's UID with the record's"),
+    ("delete-precondition", "src/controllers/ipaddress.rs",
+     "ctx.api.delete_address(&key, &uid, revision.as_deref())",
+     "ctx.api.delete_address(&key, &uid, None)",
+     "the DELETE of an IPAddress drops its resourceVersion precondition"),
+    ("tombstone-relist", "src/index/orphans.rs",
+     "        if let Some(unlisted) = self.unlisted_tombstones.as_mut() {\n            unlisted.remove(&(key.clone(), uid));\n        }",
+     "",
+     "a tombstone listed again by a relist is not kept"),
+    ("moved-away-revision", "src/index/moved_away.rs",
+     "        let shown = revision.is_at_least(self.written_at);",
+     "        let shown = true;",
+     "the moved-away ledger trusts any pool event, also one older than our annotation write"),
+    ("grace-release", "src/controllers/claim.rs",
+     "    if let Some(wait) = view.pool.as_ref().and_then(|pool| reuse_grace_remaining(claim, pool, ctx.now())) {",
+     "    if let Some(wait) = None::<Duration> {",
+     "a deleted claim's release skips the reuse grace period"),
+    ("grace-orphan", "src/controllers/orphans.rs",
+     "    if now < since + reuse_grace(ctx, &record) {\n        return;\n    }",
+     "",
+     "the release of an IPAddress whose claim went without its finalizer skips the reuse grace period"),
+    ("orphan-owner-only", "src/index/record.rs",
+     "        self.claim_owner.is_some() || self.protected",
+     "        self.claim_owner.is_some()",
+     "an IPAddress is taken for a claim's by its owner reference only (the garbage collector takes it off)"),
+    ("create-past-fence", "src/apiserver/client.rs",
+     "            self.write(api.create(&post_params(), &object)).await.map(typed_address)",
+     "            api.create(&post_params(), &object).await.map_err(api_error).map(typed_address)",
+     "one create is sent past the leader fence"),
+    ("waiter-not-woken", "src/index/registry/mod.rs",
+     "        state.let_go(old.held);\n        woken.extend(take_waiters(state));",
+     "        state.let_go(old.held);",
+     "an address freed by a released holder wakes no waiting claim"),
+    ("recheck-await", "src/controllers/claim.rs",
+     "            set_ready(claim, ctx, ClaimReason::PoolExhausted, format!(\"{pool_key} has no free address\"), None).await?;\n            Ok(Next::After(RECHECK))",
+     "            set_ready(claim, ctx, ClaimReason::PoolExhausted, format!(\"{pool_key} has no free address\"), None).await?;\n            Ok(Next::AwaitChange)",
+     "a claim that found its pool exhausted is not looked at again after RECHECK"),
+    ("family-rebuild", "src/index/registry/mod.rs",
+     "                            state.rebuild(Config::Ip(c, gateway));",
+     "",
+     "a pool edit to the other IP family keeps the old allocator"),
+    ("pin-placeholder", "src/index/registry/pins.rs",
+     "        for held in unheld {\n            self.hold_for_pin(held);\n        }",
+     "        let _ = unheld;",
+     "a pinned address is not held for its claim (preAllocations reserve nothing)"),
+    ("pin-let-go", "src/index/registry/pins.rs",
+     "        if self.pins.owner(held).is_some() && !self.is_held(held) {\n            self.hold_for_pin(held);\n        }",
+     "",
+     "a pinned address freed goes back to the pool, not to its pin"),
+    ("pin-other-claim", "src/index/registry/mod.rs",
+     "            if let Some(owner) = state.pins.owner(held).filter(|owner| !owner.matches(address)) {",
+     "            if let Some(owner) = state.pins.owner(held).filter(|_| false) {",
+     "a claim asking for an address pinned to another claim is not refused"),
+    ("lost-ipaddress-hold", "src/index/addresses.rs",
+     "        if self.keeps_hold_for_claim(&record.pool, key) {",
+     "        if false {",
+     "an IPAddress deleted from under its live claim frees its address at once"),
+    ("foreign-wake", "src/index/addresses.rs",
+     "            // Not ours (another provider's, or gone already): a claim of its name that it blocked may go on now.\n            if self.claims.get(key).is_some() {\n                self.wake(key.clone());\n            }",
+     "",
+     "a claim blocked by another provider's IPAddress is not woken when it goes"),
+    ("prefix-overlap", "src/ipam/prefix_pool.rs",
+     "        self.in_use.contains_key(&allocation) || !self.overlapping(s, e).is_empty()",
+     "        let _ = (s, e);\n        self.in_use.contains_key(&allocation)",
+     "prefixes overlapping with different lengths are not a duplicate"),
+    ("out-of-range-create", "src/controllers/claim.rs",
+     "            if held.is_some_and(|held| ctx.index.allocates(pool_key, held) == Some(false)) {",
+     "            if held.is_some_and(|_| false) {",
+     "an IPAddress made while its pool stopped allocating its address is handed out"),
+    ("moved-away-mark", "src/controllers/orphans.rs",
+     "    if !record.pool.kind.is_global() || !record.moving_away || record.marked_moved_away || record.deleting {",
+     "    if true {",
+     "an IPAddress a move left behind is not marked (a restart releases it)"),
+    ("unbound-duplicate", "src/controllers/claim/adopt.rs",
+     "    if claim.address_ref().is_none() && view.unwanted_duplicate() {",
+     "    if false {",
+     "an unbound claim adopts an IPAddress whose address another one holds (a deposed leader's late create)"),
+    ("orphan-live-claim", "src/controllers/ipaddress.rs",
+     "        Some(live) if live.claim.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name) => {",
+     "        Some(live) if false && live.claim.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name) => {",
+     "the orphan release does not confirm with the API server that the claim is gone"),
+    ("shard-elsewhere", "src/index/view.rs",
+     "        if claim.watch_filter.as_deref() == Some(pool_shard) {\n            return Served::Elsewhere;\n        }",
+     "",
+     "a manager takes claims of another shard's pool for no manager's"),
+    ("restore-wait", "src/controllers/claim.rs",
+     "    if !claim.restored || holds || claim.created == 0 {",
+     "    if holds || claim.created == 0 {",
+     "every claim waits as if Velero restored it"),
+]
+
+# Mutations that cannot break a promise, with the reason (none at present).
+EQUIVALENT = {}
+
+
+def run(cmd, cwd, env=None, timeout=None):
+    full = dict(os.environ, **(env or {}))
+    started = time.monotonic()
+    p = subprocess.run(cmd, cwd=cwd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, time.monotonic() - started
+
+
+def copy_tree(dest):
+    ignore = shutil.ignore_patterns("target", ".dev", ".git", "out", "__pycache__")
+    shutil.copytree(REPO, dest, ignore=ignore, dirs_exist_ok=True)
+
+
+def failed_tests(output):
+    return sorted(set(re.findall(r"^test (\S+) \.\.\. FAILED", output, re.M)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", help="comma-separated mutation ids")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--keep", help="a scratch folder to reuse (its target/ keeps the build warm)")
+    args = parser.parse_args()
+    mutations = MUTATIONS
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {m[0] for m in MUTATIONS}
+        if unknown:
+            sys.exit(f"mutants: unknown ids {sorted(unknown)}")
+        mutations = [m for m in MUTATIONS if m[0] in wanted]
+    if args.list:
+        for mid, path, _, _, what in mutations:
+            print(f"{mid:22} {path:36} {what}")
+        return 0
+
+    scratch = args.keep or tempfile.mkdtemp(prefix="capi-ipam-mutants-")
+    os.makedirs(scratch, exist_ok=True)
+    copy_tree(scratch)
+    env = {"CARGO_TARGET_DIR": os.path.join(scratch, "target"), "RUST_BACKTRACE": "0"}
+    # Every find text must be there exactly once before anything is built.
+    for mid, path, find, _, _ in mutations:
+        n = open(os.path.join(scratch, path)).read().count(find)
+        if n != 1:
+            sys.exit(f"mutants: {mid}: its text occurs {n} times in {path} (expected once): update the mutation")
+    print(f"mutants: {len(mutations)} mutations in {scratch}; building the unmutated library tests first", flush=True)
+    code, out, secs = run(["cargo", "test", "--lib", "--no-run"], scratch, env)
+    if code != 0:
+        sys.exit("mutants: the unmutated tree does not build:\n" + out[-3000:])
+    rows = []
+    for mid, path, find, replace, what in mutations:
+        file = os.path.join(scratch, path)
+        original = open(file).read()
+        open(file, "w").write(original.replace(find, replace, 1))
+        try:
+            caught, secs = judge(scratch, env)
+        finally:
+            open(file, "w").write(original)
+        if caught is None and mid in EQUIVALENT:
+            caught = f"equivalent: {EQUIVALENT[mid]}"
+        rows.append((mid, what, caught or "SURVIVED", secs))
+        print(f"  {mid:22} {caught or 'SURVIVED'}  ({secs:.0f} s)", flush=True)
+    print()
+    print("| mutation | regression | caught by |")
+    print("|---|---|---|")
+    for mid, what, caught, _ in rows:
+        print(f"| `{mid}` | {what} | {caught} |")
+    survived = [r[0] for r in rows if r[2] == "SURVIVED"]
+    print(f"\nmutants: {len(rows) - len(survived)} of {len(rows)} caught" +
+          (f"; survived: {', '.join(survived)}" if survived else ""))
+    if not args.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 1 if survived else 0
+
+
+def judge(scratch, env):
+    """What of make test's library tests catches the mutated tree: the unit tests and scenarios first, then the
+    simulation's seeds (those of make test: 0 to 7,999), stopping at the first violation."""
+    started = time.monotonic()
+    code, out, _ = run(["cargo", "test", "--lib", "--no-run"], scratch, env)
+    if code != 0:
+        return "the build (it does not compile)", time.monotonic() - started
+    code, out, _ = run(["cargo", "test", "--lib", "--", "--skip", "sim::tests"], scratch, env, timeout=1800)
+    failed = failed_tests(out)
+    if failed:
+        shown = ", ".join(f"`{t}`" for t in failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
+        return shown, time.monotonic() - started
+    if code != 0:
+        return "the unit tests (" + out.strip().splitlines()[-1][:80] + ")", time.monotonic() - started
+    sim_env = dict(env, SIM_SEEDS="8000", SIM_SEED_BASE="0", SIM_STOP_AT_FIRST="1", SIM_THREADS="2")
+    code, out, _ = run(["cargo", "test", "--lib", "sim::tests::soak", "--", "--exact", "--nocapture"], scratch,
+                       sim_env, timeout=3600)
+    found = re.search(r"^seed (\d+) \((\d+) seeds after the base\): (.*)$", out, re.M)
+    if found:
+        what = found.group(3).split(":")[0][:60]
+        return f"the simulation: seed {found.group(1)}, {found.group(2)} seeds in ({what})", time.monotonic() - started
+    if code != 0:
+        return "the simulation (" + out.strip().splitlines()[-1][:80] + ")", time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+if __name__ == "__main__":
+    sys.exit(main())
