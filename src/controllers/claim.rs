@@ -71,9 +71,34 @@ pub fn gate(claim: &Claim, view: &ClaimView) -> Gate {
 
 /// The address for a claim without an IPAddress, held in the pool's allocator before anything is written
 /// (`Index::allocate`: the one it holds already, else the requested one, else the one its pool pins to it, else the
-/// lowest free one).
-pub fn allocate(claim: &Claim, pool_key: &PoolKey, index: &Index) -> Result<Assigned, AllocateError> {
+/// lowest free one). `previous`, the address a bound claim's IPAddress held, comes first while it is free.
+pub fn allocate(
+    claim: &Claim,
+    pool_key: &PoolKey,
+    previous: Option<&str>,
+    index: &Index,
+) -> Result<Assigned, AllocateError> {
+    if previous.is_some() {
+        match index.allocate(claim, pool_key, previous) {
+            Err(AllocateError::Requested { .. }) => {}
+            assigned => return assigned,
+        }
+    }
     index.allocate(claim, pool_key, claim.requested_address.as_deref())
+}
+
+/// The address our `Ready` condition of the claim names (`allocated <address> from <pool>`), read live: a bound
+/// claim's only durable trace of the address its machine uses.
+async fn previous_address(claim: &Claim, ctx: &Context) -> Result<Option<String>, Error> {
+    let Some(stored) =
+        ctx.api.get_claim_conditions(&claim.key).await.map_err(Error::api("reading the claim status"))?
+    else {
+        return Ok(None);
+    };
+    let ours =
+        stored.conditions.iter().chain(&stored.v1beta2).find(|c| c["type"] == "Ready" && c["reason"] == "Allocated");
+    let message = ours.and_then(|c| c["message"].as_str()).unwrap_or_default();
+    Ok(message.strip_prefix("allocated ").and_then(|rest| rest.split_whitespace().next()).map(str::to_owned))
 }
 
 /// Runs once every watch has listed (the claim workers wait for that before they read the claim).
@@ -129,8 +154,10 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         }
         Gate::WaitForCluster(reason, message) => {
             ctx.index.stop_waiting(&pool_key, key);
-            // A bound claim's hold without an IPAddress (deleted from under it) is its machine's address: it stays.
-            if claim.address_ref().is_none() {
+            // A bound claim's hold without an IPAddress (deleted from under it) is its machine's address: it stays, but
+            // for a pool that goes (nothing is made again in it, and the hold must not keep it).
+            let pool_stays = view.pool.as_ref().is_some_and(|p| !p.is_deleting());
+            if claim.address_ref().is_none() || !pool_stays {
                 settle_own_uncertain_create(ctx, &pool_key, key).await?;
             }
             debug!(claim = %key, reason = reason.as_str(), "waiting for the Cluster");
@@ -192,7 +219,13 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
         return Ok(Next::After(wait));
     }
-    match allocate(claim, &pool_key, &ctx.index) {
+    // Bound, and its IPAddress gone with what this process knew of it (deleted from under it before a restart or a
+    // leader change): the address its condition names is the one its machine uses, and it gets it back while free.
+    let previous = match claim.address_ref() {
+        Some(_) if view.held.is_none() && claim.requested_address.is_none() => previous_address(claim, ctx).await?,
+        _ => None,
+    };
+    match allocate(claim, &pool_key, previous.as_deref(), &ctx.index) {
         Ok(assigned) => create_address(claim, ctx, &pool_key, &pool, &assigned).await,
         Err(AllocateError::Exhausted { .. }) => {
             ctx.index.wait_for_address(&pool_key, key);
@@ -241,10 +274,13 @@ async fn create_address(
         Ok(created) => {
             let (record, latency) = ctx.index.address_created(claim, pool_key, &created);
             let held = ctx.index.held_by(pool_key, key);
-            if held.is_some_and(|held| ctx.index.allocates(pool_key, held) == Some(false)) {
+            let out_of_range = held.is_some_and(|held| ctx.index.allocates(pool_key, held) == Some(false));
+            // Only an address not handed out yet: a bound claim making its IPAddress again keeps its machine's.
+            if claim.address_ref().is_none() && (out_of_range || !ctx.index.serves_pool(pool_key)) {
                 // The pool was edited while the create was in flight (the webhook cannot see an allocation that is
-                // not written yet): not handed out, the claim gets an address the pool allocates.
-                tracing::warn!(claim = %key, address = %assigned.address, pool = %pool_key, "the pool no longer allocates the address just created; deleting it before the claim is bound");
+                // not written yet), or relabelled for another shard's manager, which cannot see our hold: not handed
+                // out; the claim gets an address the pool allocates, from the manager that serves it.
+                tracing::warn!(claim = %key, address = %assigned.address, pool = %pool_key, "the pool no longer allocates the address just created, or another shard's manager serves it now; deleting it before the claim is bound");
                 if ipaddress::delete(ctx, &created, "deleting an IPAddress the pool no longer allocates").await? {
                     ctx.index.deleted_address(key, pool_key, created.metadata.uid.as_deref());
                 }

@@ -126,7 +126,11 @@ pub async fn delete(ctx: &Context, address: &IpAddress, what: &'static str) -> R
         let revision = address.metadata.resource_version.clone();
         match ctx.api.delete_address(&key, &uid, revision.as_deref()).await {
             Ok(Deleted::Gone) | Err(ApiError::NotFound) => return Ok(true),
-            Ok(Deleted::Deleting(object)) => object.metadata,
+            Ok(Deleted::Deleting(object)) => {
+                // Recorded as being deleted: should the finalizer's removal fail, no decision takes it for a live one.
+                ctx.index.remember_address(&key, &object);
+                object.metadata
+            }
             Err(e) => return Err(Error::api(what)(e)),
         }
     };

@@ -62,19 +62,29 @@ pub struct ControllerOptions {
     pub moved_away_max_bytes: usize,
 }
 
-/// Where the controllers read the time of day (condition timestamps, Events, the reuse grace period): the wall clock,
-/// or a fixed instant in the simulation, whose schedule must not depend on when it runs.
-#[derive(Clone, Copy, Debug)]
+/// Where the controllers read the time of day (condition timestamps, Events, the reuse grace period, the restore wait,
+/// the orphan release's delays): the wall clock, a fixed instant (tests), or the simulation's clock, which its
+/// schedule advances step by step (its runs must not depend on when they run).
+#[derive(Clone, Debug)]
 pub enum Clock {
     Wall,
     Fixed(jiff::Timestamp),
+    /// Milliseconds since the simulation's start (at Unix second 1,700,000,000).
+    Simulated(Arc<std::sync::atomic::AtomicI64>),
 }
 
+/// When the simulation's clock starts, in Unix seconds.
+pub const SIMULATED_EPOCH: i64 = 1_700_000_000;
+
 impl Clock {
-    pub fn now(self) -> jiff::Timestamp {
+    pub fn now(&self) -> jiff::Timestamp {
         match self {
             Clock::Wall => jiff::Timestamp::now(),
-            Clock::Fixed(t) => t,
+            Clock::Fixed(t) => *t,
+            Clock::Simulated(ms) => {
+                let ms = SIMULATED_EPOCH * 1000 + ms.load(std::sync::atomic::Ordering::Relaxed);
+                jiff::Timestamp::from_millisecond(ms).unwrap_or_default()
+            }
         }
     }
 }

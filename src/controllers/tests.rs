@@ -69,16 +69,16 @@ fn allocation_takes_the_held_then_the_requested_then_the_pinned_then_the_lowest_
     let mut p = pool("10.0.0.1-10.0.0.5", 1);
     p.spec.fields.pre_allocations = Some([("pinned".to_owned(), "10.0.0.1".to_owned())].into());
     index.apply_pool(p.into_pool());
-    let address = |name: &str| allocate(&claim(name), &pool_key(), &index).map(|a| a.address.to_string()).ok();
+    let address = |name: &str| allocate(&claim(name), &pool_key(), None, &index).map(|a| a.address.to_string()).ok();
     // The lowest free address is 10.0.0.1, but it is pinned: another claim, first, does not get it.
     assert_eq!(address("first").as_deref(), Some("10.0.0.2"));
     assert_eq!(address("pinned").as_deref(), Some("10.0.0.1"), "preAllocations");
     let mut annotated = claim("annotated");
     annotated.requested_address = Some("10.0.0.5".into());
-    assert_eq!(allocate(&annotated, &pool_key(), &index).expect("free").address.to_string(), "10.0.0.5");
+    assert_eq!(allocate(&annotated, &pool_key(), None, &index).expect("free").address.to_string(), "10.0.0.5");
     let mut taken = claim("taken");
     taken.requested_address = Some("10.0.0.5".into());
-    let err = allocate(&taken, &pool_key(), &index).expect_err("taken");
+    let err = allocate(&taken, &pool_key(), None, &index).expect_err("taken");
     assert!(matches!(err, AllocateError::Requested { .. }), "{err}");
     assert!(err.to_string().contains("already allocated"), "{err}");
     // An IPAddress deleted from under its live claim: the claim gets the same address back, held for it meanwhile.
@@ -87,7 +87,20 @@ fn allocation_takes_the_held_then_the_requested_then_the_pinned_then_the_lowest_
     index.apply_address(&ip_address("back", "10.0.0.3", &back));
     index.delete_address(&key("back"), None);
     assert_eq!(address("other").as_deref(), Some("10.0.0.4"), "the address of a live claim's lost IPAddress is held");
-    assert_eq!(allocate(&back, &pool_key(), &index).expect("held").address.to_string(), "10.0.0.3");
+    assert_eq!(allocate(&back, &pool_key(), None, &index).expect("held").address.to_string(), "10.0.0.3");
+    // A bound claim whose IPAddress went with what a former leader knew: the address its condition names, while free.
+    let (index, _) = super::super::index::tests::index();
+    index.apply_pool(pool("10.0.0.1-10.0.0.5", 1).into_pool());
+    let restarted = claim("restarted");
+    assert_eq!(
+        allocate(&restarted, &pool_key(), Some("10.0.0.4"), &index).expect("free").address.to_string(),
+        "10.0.0.4"
+    );
+    let other = claim("other");
+    assert_eq!(
+        allocate(&other, &pool_key(), Some("10.0.0.4"), &index).expect("taken: the lowest free").address.to_string(),
+        "10.0.0.1"
+    );
 }
 
 #[tokio::test]

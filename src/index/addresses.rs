@@ -109,7 +109,7 @@ impl State {
             return;
         };
         self.others_claims.remove(&(key.clone(), record.uid));
-        if self.keeps_hold_for_claim(&record.pool, key) {
+        if self.keeps_hold_for_claim(&record, key) {
             // Its claim still lives, and its machine may use the address: the claim makes its IPAddress again with
             // it. Held as an uncertain create's hold, so that no waiter takes it meanwhile, and it goes the way such a
             // hold goes if the claim goes or will not create it.
@@ -121,10 +121,15 @@ impl State {
         self.wake(key.clone());
     }
 
-    /// Whether the hold of the IPAddress `key` of `pool`, gone from under its claim (a finalizer stripped, a
+    /// Whether the hold of the IPAddress `key` (`record`), gone from under its claim (a finalizer stripped, a
     /// restore's garbage collection), stays for that claim: it lives, uses the pool, and is not being deleted, and the
     /// address is no duplicate (a duplicate's claim gets another).
-    fn keeps_hold_for_claim(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+    fn keeps_hold_for_claim(&self, record: &AddressRecord, key: &ObjectKey) -> bool {
+        // One moving away (clusterctl's, or left behind by a move) keeps its address reserved instead.
+        if record.moving_away {
+            return false;
+        }
+        let pool = &*record.pool;
         self.claims.get(key).is_some_and(|c| {
             c.deletion_timestamp.is_none() && c.uses_pool(pool.kind, &pool.namespace, &pool.name) && !c.moving_away
         }) && self.registry.held_by(pool, key).is_some_and(|h| h.address().is_some())
@@ -197,6 +202,8 @@ impl State {
             doubtful.push(key.clone());
         }
         self.wake_all(doubtful);
+        // Another manager's claims are looked at again (one may have gone while no manager served it).
+        self.others_claims.clear();
         // The IPAddresses that blocked claims may have gone while the watch was away: no event will say so.
         let blocked = std::mem::take(&mut self.blocked_elsewhere);
         self.wake_all(blocked.into_iter().collect());

@@ -206,6 +206,10 @@ impl Index {
         self.read(|s| s.duplicates(pool))
     }
 
+    pub fn serves_pool(&self, pool: &PoolKey) -> bool {
+        self.read(|s| s.serves_pool(pool))
+    }
+
     pub fn allocates(&self, pool: &PoolKey, held: Held) -> Option<bool> {
         self.read(|s| s.allocates(pool, held))
     }

@@ -85,7 +85,10 @@ impl State {
         if let Some(ledger) = self.moved_away.pools.get_mut(pool)
             && ledger.pending.get(&entry) == Some(&true)
         {
-            ledger.pending.remove(&entry);
+            // A removal, not a forgotten addition: a write in flight that still carries the entry is undone by the
+            // next one.
+            ledger.pending.insert(entry, false);
+            self.notices.push(Notice::MovedAwayChanged(pool.clone()));
             info!(pool = %pool, ipaddress = %address, address = %held, "an IPAddress left behind by a move was deleted before its address could be recorded; the address is free");
         }
     }

@@ -125,7 +125,16 @@ impl State {
         }
         // What a claim's reconcile decides on: another pool object of the name (deleted and created again while
         // the watch relisted), a new generation, pause, deletion.
-        let state_of = |p: &Pool| (p.metadata.uid.clone(), p.metadata.generation, p.is_paused(), p.is_deleting());
+        // A new shard label too (`--watch-filter`): the claims of the pool may be this manager's now, or no longer.
+        let state_of = |p: &Pool| {
+            (
+                p.metadata.uid.clone(),
+                p.metadata.generation,
+                p.is_paused(),
+                p.is_deleting(),
+                p.shard().map(str::to_owned),
+            )
+        };
         let state = state_of(&pool);
         let pool = Arc::new(pool);
         let before = self.pools.insert(key.clone(), pool).map(|p| state_of(&p));

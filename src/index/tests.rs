@@ -230,6 +230,13 @@ fn an_ipaddress_we_deleted_is_not_brought_back_by_a_late_event() {
     index.apply_address(&address);
     assert!(index.address(&key("a")).is_none());
     assert_eq!(index.pool_counts(&pool_key()).0.free, 1);
+    // A relist that still lists it (its deletion not done yet) keeps the tombstone: a later event of it is as stale.
+    index.addresses_listing();
+    index.apply_address(&address);
+    index.addresses_listed();
+    index.apply_address(&address);
+    assert!(index.address(&key("a")).is_none(), "a tombstone listed again was dropped");
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 1);
     // Once the watch lists again without it, the tombstone goes; a new object of the name counts again.
     index.delete_address(&key("a"), None);
     index.addresses_listed();

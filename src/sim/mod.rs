@@ -13,6 +13,7 @@
 //! (`SIM_SEED=<n> cargo test --lib sim::tests::replay -- --nocapture`). docs/testing.md says what the model covers and
 //! what it assumes about the API server.
 
+mod actors;
 mod client;
 mod model;
 mod rng;

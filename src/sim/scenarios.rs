@@ -462,7 +462,7 @@ fn move_away_and_release(w: &mut World, cl: &ObjectKey, m0: &ObjectKey) {
     w.run_job(Job::MovedAway(gip.pool_key()));
     w.answer_everything();
     w.deliver_all(&[]);
-    w.run_job(Job::Sweep);
+    w.sweep_after_the_delay();
     w.answer_everything();
     w.deliver_all(&[]);
 }
@@ -560,7 +560,7 @@ fn a_record_replaced_by_a_newer_ipaddress_of_its_name_keeps_its_reserved_address
     w.run_job(Job::MovedAway(gip.pool_key()));
     w.answer_everything();
     w.deliver_all(&[gip.server_kind()]);
-    w.run_job(Job::Sweep);
+    w.sweep_after_the_delay();
     w.answer_everything();
     assert!(w.read(Kind::Address, &m0).is_none(), "the IPAddress left behind is released:\n{}", w.trace_text());
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "{}", w.trace_text());
@@ -608,7 +608,7 @@ fn a_late_duplicate_of_a_bound_address_is_released_even_while_its_cluster_is_pau
     w.deliver_all(&[]);
     w.run_job(Job::Claim(m2.clone()));
     w.answer_everything();
-    w.run_job(Job::Sweep);
+    w.sweep_after_the_delay();
     w.answer_everything();
     let result = w.finish();
     fails(&w, result);
@@ -708,14 +708,14 @@ fn a_move_too_large_for_the_annotation_loses_nothing_across_a_restart() {
     w.run_job(Job::MovedAway(gip.pool_key()));
     w.answer_everything();
     w.deliver_all(&[]);
-    w.run_job(Job::Sweep);
+    w.sweep_after_the_delay();
     w.answer_everything();
     w.deliver_all(&[]);
     // The manager restarts: what it knew goes.
     w.end_this_term();
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Sweep);
+    w.sweep_after_the_delay();
     w.answer_everything();
     w.deliver_all(&[]);
     // Users create claims in the other namespace: none may get an address in use over there.
@@ -777,4 +777,86 @@ fn an_address_the_pool_stops_allocating_while_it_is_created_is_not_handed_out() 
     assert_eq!(address["spec"]["address"], "10.0.0.2", "{address}\n{}", w.trace_text());
     let claim = w.read(Kind::Claim, &m0).expect("m0");
     assert_eq!(claim["status"]["addressRef"]["name"], "m0", "bound: {claim}");
+}
+
+/// The orphan release judges the object it recorded: an IPAddress made by hand under the name of an orphan, after the
+/// release read its record and before it read the live object (no owner references, like the orphan whose claim
+/// owner the garbage collector took off), is not ours to delete.
+#[test]
+fn an_orphan_release_leaves_an_ipaddress_made_by_hand_in_its_place_alone() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.force_delete_claim(&m0);
+    w.garbage_collect();
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    // The release reads the IPAddress; meanwhile someone replaces it with one of their own.
+    w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
+    w.remove(Kind::Address, &m0);
+    let by_hand = w.create(
+        Kind::Address,
+        json!({"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+               "metadata": {"name": "m0", "namespace": "a"},
+               "spec": {"claimRef": {"name": "m0"}, "address": "10.0.0.2", "prefix": 24,
+                        "poolRef": {"apiGroup": GROUP, "kind": "InClusterIPPool", "name": "ip"}}}),
+    );
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.answer_everything();
+    let live = w
+        .read(Kind::Address, &m0)
+        .unwrap_or_else(|| panic!("the hand-made IPAddress was deleted:\n{}", w.trace_text()));
+    assert_eq!(live["metadata"]["uid"], by_hand["metadata"]["uid"]);
+}
+
+/// `addressReuseGracePeriodSeconds` holds a released address, whether the claim is deleted with its release (its
+/// finalizer) or without (stripped by hand, issue 33 finding 8): the IPAddress stays for the grace period, and no other
+/// claim gets the address meanwhile.
+#[test]
+fn the_reuse_grace_period_holds_an_address_whether_or_not_its_claim_went_through_its_release() {
+    for stripped in [false, true] {
+        let mut w = World::scripted();
+        let ip = PoolId::Ip(0);
+        w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+        w.patch(ip.server_kind(), &ip.key(), json!({"spec": {"addressReuseGracePeriodSeconds": 60}}));
+        let m0 = w.create_claim_named(0, "m0", ip);
+        w.begin_term();
+        w.deliver_all(&[]);
+        w.run_job(Job::Claim(m0.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+        let held = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+        if stripped {
+            w.force_delete_claim(&m0);
+            w.deliver_all(&[]);
+            w.run_job(Job::Gone(m0.clone()));
+            w.answer_everything();
+            w.run_job(Job::Sweep);
+        } else {
+            w.remove(Kind::Claim, &m0);
+            w.deliver_all(&[]);
+            w.run_job(Job::Claim(m0.clone()));
+        }
+        w.answer_everything();
+        w.deliver_all(&[]);
+        let kept = w.read(Kind::Address, &m0);
+        assert!(
+            kept.as_ref().is_some_and(|a| a["metadata"]["deletionTimestamp"].is_null()),
+            "released within the grace period (finalizer stripped: {stripped}):\n{}",
+            w.trace_text()
+        );
+        let m1 = w.create_claim_named(0, "m1", ip);
+        w.deliver_all(&[]);
+        w.run_job(Job::Claim(m1.clone()));
+        w.answer_everything();
+        let other = w.read(Kind::Address, &m1).expect("m1's IPAddress");
+        assert_ne!(other["spec"]["address"], held, "the held address went to another claim (stripped: {stripped})");
+    }
 }

@@ -92,7 +92,7 @@ pub fn key_of(object: &Value) -> ObjectKey {
 }
 
 fn timestamp(clock: i64) -> String {
-    jiff::Timestamp::from_second(1_700_000_000 + clock).map(|t| t.to_string()).unwrap_or_default()
+    jiff::Timestamp::from_second(crate::controllers::SIMULATED_EPOCH + clock).map(|t| t.to_string()).unwrap_or_default()
 }
 
 fn conflict(what: &str) -> ApiError {

@@ -267,8 +267,9 @@ struct Term {
     synced: bool,
     synced_tx: watch::Sender<bool>,
     tasks: Vec<Task>,
-    delayed_claims: BTreeSet<ObjectKey>,
-    delayed_pools: BTreeSet<PoolKey>,
+    /// Runs requeued for later (`Next::After`): when each is due, on the simulated clock, and after how long.
+    delayed_claims: BTreeMap<ObjectKey, Timer>,
+    delayed_pools: BTreeMap<PoolKey, Timer>,
     /// Claims reconciled at once (`--concurrency`).
     concurrency: usize,
 }
@@ -286,8 +287,49 @@ impl Term {
         self.tasks.iter().any(|t| matches!(t.job, Job::Gone(_) | Job::Sweep))
     }
 
+    /// Whether a delayed requeue is due.
+    fn due_timers(&self, now: i64) -> bool {
+        self.delayed_claims.values().chain(self.delayed_pools.values()).any(|t| t.due <= now)
+    }
+
+    /// When the next delayed requeue that is no safety net is due, if one is pending.
+    fn next_due(&self) -> Option<i64> {
+        let timers = self.delayed_claims.values().chain(self.delayed_pools.values());
+        timers.filter(|t| !t.is_safety_net()).map(|t| t.due).min()
+    }
+
+    /// Takes the requeues due at `now` but safety nets, to run them.
+    fn take_due(&mut self, now: i64) -> (Vec<ObjectKey>, Vec<PoolKey>) {
+        let fire = |t: &Timer| t.due <= now && !t.is_safety_net();
+        let claims: Vec<ObjectKey> =
+            self.delayed_claims.iter().filter(|(_, t)| fire(t)).map(|(k, _)| k.clone()).collect();
+        let pools: Vec<PoolKey> = self.delayed_pools.iter().filter(|(_, t)| fire(t)).map(|(k, _)| k.clone()).collect();
+        for k in &claims {
+            self.delayed_claims.remove(k);
+        }
+        for k in &pools {
+            self.delayed_pools.remove(k);
+        }
+        (claims, pools)
+    }
+
     fn moved_away_busy(&self) -> bool {
         self.tasks.iter().any(|t| matches!(t.job, Job::MovedAway(_)))
+    }
+}
+
+/// A delayed requeue: when it is due (milliseconds of the simulated clock), and its delay.
+#[derive(Clone, Copy, Debug)]
+struct Timer {
+    due: i64,
+    delay: Duration,
+}
+
+impl Timer {
+    /// A safety net (`RECHECK`, a pool's resync) rather than a wait a decision counts on (a grace period, the restore
+    /// wait, a retry): settling does not fire it, so that a claim that waits only for it is found out.
+    fn is_safety_net(self) -> bool {
+        self.delay >= crate::runtime::retry::RECHECK
     }
 }
 
@@ -326,7 +368,7 @@ struct Swarm {
     /// The weights of `World::act`'s steps.
     steps: [u32; 15],
     /// The weights of `World::user`'s actions.
-    users: [u32; 11],
+    users: [u32; 13],
     /// Percent of answered requests that fail instead.
     failures: u64,
     /// The room of the moved-away annotation: now and then only two entries', so that a move overflows it.
@@ -352,8 +394,9 @@ impl Swarm {
             }
         }
         // create, delete, pause, edit a pool, delete or create a pool, move away, move back, operator release,
-        // create or delete a Cluster, the garbage collector, a claim deleted with its finalizers stripped.
-        let mut users: [u32; 11] = [40, 22, 6, 8, 4, 3, 3, 2, 2, 6, 2];
+        // create or delete a Cluster, the garbage collector, a claim deleted with its finalizers stripped, another
+        // provider, a bound claim's IPAddress deleted with its finalizer stripped.
+        let mut users: [u32; 13] = [40, 22, 6, 8, 4, 3, 3, 2, 2, 6, 2, 5, 3];
         for w in &mut users {
             *w = (*w * [1, 3, 9][rng.below(3)]).div_ceil(3);
         }
@@ -364,7 +407,7 @@ impl Swarm {
 
 pub struct World {
     seed: u64,
-    rng: Rng,
+    pub(super) rng: Rng,
     swarm: Swarm,
     options: Options,
     hub: Arc<Mutex<Hub>>,
@@ -379,6 +422,12 @@ pub struct World {
     step: usize,
     /// What the per-step check last saw (the server's revision, and the addresses of the other management cluster).
     checked: Option<(u64, usize, usize)>,
+    /// The simulated clock: milliseconds since the run began (the controllers read it, the API server stamps with it).
+    now_ms: Arc<std::sync::atomic::AtomicI64>,
+    /// Pins, another provider, people (`super::actors`).
+    pub(super) actors: super::actors::Actors,
+    /// A violation found while the tasks ran (a create sent), reported by the next check.
+    found: Option<String>,
     pub stats: Stats,
 }
 
@@ -475,6 +524,9 @@ impl World {
             trace: Vec::new(),
             step: 0,
             checked: None,
+            now_ms: Arc::default(),
+            actors: super::actors::Actors::default(),
+            found: None,
             stats: Stats::default(),
         }
     }
@@ -516,6 +568,11 @@ impl World {
         self.set_up();
         for _ in 0..self.options.steps {
             self.step += 1;
+            // Time passes as the steps go: a few hundred milliseconds, now and then a quiet stretch of minutes (long
+            // requeues such as RECHECK come due).
+            let ms =
+                if self.rng.chance(2) { 1000 * (1 + self.rng.below(400)) as i64 } else { self.rng.below(300) as i64 };
+            self.advance(ms);
             self.act();
             self.poll_tasks();
             self.check_always()?;
@@ -552,7 +609,10 @@ impl World {
 
     fn create_pool(&mut self, pool: PoolId) {
         let shape = self.random_shape(pool);
-        if self.server_create(pool.server_kind(), pool_object(pool, shape)).is_ok() {
+        self.choose_pin(pool, shape);
+        let mut object = pool_object(pool, shape);
+        object["spec"] = self.spec_with_pin(pool, shape);
+        if self.server_create(pool.server_kind(), object).is_ok() {
             self.shapes.insert(pool, shape);
         }
     }
@@ -570,6 +630,7 @@ impl World {
 
     fn server_merge(&mut self, kind: Kind, key: &ObjectKey, patch: Value) -> Result<Value, ApiError> {
         let patched = lock(&self.hub).server.patch_merge(kind, key, &patch, false);
+        self.foreign_changed_by_user(kind, key);
         let shown = patch.to_string();
         self.note(|| {
             format!("user patches {} {key}: {shown} -> {}", kind.name(), if patched.is_ok() { "ok" } else { "refused" })
@@ -579,15 +640,33 @@ impl World {
 
     fn server_delete(&mut self, kind: Kind, key: &ObjectKey) -> Result<(), ApiError> {
         let deleted = lock(&self.hub).server.delete(kind, key, None, None);
+        self.foreign_changed_by_user(kind, key);
         self.note(|| format!("user deletes {} {key}: {deleted:?}", kind.name()).chars().take(200).collect());
         deleted.map(|_| ())
     }
 
-    fn object(&self, kind: Kind, key: &ObjectKey) -> Option<Value> {
+    pub(super) fn user_create(&mut self, kind: Kind, object: Value) -> Result<Value, ApiError> {
+        self.server_create(kind, object)
+    }
+
+    pub(super) fn user_merge(&mut self, kind: Kind, key: &ObjectKey, patch: Value) -> Result<Value, ApiError> {
+        self.server_merge(kind, key, patch)
+    }
+
+    pub(super) fn user_delete(&mut self, kind: Kind, key: &ObjectKey) {
+        let _ = self.server_delete(kind, key);
+    }
+
+    /// The live term's index, if a term lives.
+    pub(super) fn live_index(&self) -> Option<&crate::index::Index> {
+        self.term.as_ref().map(|t| &*t.ctx.index)
+    }
+
+    pub(super) fn object(&self, kind: Kind, key: &ObjectKey) -> Option<Value> {
         lock(&self.hub).server.get(kind, key).cloned()
     }
 
-    fn objects(&self, kind: Kind) -> Vec<Value> {
+    pub(super) fn objects(&self, kind: Kind) -> Vec<Value> {
         lock(&self.hub).server.list(kind)
     }
 
@@ -615,7 +694,7 @@ impl World {
             restore_wait: Duration::from_secs(120),
             moved_away_max_bytes: self.swarm.moved_away_max_bytes,
         };
-        let clock = controllers::Clock::Fixed(jiff::Timestamp::from_second(1_700_000_000).unwrap_or_default());
+        let clock = controllers::Clock::Simulated(self.now_ms.clone());
         let ctx =
             Arc::new(Context::new(api, options, Arc::new(Metrics::new()), sink.clone(), synced).with_clock(clock));
         let watches = WATCHED
@@ -634,8 +713,8 @@ impl World {
             synced: false,
             synced_tx,
             tasks: Vec::new(),
-            delayed_claims: BTreeSet::new(),
-            delayed_pools: BTreeSet::new(),
+            delayed_claims: BTreeMap::new(),
+            delayed_pools: BTreeMap::new(),
             concurrency,
         });
     }
@@ -849,7 +928,8 @@ impl World {
                 Next::AwaitChange
             }),
             Job::Sweep => Box::pin(async move {
-                controllers::orphans::sweep(&ctx, Duration::ZERO).await;
+                let delay = ctx.options.orphan_release_delay;
+                controllers::orphans::sweep(&ctx, delay).await;
                 Next::AwaitChange
             }),
             Job::MovedAway(key) => {
@@ -871,6 +951,29 @@ impl World {
 
     /// Polls every task of the live term until none makes progress without an answer.
     fn poll_tasks(&mut self) {
+        let sent_before = lock(&self.hub).pending.len();
+        self.poll_tasks_once();
+        let term_id = self.term.as_ref().map(|t| t.id);
+        let hub = lock(&self.hub);
+        let creates: Vec<Value> = hub.pending[sent_before.min(hub.pending.len())..]
+            .iter()
+            .filter(|p| Some(p.term) == term_id)
+            .filter_map(|p| match &p.op {
+                Op::Create(Kind::Address, object) => Some(object.clone()),
+                _ => None,
+            })
+            .collect();
+        drop(hub);
+        for object in creates {
+            if let Err(what) = self.check_create(&object)
+                && self.found.is_none()
+            {
+                self.found = Some(what);
+            }
+        }
+    }
+
+    fn poll_tasks_once(&mut self) {
         let Some(term) = self.term.as_mut() else { return };
         let mut done = Vec::new();
         let mut i = 0;
@@ -883,14 +986,16 @@ impl World {
             }
         }
         let replica = term.replica;
+        let now = self.now_ms.load(Ordering::Relaxed);
         for (job, next) in done {
-            if let Next::After(_) = next {
+            if let Next::After(delay) = next {
+                let timer = Timer { due: now + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2), delay };
                 match &job {
                     Job::Claim(k) => {
-                        term.delayed_claims.insert(k.clone());
+                        term.delayed_claims.insert(k.clone(), timer);
                     }
                     Job::Pool(k) => {
-                        term.delayed_pools.insert(k.clone());
+                        term.delayed_pools.insert(k.clone(), timer);
                     }
                     _ => {}
                 }
@@ -916,7 +1021,7 @@ impl World {
                     !w.pools.is_empty(),
                     !w.gone.is_empty() && !t.orphan_task_busy(),
                     !w.moved_away.is_empty() && !t.moved_away_busy(),
-                    !t.delayed_claims.is_empty() || !t.delayed_pools.is_empty(),
+                    t.due_timers(self.now_ms.load(Ordering::Relaxed)),
                 )
             }
             None => (false, false, false, false, false),
@@ -1029,18 +1134,28 @@ impl World {
         self.start(Job::Claim(key));
     }
 
+    /// A delayed requeue that is due runs.
     fn fire_delayed(&mut self) {
+        let now = self.now_ms.load(Ordering::Relaxed);
         let Some(term) = self.term.as_mut() else { return };
-        if !term.delayed_claims.is_empty() && (term.delayed_pools.is_empty() || self.rng.chance(70)) {
-            let n = term.delayed_claims.len();
-            let key = term.delayed_claims.iter().nth(self.rng.below(n)).cloned();
-            if let Some(key) = key {
-                term.delayed_claims.remove(&key);
-                term.sink.wake(key);
-            }
-        } else if let Some(key) = term.delayed_pools.pop_first() {
-            term.sink.pool_changed(key);
+        let claims: Vec<ObjectKey> =
+            term.delayed_claims.iter().filter(|(_, t)| t.due <= now).map(|(k, _)| k.clone()).collect();
+        let pools: Vec<PoolKey> =
+            term.delayed_pools.iter().filter(|(_, t)| t.due <= now).map(|(k, _)| k.clone()).collect();
+        if !claims.is_empty() && (pools.is_empty() || self.rng.chance(70)) {
+            let key = claims[self.rng.below(claims.len())].clone();
+            term.delayed_claims.remove(&key);
+            term.sink.wake(key);
+        } else if let Some(key) = pools.first() {
+            term.delayed_pools.remove(key);
+            term.sink.pool_changed(key.clone());
         }
+    }
+
+    /// The simulated clock moves on by `ms`.
+    fn advance(&mut self, ms: i64) {
+        let now = self.now_ms.fetch_add(ms, Ordering::Relaxed) + ms;
+        lock(&self.hub).server.clock = now / 1000;
     }
 
     fn coalesce_status(&mut self) {
@@ -1144,6 +1259,8 @@ impl World {
                     self.force_delete_claim(&key);
                 }
             }
+            Some(11) => self.foreign_actor(),
+            Some(12) => self.strip_bound_ipaddress(),
             _ => {}
         }
     }
@@ -1260,8 +1377,33 @@ impl World {
             return;
         }
         let shape = self.random_shape(pool);
-        if self.server_merge(pool.server_kind(), &pool.key(), json!({"spec": shape.spec(pool)})).is_ok() {
+        let before = self.actors.pins.get(&pool).cloned();
+        self.choose_pin(pool, shape);
+        let replaced = before
+            .as_ref()
+            .map(|(key, _)| key.clone())
+            .filter(|key| self.actors.pins.get(&pool).is_some_and(|(now, _)| now != key));
+        // Most edits meet the webhook's guard, which reads the live IPAddresses (an allocation in flight slips past it).
+        if self.rng.chance(70) && !self.admits(pool, shape, self.actors.pins.get(&pool)) {
+            self.note(|| format!("the webhook refuses an edit of pool {}", pool.pool_key()));
+            match before {
+                Some(pin) => self.actors.pins.insert(pool, pin),
+                None => self.actors.pins.remove(&pool),
+            };
+            return;
+        }
+        let mut spec = self.spec_with_pin(pool, shape);
+        if let Some(old) = replaced {
+            // A merge patch merges maps: the old pin's key goes explicitly.
+            spec["preAllocations"][old] = Value::Null;
+        }
+        if self.server_merge(pool.server_kind(), &pool.key(), json!({ "spec": spec })).is_ok() {
             self.shapes.insert(pool, shape);
+        } else {
+            match before {
+                Some(pin) => self.actors.pins.insert(pool, pin),
+                None => self.actors.pins.remove(&pool),
+            };
         }
     }
 
@@ -1507,6 +1649,16 @@ impl World {
         }
     }
 
+    /// The orphan sweep as the orphan task runs it: once, and again once the orphan release delay has passed (an
+    /// IPAddress is released only after it was an orphan that long), each answered in full.
+    pub(super) fn sweep_after_the_delay(&mut self) {
+        self.run_job(Job::Sweep);
+        self.answer_everything();
+        let delay = self.term.as_ref().map_or(Duration::ZERO, |t| t.ctx.options.orphan_release_delay);
+        self.advance(i64::try_from(delay.as_millis()).unwrap_or(0) + 1);
+        self.run_job(Job::Sweep);
+    }
+
     /// Starts a worker's run of `job`.
     pub(super) fn run_job(&mut self, job: Job) {
         self.start(job);
@@ -1589,14 +1741,21 @@ impl World {
         if self.term.is_none() {
             self.start_term();
         }
-        // A round drains everything, then fires the timers and periodic work (delayed requeues, the orphan sweep, a
-        // look at every pool's status) and drains again; a round that writes nothing ends it.
+        // A round drains everything, lets time pass (a second and a half, or up to the next requeue a decision counts
+        // on: a retry, a grace period, the restore wait; never a safety net such as RECHECK, so that a claim that
+        // waits only for one is found out), fires what is due and the periodic work (the orphan sweep, a look at
+        // every pool's status) and drains again. Four rounds in a row that write nothing, with no such requeue
+        // pending, end it (longer than the orphan delay and the grace periods, so the sweep has had its turn).
+        let mut quiet = 0;
         for _ in 0..400 {
             self.drain()?;
             let before = lock(&self.hub).server.revision();
+            let now = self.now_ms.load(Ordering::Relaxed);
+            let next = self.term.as_ref().and_then(Term::next_due);
+            self.advance(next.map_or(1500, |due| (due - now).clamp(1, 1500)));
+            let now = self.now_ms.load(Ordering::Relaxed);
             if let Some(term) = self.term.as_mut() {
-                let claims = std::mem::take(&mut term.delayed_claims);
-                let pools = std::mem::take(&mut term.delayed_pools);
+                let (claims, pools) = term.take_due(now);
                 for k in claims {
                     term.sink.wake(k);
                 }
@@ -1612,7 +1771,9 @@ impl World {
             }
             self.poll_tasks();
             self.drain()?;
-            if lock(&self.hub).server.revision() == before {
+            let pending = self.term.as_ref().and_then(Term::next_due).is_some();
+            quiet = if lock(&self.hub).server.revision() == before && !pending { quiet + 1 } else { 0 };
+            if quiet >= 4 {
                 return Ok(());
             }
         }
@@ -1703,6 +1864,9 @@ impl World {
     /// to, which may be a late write, only under `Late::BeforeNextTerm`), and every bound claim names a live
     /// IPAddress of its own.
     fn check_always(&mut self) -> Result<(), String> {
+        if let Some(found) = self.found.take() {
+            return Err(found);
+        }
         if let Some(term) = &self.term {
             term.ctx.index.check_consistency()?;
         }
@@ -1713,6 +1877,7 @@ impl World {
             return Ok(());
         }
         self.protect_recorded();
+        self.check_foreign()?;
         let protected = self.elsewhere.values().filter(|e| e.protected).count();
         self.checked = Some((signature.0, self.elsewhere.len(), protected));
         let hub = lock(&self.hub);
@@ -1768,7 +1933,12 @@ impl World {
                 continue;
             }
             let address_key = ObjectKey::new(&key.namespace, name);
-            let Some(address) = addresses.iter().find(|a| key_of(a) == address_key) else {
+            let found = addresses.iter().find(|a| key_of(a) == address_key);
+            if self.lost_its_ipaddress(&key, found.is_some()) {
+                // A person deleted it: the claim makes it again.
+                continue;
+            }
+            let Some(address) = found else {
                 return Err(format!("claim {key} is bound to IPAddress {address_key}, which does not exist"));
             };
             let uid = c["metadata"]["uid"].as_str().unwrap_or_default();
@@ -1917,13 +2087,59 @@ impl World {
             let reservations: Vec<Held> =
                 reserved.iter().copied().filter(|r| !in_use.iter().any(|h| h.overlaps(*r))).collect();
             let out_of_range = in_use.iter().chain(&reservations).filter(|h| !allocatable.contains(h)).count();
-            let used = in_use.len() + reservations.len();
+            // A pinned address no IPAddress holds is held for its claim (and not free for others).
+            let pinned = self
+                .pin_of(pool)
+                .map(|(_, held)| held)
+                .filter(|h| allocatable.contains(h) && !in_use.contains(h) && !reservations.contains(h));
+            let used = in_use.len() + reservations.len() + usize::from(pinned.is_some());
             let total = allocatable.len();
-            let expect = json!({
-                "total": total, "used": used, "outOfRange": out_of_range,
-                "free": total.saturating_sub(used - out_of_range),
-            });
+            let expect = |used: usize, out_of_range: usize| {
+                json!({
+                    "total": total, "used": used, "outOfRange": out_of_range,
+                    "free": total.saturating_sub(used - out_of_range),
+                })
+            };
+            // A bound claim whose IPAddress a person deleted while its Cluster is paused (or gone) keeps its address
+            // held for it in the term that saw the deletion, and not in a later one (which cannot know it): either
+            // count is the truth.
+            let kept = claims
+                .iter()
+                .filter(|c| {
+                    let key = key_of(c);
+                    self.is_lost(&key)
+                        && claim_pool(c) == Some(pool)
+                        && !addresses.iter().any(|a| key_of(a) == key)
+                        && cluster_of(c).is_some_and(|_| cluster_state(&key.namespace) != Some(false))
+                })
+                .count();
             let status = object.pointer("/status/ipAddresses").cloned().unwrap_or(Value::Null);
+            let kept_counts = (0..=kept).flat_map(|k| (0..=k).map(move |o| (used + k, out_of_range + o)));
+            let expect = if kept_counts.clone().any(|(u, o)| status == expect(u, o)) {
+                status.clone()
+            } else {
+                expect(used, out_of_range)
+            };
+            // An IPAddress the pool does not allocate (an edit that raced an allocation, or passed no webhook) is said.
+            let stray = held.iter().find(|(p, h, _)| *p == pool && !allocatable.contains(h));
+            if let Some((_, h, key)) = stray {
+                let reason = object
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "Ready")
+                    .and_then(|c| c["reason"].as_str().map(str::to_owned));
+                let said =
+                    matches!(reason.as_deref(), Some("AddressesOutOfRange" | "DuplicateAddresses" | "InvalidSpec"));
+                if !said {
+                    return Err(format!(
+                        "IPAddress {key} holds {h}, which pool {} does not allocate, and the pool does not say so \
+                         (Ready reason {reason:?})",
+                        pool.pool_key()
+                    ));
+                }
+            }
             if status != expect {
                 return Err(format!(
                     "pool {} shows {status}, the truth is {expect}; the index holds {}",
@@ -1937,7 +2153,17 @@ impl World {
                     return Err(format!("the reservation of {h} (moved away) vanished from the pool's annotation"));
                 }
             }
-            let taken: Vec<Held> = in_use.iter().chain(&reserved).copied().collect();
+            // The addresses a claim whose IPAddress a person deleted may still hold (above) are not free to others.
+            let kept_addresses: Vec<Held> = if kept > 0 {
+                self.actors
+                    .lost
+                    .iter()
+                    .filter_map(|(k, h)| h.filter(|_| !addresses.iter().any(|a| key_of(a) == *k)))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let taken: Vec<Held> = in_use.iter().chain(&reserved).chain(&kept_addresses).copied().collect();
             free.insert(pool, allocatable.into_iter().filter(|a| !taken.iter().any(|t| t.overlaps(*a))).collect());
         }
         for c in &claims {
@@ -1950,6 +2176,16 @@ impl World {
                 continue;
             }
             let bound = c.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+            // A bound claim whose IPAddress a person deleted and that has none again yet waits for an address like an
+            // unbound one (a former leader knew its address, this one reads it from the claim's condition).
+            let lost = self.is_lost(&key) && !addresses.iter().any(|a| key_of(a) == key);
+            let bound = bound && !lost;
+            // A claim whose IPAddress a person deleted, and whose pool went meanwhile (nothing held the pool's
+            // deletion any more), is bound to nothing and says so.
+            let pool_gone = claim_pool(c).is_none_or(|p| self.object(p.server_kind(), &p.key()).is_none());
+            if lost && pool_gone {
+                continue;
+            }
             if bound {
                 let ready = c
                     .pointer("/status/conditions")
@@ -1975,9 +2211,20 @@ impl World {
                 .pointer("/metadata/annotations")
                 .and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION))
                 .and_then(Value::as_str);
-            let can = match requested {
-                Some(r) => free.iter().any(|h| h.address().to_string() == r),
-                None => !free.is_empty(),
+            // A pinned address is its claim's only; the pinned claim takes it (docs/compatibility.md D14).
+            let pin = self.pin_of(pool);
+            let others_pin = |h: &Held| pin.as_ref().is_some_and(|(to, p)| p == h && !to.matches(&key));
+            let own_pin = pin.as_ref().filter(|(to, _)| to.matches(&key)).map(|(_, p)| *p);
+            let is_free = |h: Held| free.contains(&h);
+            let can = match (requested, own_pin) {
+                (Some(r), Some(p)) => p.address().to_string() == r && is_free(p),
+                (None, Some(p)) => {
+                    is_free(p)
+                        || !self.shapes.get(&pool).is_some_and(|s| s.allocatable(pool).contains(&p))
+                            && free.iter().any(|h| !others_pin(h))
+                }
+                (Some(r), None) => free.iter().any(|h| h.address().to_string() == r && !others_pin(h)),
+                (None, None) => free.iter().any(|h| !others_pin(h)),
             };
             if can {
                 return Err(format!(
@@ -2060,7 +2307,7 @@ fn claim_pool(claim: &Value) -> Option<PoolId> {
     PoolId::of_reference(kind, name, &key_of(claim).namespace)
 }
 
-fn pool_of_address(address: &Value) -> Option<PoolId> {
+pub(super) fn pool_of_address(address: &Value) -> Option<PoolId> {
     let kind = address.pointer("/spec/poolRef/kind")?.as_str()?;
     let name = address.pointer("/spec/poolRef/name")?.as_str()?;
     PoolId::of_reference(kind, name, &key_of(address).namespace)

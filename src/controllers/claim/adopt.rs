@@ -42,11 +42,6 @@ pub(super) async fn adopt(
         }
         return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
     }
-    if !bound && view.out_of_range && has_claim_owner && !view.holds_reserved && !claim.restored {
-        // Made by us for this claim from the pool's spec before an edit the webhook admitted while the create was in
-        // flight: not handed out, so that the claim gets an address the pool allocates.
-        return let_go(ctx, key, pool_key, record.uid, LetGo::OutOfRange).await;
-    }
     let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
     let has_label = claim.cluster().is_none_or(|v| record.cluster_label.as_deref() == Some(v));
@@ -95,9 +90,6 @@ pub(super) enum LetGo {
     /// late, after its leader's term ended (`crate::leader`). Withdrawn, the claim gets a free address. A bound claim's
     /// address is never withdrawn: a machine may use it already.
     Duplicate,
-    /// Its address is one the pool no longer allocates: the pool was edited while it was being created (the webhook
-    /// cannot see an allocation in flight).
-    OutOfRange,
     /// Being deleted already (a delete of ours that did not finish, one by hand), or left behind by a move.
     Deleting,
 }
@@ -123,13 +115,6 @@ pub(super) async fn let_go(
             address = held,
             "DUPLICATE ADDRESS withdrawn: IPAddress {key} holds an address another IPAddress of the pool holds, and \
              its claim was not bound to it yet; deleting it so that the claim gets a free address"
-        ),
-        LetGo::OutOfRange => tracing::warn!(
-            claim = %key,
-            pool = %pool_key,
-            address = held,
-            "the pool no longer allocates the address of IPAddress {key}, made while it was edited; its claim was not \
-             bound to it yet: deleting it so that the claim gets an address the pool allocates"
         ),
         LetGo::Deleting => {
             debug!(claim = %key, "an IPAddress of the claim's name is being deleted; letting it go before allocating")

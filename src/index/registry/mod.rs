@@ -325,6 +325,14 @@ impl Registry {
         if let Some(reason) = &state.config_error {
             return Err(AllocateError::InvalidPool { pool: pool_key.clone(), reason: reason.clone() });
         }
+        // A hold no IPAddress confirms (an uncertain create, or one kept for a claim whose IPAddress went) of an address
+        // the pool no longer allocates is given up: the claim gets one it allocates.
+        if state.holders.get(address).is_some_and(|h| !h.confirmed && !state.allocates(h.held))
+            && let Some(old) = state.holders.remove(address)
+        {
+            let _ = state.clear_duplicate(address, old.held);
+            state.let_go(old.held);
+        }
         if let Some(h) = state.holders.get(address) {
             let held = h.held;
             return assigned(state, held).ok_or_else(|| AllocateError::InvalidPool {
@@ -394,11 +402,9 @@ impl Registry {
 
     /// Whether the pool's spec, as loaded, allocates `held` (`None` before a valid spec is loaded).
     pub fn allocates(&self, pool_key: &PoolKey, held: Held) -> Option<bool> {
-        match (self.pools.get(pool_key)?.allocator.as_ref()?, held) {
-            (Allocator::Ip(a), Held::Ip(Some(ip))) => Some(a.config().check(ip).is_ok()),
-            (Allocator::Prefix(a), Held::Prefix(Some(p))) => Some(a.config().is_allocatable(p.base, p.len)),
-            _ => Some(false),
-        }
+        let state = self.pools.get(pool_key)?;
+        state.allocator.as_ref()?;
+        Some(state.allocates(held))
     }
 
     /// Up to `limit` IPAddresses of the pool holding what its spec does not allocate, by name, with what they hold.

@@ -93,7 +93,8 @@ impl PoolState {
                 .flatten()
                 .filter_map(|(claim, address)| {
                     let ip: IpAddr = parse_ip(address).ok()?;
-                    self.allocates(ip).then(|| (Held::Ip(Some(ip)), PinnedTo::of(pool, claim)))
+                    let held = Held::Ip(Some(ip));
+                    self.allocates(held).then(|| (held, PinnedTo::of(pool, claim)))
                 })
                 .collect(),
             PoolSpec::Prefix(_) => HashMap::new(),
@@ -111,10 +112,6 @@ impl PoolState {
         for held in unheld {
             self.hold_for_pin(held);
         }
-    }
-
-    fn allocates(&self, ip: IpAddr) -> bool {
-        matches!(&self.allocator, Some(super::Allocator::Ip(a)) if a.config().check(ip).is_ok())
     }
 
     fn hold_for_pin(&mut self, held: Held) {

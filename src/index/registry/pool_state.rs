@@ -133,6 +133,15 @@ impl PoolState {
         }
     }
 
+    /// Whether the pool's spec allocates `held` (false without a valid spec).
+    pub(super) fn allocates(&self, held: Held) -> bool {
+        match (&self.allocator, held) {
+            (Some(Allocator::Ip(a)), Held::Ip(Some(ip))) => a.config().check(ip).is_ok(),
+            (Some(Allocator::Prefix(a)), Held::Prefix(Some(p))) => a.config().is_allocatable(p.base, p.len),
+            _ => false,
+        }
+    }
+
     pub(super) fn is_exhausted(&self) -> bool {
         match &self.allocator {
             Some(Allocator::Ip(a)) => a.is_exhausted(),

@@ -1,0 +1,253 @@
+//! The other actors of a shared management cluster, and what the simulation checks of them (issue 33): pools that
+//! pin addresses to claim names (`spec.preAllocations`), another IPAM provider's IPAddresses and claims, people who
+//! strip the finalizer of a bound claim's IPAddress and delete it, and pool edits that pass (or meet) the webhook's
+//! guard while allocations are in flight.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::model::{CLAIM_NAMES, Held, NAMESPACES, PoolId, Shape};
+use super::server::{Kind, key_of};
+use super::world::World;
+use crate::api::{GROUP, PROTECT_ADDRESS_FINALIZER, PoolSpec};
+use crate::index::ObjectKey;
+use crate::index::registry::PinnedTo;
+
+/// Another IPAM provider's group and kind (Metal3's).
+const FOREIGN_POOL: (&str, &str, &str) = ("ipam.metal3.io", "IPPool", "m3");
+
+/// What the other actors have done, and what the checks compare against.
+#[derive(Default)]
+pub(super) struct Actors {
+    /// The pin of each pool, as the spec says it: the `spec.preAllocations` key and the address.
+    pub pins: BTreeMap<PoolId, (String, Held)>,
+    /// Another provider's objects, as they were created: ours to leave alone.
+    pub foreign: BTreeMap<(Kind, ObjectKey), Value>,
+    /// Claims whose IPAddress a person deleted with its finalizer stripped (and the address it held), while it is not
+    /// made again.
+    pub lost: Vec<(ObjectKey, Option<Held>)>,
+    /// The creates of IPAddresses seen sent, by name and address: a retry, or one made again for a claim that kept its
+    /// hold, is judged once, when it was first sent.
+    pub sent: std::collections::BTreeSet<(ObjectKey, String)>,
+}
+
+/// What of an object another provider's controllers own and ours must never write.
+fn owned_parts(object: &Value) -> Value {
+    let meta = &object["metadata"];
+    json!([
+        meta["uid"],
+        meta["finalizers"],
+        meta["ownerReferences"],
+        meta["labels"],
+        meta["annotations"],
+        object["status"],
+        object["spec"]
+    ])
+}
+
+impl World {
+    /// The spec of a pool of `shape`, with its pin if it has one.
+    pub(super) fn spec_with_pin(&self, pool: PoolId, shape: Shape) -> Value {
+        let mut spec = shape.spec(pool);
+        if pool != PoolId::Prefix {
+            spec["preAllocations"] = match self.actors.pins.get(&pool) {
+                Some((key, held)) => json!({ key: held.address().to_string() }),
+                None => Value::Null,
+            };
+        }
+        spec
+    }
+
+    /// Now and then a pool pins one of its addresses to a claim name (a global pool's to `<namespace>/<name>`,
+    /// sometimes to a bare name), or its pin goes.
+    pub(super) fn choose_pin(&mut self, pool: PoolId, shape: Shape) {
+        if pool == PoolId::Prefix || !self.rng.chance(30) {
+            if self.rng.chance(50) {
+                self.actors.pins.remove(&pool);
+            }
+            return;
+        }
+        let name = *self.rng.pick(&CLAIM_NAMES).unwrap_or(&"m0");
+        let key = match pool {
+            PoolId::Global if self.rng.chance(20) => name.to_owned(),
+            PoolId::Global => format!("{}/{name}", NAMESPACES[self.rng.below(2)]),
+            _ => name.to_owned(),
+        };
+        match self.rng.pick(&shape.allocatable(pool)).copied() {
+            Some(held) => {
+                self.actors.pins.insert(pool, (key, held));
+            }
+            None => {
+                self.actors.pins.remove(&pool);
+            }
+        }
+    }
+
+    /// The pin of `pool` and whom it pins, as the allocator reads the key.
+    pub(super) fn pin_of(&self, pool: PoolId) -> Option<(PinnedTo, Held)> {
+        let (key, held) = self.actors.pins.get(&pool)?;
+        Some((PinnedTo::of(&pool.pool_key(), key), *held))
+    }
+
+    /// The webhook's guard on a pool edit, as it reads the live IPAddresses: an edit that strands an address in use,
+    /// or pins an address another claim's IPAddress holds, is refused. Whether an edit meets it is the seed's choice
+    /// (the simulation must also survive what passes it).
+    pub(super) fn admits(&self, pool: PoolId, shape: Shape, pin: Option<&(String, Held)>) -> bool {
+        let allocatable = shape.allocatable(pool);
+        let pinned = pin.map(|(key, held)| (PinnedTo::of(&pool.pool_key(), key), *held));
+        self.objects(Kind::Address).iter().all(|a| {
+            let Some(held) = Held::of_address(pool, a).filter(|_| super::world::pool_of_address(a) == Some(pool))
+            else {
+                return true;
+            };
+            let stranded = !allocatable.contains(&held);
+            let claim = key_of(a);
+            let pinned_over = pinned.as_ref().is_some_and(|(to, h)| *h == held && !to.matches(&claim));
+            !stranded && !pinned_over
+        })
+    }
+
+    /// A create of an IPAddress the live term just sent: its address must not be one its own index pins to another
+    /// claim (checked when it is sent, on the index the decision was made on; a pin added while a create was in
+    /// flight is the webhook's to refuse, and otherwise waits).
+    pub(super) fn check_create(&mut self, object: &Value) -> Result<(), String> {
+        let Some(term_pool) = super::world::pool_of_address(object) else { return Ok(()) };
+        let Some(held) = Held::of_address(term_pool, object) else { return Ok(()) };
+        let claim = key_of(object);
+        if !self.actors.sent.insert((claim.clone(), held.to_string())) {
+            return Ok(());
+        }
+        // A bound claim making its IPAddress again keeps the address its machine uses (a pin waits for it).
+        let bound = self
+            .object(Kind::Claim, &claim)
+            .is_some_and(|c| !c.pointer("/status/addressRef").is_none_or(Value::is_null));
+        if bound {
+            return Ok(());
+        }
+        let Some(pool) = self.live_index().and_then(|index| index.pool(&term_pool.pool_key())) else { return Ok(()) };
+        let PoolSpec::Ip(spec) = &pool.spec else { return Ok(()) };
+        for (key, address) in spec.pre_allocations.iter().flatten() {
+            let to = PinnedTo::of(&term_pool.pool_key(), key);
+            if address.parse::<std::net::IpAddr>().ok() == Some(held.address()) && !to.matches(&claim) {
+                return Err(format!(
+                    "PINNED ADDRESS HANDED OUT: IPAddress {claim} is created holding {held}, which its pool pins to \
+                     claim {to}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- Another provider ----
+
+    /// Another provider creates an IPAddress under the name of one of our claims (or not yet), or a claim of its own
+    /// pool kind; or deletes one of its objects.
+    pub(super) fn foreign_actor(&mut self) {
+        let n = self.rng.below(2);
+        let name = *self.rng.pick(&CLAIM_NAMES).unwrap_or(&"m0");
+        let key = ObjectKey::new(NAMESPACES[n], name);
+        let (group, kind, pool) = FOREIGN_POOL;
+        match self.rng.below(3) {
+            // Under the name of a claim of ours that is not bound to one (its own may have been deleted by a person).
+            0 if self.object(Kind::Address, &key).is_none()
+                && self
+                    .object(Kind::Claim, &key)
+                    .is_none_or(|c| c.pointer("/status/addressRef").is_none_or(Value::is_null)) =>
+            {
+                let address = json!({
+                    "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+                    "metadata": {"name": name, "namespace": NAMESPACES[n]},
+                    "spec": {"claimRef": {"name": name}, "address": format!("192.0.2.{}", 1 + self.rng.below(9)),
+                             "prefix": 24, "poolRef": {"apiGroup": group, "kind": kind, "name": pool}},
+                });
+                if let Ok(created) = self.user_create(Kind::Address, address) {
+                    self.actors.foreign.insert((Kind::Address, key), owned_parts(&created));
+                }
+            }
+            1 if self.object(Kind::Claim, &key).is_none() => {
+                let claim = json!({
+                    "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                    "metadata": {"name": name, "namespace": NAMESPACES[n]},
+                    "spec": {"poolRef": {"apiGroup": group, "kind": kind, "name": pool}},
+                });
+                if let Ok(created) = self.user_create(Kind::Claim, claim) {
+                    self.actors.foreign.insert((Kind::Claim, key), owned_parts(&created));
+                }
+            }
+            _ => {
+                let keys: Vec<(Kind, ObjectKey)> = self.actors.foreign.keys().cloned().collect();
+                if let Some((kind, key)) = self.rng.pick(&keys).cloned() {
+                    self.actors.foreign.remove(&(kind, key.clone()));
+                    self.user_delete(kind, &key);
+                }
+            }
+        }
+    }
+
+    /// A user (not our manager) wrote or deleted `key`: if it is another provider's, that is its new state.
+    pub(super) fn foreign_changed_by_user(&mut self, kind: Kind, key: &ObjectKey) {
+        let id = (kind, key.clone());
+        if self.actors.foreign.contains_key(&id) {
+            match self.object(kind, key) {
+                Some(now) => self.actors.foreign.insert(id, owned_parts(&now)),
+                None => self.actors.foreign.remove(&id),
+            };
+        }
+    }
+
+    /// Another provider's objects are as it left them: never written, never deleted by our manager.
+    pub(super) fn check_foreign(&self) -> Result<(), String> {
+        for ((kind, key), parts) in &self.actors.foreign {
+            let Some(now) = self.object(*kind, key) else {
+                return Err(format!("TOUCHED: another provider's {} {key} was deleted by us", kind.name()));
+            };
+            if owned_parts(&now) != *parts {
+                return Err(format!("TOUCHED: another provider's {} {key} was written by us: {now}", kind.name()));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- People ----
+
+    /// A person strips the finalizer of a bound claim's IPAddress and deletes it (the claim makes it again).
+    pub(super) fn strip_bound_ipaddress(&mut self) {
+        let bound: Vec<ObjectKey> = self
+            .objects(Kind::Claim)
+            .iter()
+            .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
+            .filter(|c| c.pointer("/status/addressRef/name").and_then(Value::as_str) == c["metadata"]["name"].as_str())
+            .map(key_of)
+            .filter(|k| {
+                self.object(Kind::Address, k).is_some_and(|a| {
+                    a.pointer("/metadata/finalizers")
+                        .and_then(Value::as_array)
+                        .is_some_and(|f| f.iter().any(|f| f == PROTECT_ADDRESS_FINALIZER))
+                        && !self.actors.foreign.contains_key(&(Kind::Address, k.clone()))
+                })
+            })
+            .collect();
+        let Some(key) = self.rng.pick(&bound).cloned() else { return };
+        let held = self
+            .object(Kind::Address, &key)
+            .and_then(|a| super::world::pool_of_address(&a).and_then(|pool| Held::of_address(pool, &a)));
+        let _ = self.user_merge(Kind::Address, &key, json!({"metadata": {"finalizers": null}}));
+        self.user_delete(Kind::Address, &key);
+        self.actors.lost.push((key, held));
+    }
+
+    /// Whether the claim `key` lost its IPAddress to a person and it is not made again yet (it may be bound to an
+    /// IPAddress that does not exist meanwhile).
+    pub(super) fn lost_its_ipaddress(&mut self, key: &ObjectKey, exists: bool) -> bool {
+        if exists {
+            self.actors.lost.retain(|(k, _)| k != key);
+            return false;
+        }
+        self.is_lost(key)
+    }
+
+    pub(super) fn is_lost(&self, key: &ObjectKey) -> bool {
+        self.actors.lost.iter().any(|(k, _)| k == key)
+    }
+}
