@@ -97,8 +97,12 @@ async fn previous_address(claim: &Claim, ctx: &Context) -> Result<Option<String>
     };
     let ours =
         stored.conditions.iter().chain(&stored.v1beta2).find(|c| c["type"] == "Ready" && c["reason"] == "Allocated");
-    let message = ours.and_then(|c| c["message"].as_str()).unwrap_or_default();
-    Ok(message.strip_prefix("allocated ").and_then(|rest| rest.split_whitespace().next()).map(str::to_owned))
+    Ok(ours.and_then(|c| c["message"].as_str()).and_then(allocated_address).map(str::to_owned))
+}
+
+/// The address an `Allocated` message of ours names (`allocated <address> from <pool>…`).
+pub fn allocated_address(message: &str) -> Option<&str> {
+    message.strip_prefix("allocated ")?.split_whitespace().next().filter(|a| !a.is_empty())
 }
 
 /// Runs once every watch has listed (the claim workers wait for that before they read the claim).

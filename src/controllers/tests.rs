@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
-use super::claim::{Gate, allocate, gate, restore_wait_remaining, reuse_grace_remaining};
+use super::claim::{Gate, allocate, allocated_address, gate, restore_wait_remaining, reuse_grace_remaining};
 use super::pool::desired_status;
 use super::status::ClaimReason;
 use super::*;
@@ -96,6 +96,9 @@ fn allocation_takes_the_held_then_the_requested_then_the_pinned_then_the_lowest_
         allocate(&restarted, &pool_key(), Some("10.0.0.4"), &index).expect("free").address.to_string(),
         "10.0.0.4"
     );
+    assert_eq!(allocated_address("allocated 10.0.0.4 from InClusterIPPool ns/pool"), Some("10.0.0.4"));
+    assert_eq!(allocated_address("allocated fd10:: from InClusterPrefixPool ns/pp; DUPLICATE: x"), Some("fd10::"));
+    assert_eq!(allocated_address("ns/pool has no free address"), None);
     let other = claim("other");
     assert_eq!(
         allocate(&other, &pool_key(), Some("10.0.0.4"), &index).expect("taken: the lowest free").address.to_string(),

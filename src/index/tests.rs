@@ -649,7 +649,7 @@ fn a_claim_blocked_by_another_providers_ipaddress_is_woken_when_it_goes_or_a_rel
 #[test]
 fn a_pool_of_another_shard_is_served_by_that_shards_manager_only() {
     let recorder = Arc::new(Recorder::default());
-    let index = Index::of_shard(recorder, Arc::new(Metrics::new()), Some("a"));
+    let index = Index::of_shard(recorder.clone(), Arc::new(Metrics::new()), Some("a"));
     let labelled = |shard: Option<&str>| {
         let mut p = pool("10.0.0.1-10.0.0.2", 1);
         p.metadata.labels = shard.map(|s| [(crate::api::WATCH_FILTER_LABEL.to_owned(), s.to_owned())].into());
@@ -657,7 +657,13 @@ fn a_pool_of_another_shard_is_served_by_that_shards_manager_only() {
     };
     let of_shard = |name: &str, shard: Option<&str>| Claim { watch_filter: shard.map(intern), ..claim(name) };
     let served = |c: &Claim| index.claim_view(c, pool_key()).served;
+    index.apply_claim(of_shard("waiting", Some("a")));
+    feed_pool(&index, labelled(Some("b")));
+    recorder.take_woken();
+    // Relabelled for this manager's shard (as its message tells the operator to): the pool's claims look again.
     feed_pool(&index, labelled(Some("a")));
+    assert!(recorder.take_woken().contains(&key("waiting")), "a relabelled pool's claims are woken");
+    index.delete_claim(&key("waiting"));
     assert_eq!(served(&of_shard("x", Some("a"))), Served::Here);
     feed_pool(&index, labelled(None));
     assert_eq!(served(&of_shard("x", Some("a"))), Served::Here, "a pool of no shard is any manager's");
