@@ -67,6 +67,9 @@ pub struct Claim {
     /// the claim's own name, as we write it.
     pub bound: Option<Box<str>>,
     pub ready: Option<ReadyCondition>,
+    /// The address our `Ready` condition names (`allocated <address> from …`): a bound claim's only durable trace of
+    /// the address its machine uses, should its IPAddress go with what a former leader knew of it.
+    pub bound_address: Option<std::net::IpAddr>,
 }
 
 /// The wire form of a claim, read once and turned into a [`Claim`].
@@ -195,10 +198,23 @@ impl From<ClaimObject> for ClaimResource {
                 .map(|r| r.name)
                 .filter(|n| !n.is_empty())
                 .map(|n| if Some(n.as_str()) == meta.name.as_deref() { Box::default() } else { n.into_boxed_str() }),
-            ready: status.conditions.into_iter().flatten().find(|c| c.type_ == "Ready").map(ReadyCondition::from),
+            bound_address: None,
+            ready: None,
         };
+        let mut claim = claim;
+        let ours = status.conditions.into_iter().flatten().find(|c| c.type_ == "Ready");
+        claim.bound_address = ours
+            .as_ref()
+            .and_then(|c| allocated_address(&c.message))
+            .and_then(|a| crate::ipam::address::parse_ip(a).ok());
+        claim.ready = ours.map(ReadyCondition::from);
         ClaimResource { metadata: o.metadata, claim }
     }
+}
+
+/// The address an `Allocated` message of ours names (`allocated <address> from <pool>…`).
+pub fn allocated_address(message: &str) -> Option<&str> {
+    message.strip_prefix("allocated ")?.split_whitespace().next().filter(|a| !a.is_empty())
 }
 
 impl Claim {

@@ -87,24 +87,6 @@ pub fn allocate(
     index.allocate(claim, pool_key, claim.requested_address.as_deref())
 }
 
-/// The address our `Ready` condition of the claim names (`allocated <address> from <pool>`), read live: a bound
-/// claim's only durable trace of the address its machine uses.
-async fn previous_address(claim: &Claim, ctx: &Context) -> Result<Option<String>, Error> {
-    let Some(stored) =
-        ctx.api.get_claim_conditions(&claim.key).await.map_err(Error::api("reading the claim status"))?
-    else {
-        return Ok(None);
-    };
-    let ours =
-        stored.conditions.iter().chain(&stored.v1beta2).find(|c| c["type"] == "Ready" && c["reason"] == "Allocated");
-    Ok(ours.and_then(|c| c["message"].as_str()).and_then(allocated_address).map(str::to_owned))
-}
-
-/// The address an `Allocated` message of ours names (`allocated <address> from <pool>…`).
-pub fn allocated_address(message: &str) -> Option<&str> {
-    message.strip_prefix("allocated ")?.split_whitespace().next().filter(|a| !a.is_empty())
-}
-
 /// Runs once every watch has listed (the claim workers wait for that before they read the claim).
 pub async fn reconcile(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     let started = std::time::Instant::now();
@@ -223,12 +205,16 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
         return Ok(Next::After(wait));
     }
+    // Not bound, and its uncertain create was of an address the pool no longer allocates (an edit meanwhile): found
+    // out first, so that the claim gets an address the pool allocates if that create did not happen. A bound claim's
+    // hold is its machine's address, and stays (the pool says it is out of range).
+    if claim.address_ref().is_none() && view.out_of_range && ctx.index.holds_unconfirmed(&pool_key, key) {
+        settle_own_uncertain_create(ctx, &pool_key, key).await?;
+        return Ok(Next::After(Duration::ZERO));
+    }
     // Bound, and its IPAddress gone with what this process knew of it (deleted from under it before a restart or a
     // leader change): the address its condition names is the one its machine uses, and it gets it back while free.
-    let previous = match claim.address_ref() {
-        Some(_) if view.held.is_none() && claim.requested_address.is_none() => previous_address(claim, ctx).await?,
-        _ => None,
-    };
+    let previous = claim.bound_address.filter(|_| view.held.is_none()).map(|a| a.to_string());
     match allocate(claim, &pool_key, previous.as_deref(), &ctx.index) {
         Ok(assigned) => create_address(claim, ctx, &pool_key, &pool, &assigned).await,
         Err(AllocateError::Exhausted { .. }) => {

@@ -286,6 +286,7 @@ pub async fn run(
             for mut rx in listed {
                 let _ = rx.wait_for(|l| *l).await;
             }
+            ctx.index.hold_bound_addresses();
             ctx.index.log_synced();
             synced_tx.send_replace(true);
             on_synced();

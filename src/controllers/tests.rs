@@ -7,12 +7,13 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
-use super::claim::{Gate, allocate, allocated_address, gate, restore_wait_remaining, reuse_grace_remaining};
+use super::claim::{Gate, allocate, gate, restore_wait_remaining, reuse_grace_remaining};
 use super::pool::desired_status;
 use super::status::ClaimReason;
 use super::*;
 use crate::api::{PAUSED_ANNOTATION, PoolResource};
 use crate::capi::CapiVersion;
+use crate::capi::allocated_address;
 use crate::compact::intern;
 use crate::index::tests::{claim, index, ip_address, key, pool, pool_key};
 use crate::index::{AllocateError, Held};

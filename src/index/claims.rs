@@ -197,6 +197,32 @@ impl State {
         self.book(claim, |b| b.first_seen.take().map(|t| t.elapsed())).flatten()
     }
 
+    /// Once every watch has listed (before anything is allocated): a bound claim whose IPAddress is gone (deleted from
+    /// under it while a former leader held its address for it) has the address its condition names held again, while
+    /// it is free, so that no claim waiting for an address takes the one its machine uses.
+    pub fn hold_bound_addresses(&mut self) {
+        let lost: Vec<(PoolKey, ObjectKey, String)> = self
+            .claims
+            .keys_where(|c| {
+                c.address_ref() == Some(&*c.key.name) && c.deletion_timestamp.is_none() && c.bound_address.is_some()
+            })
+            .into_iter()
+            .filter(|key| !self.addresses.contains_key(key))
+            .filter_map(|key| {
+                let claim = self.claims.get(&key)?;
+                let pool = PoolKey::new(claim.pool_kind?, &key.namespace, &claim.pool_name);
+                Some((pool, key, claim.bound_address?.to_string()))
+            })
+            .collect();
+        for (pool, key, address) in lost {
+            if self.registry.held_by(&pool, &key).is_none()
+                && self.registry.allocate(&pool, &key, Some(&address)).is_ok()
+            {
+                tracing::info!(claim = %key, %address, pool = %pool, "a bound claim without its IPAddress: its address is held for it");
+            }
+        }
+    }
+
     /// How many claims have something kept about them (for tests and diagnostics).
     pub fn books(&self) -> usize {
         self.books.len()

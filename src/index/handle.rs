@@ -66,6 +66,10 @@ impl Index {
         self.write(|s| s.allocation_latency(claim))
     }
 
+    pub fn hold_bound_addresses(&self) {
+        self.write(|s| s.hold_bound_addresses())
+    }
+
     pub fn books(&self) -> usize {
         self.read(|s| s.books())
     }

@@ -860,3 +860,64 @@ fn the_reuse_grace_period_holds_an_address_whether_or_not_its_claim_went_through
         assert_ne!(other["spec"]["address"], held, "the held address went to another claim (stripped: {stripped})");
     }
 }
+
+/// The second adversarial read found it: a bound claim's IPAddress deleted by a person, then a leader change. The new
+/// leader knows nothing of the address, and a claim waiting for one (woken first at start-up) took it while the first
+/// claim's machine used it. The address its condition names is held for it as soon as every watch has listed.
+#[test]
+fn a_bound_claim_whose_ipaddress_a_person_deleted_keeps_its_address_across_a_leader_change() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let held = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    assert_eq!(held, "10.0.0.1");
+    w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
+    w.remove(Kind::Address, &m0);
+    w.end_this_term();
+    let m1 = w.create_claim_named(0, "m1", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    // The waiting claim goes first, as at start-up.
+    w.run_job(Job::Claim(m1.clone()));
+    w.answer_everything();
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let result = w.finish();
+    fails(&w, result);
+    let m1_address = w.read(Kind::Address, &m1).expect("m1's IPAddress")["spec"]["address"].clone();
+    assert_ne!(m1_address, held, "the waiting claim took the address m0's machine uses:\n{}", w.trace_text());
+    let again = w.read(Kind::Address, &m0).expect("m0's IPAddress made again");
+    assert_eq!(again["spec"]["address"], held, "{again}");
+}
+
+/// The second adversarial read found it: an unbound claim's create that failed without an answer, of an address the
+/// pool was then edited to no longer allocate, kept its hold and was made again out of range. It is found out first:
+/// not made, the claim gets an address the pool allocates.
+#[test]
+fn an_uncertain_create_of_an_address_the_pool_stopped_allocating_is_found_out_before_it_is_made_again() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    assert!(w.answer_where(is_claim_patch("m0"), Fate::Answered), "the finalizer");
+    assert!(w.answer_where(is_create, Fate::ServerError), "the create fails, not applied");
+    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1 });
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let result = w.finish();
+    fails(&w, result);
+    let address = w.read(Kind::Address, &m0).expect("m0's IPAddress");
+    assert_eq!(address["spec"]["address"], "10.0.0.2", "{address}\n{}", w.trace_text());
+}

@@ -893,6 +893,7 @@ impl World {
         }
         let replica = term.replica;
         if !term.synced && term.watches.iter().all(|w| w.listed) {
+            term.ctx.index.hold_bound_addresses();
             term.synced = true;
             term.synced_tx.send_replace(true);
             if trace {
@@ -2158,6 +2159,7 @@ impl World {
                 self.actors
                     .lost
                     .iter()
+                    .filter(|(k, _)| claims.iter().any(|c| key_of(c) == *k && claim_pool(c) == Some(pool)))
                     .filter_map(|(k, h)| h.filter(|_| !addresses.iter().any(|a| key_of(a) == *k)))
                     .collect()
             } else {

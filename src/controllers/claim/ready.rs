@@ -33,6 +33,17 @@ pub(super) async fn set_ready(
     message: String,
     address_ref: Option<&str>,
 ) -> Result<(), Error> {
+    // A bound claim told something else keeps the address it was bound to in the message: its one durable trace.
+    let message = match claim.bound_address {
+        Some(address)
+            if address_ref.or(claim.address_ref()).is_some()
+                && !reason.is_ready()
+                && !message.starts_with("allocated ") =>
+        {
+            format!("allocated {address} (its IPAddress is gone): {message}")
+        }
+        _ => message,
+    };
     let ready = Ready { reason, message };
     let stored = claim.ready.as_ref();
     let stored_ref = claim.address_ref();

@@ -325,14 +325,6 @@ impl Registry {
         if let Some(reason) = &state.config_error {
             return Err(AllocateError::InvalidPool { pool: pool_key.clone(), reason: reason.clone() });
         }
-        // A hold no IPAddress confirms (an uncertain create, or one kept for a claim whose IPAddress went) of an address
-        // the pool no longer allocates is given up: the claim gets one it allocates.
-        if state.holders.get(address).is_some_and(|h| !h.confirmed && !state.allocates(h.held))
-            && let Some(old) = state.holders.remove(address)
-        {
-            let _ = state.clear_duplicate(address, old.held);
-            state.let_go(old.held);
-        }
         if let Some(h) = state.holders.get(address) {
             let held = h.held;
             return assigned(state, held).ok_or_else(|| AllocateError::InvalidPool {

@@ -406,20 +406,3 @@ fn prefixes_that_overlap_with_different_lengths_are_a_duplicate() {
     assert!(r.duplicate_of(&key, &obj("a")).is_none());
     r.check_consistency().unwrap();
 }
-
-/// A hold no IPAddress confirms (an uncertain create, one kept for a claim whose IPAddress a person deleted) of an
-/// address the pool's spec no longer allocates is given up when its claim allocates again: made again, the IPAddress
-/// would be out of range from the start.
-#[test]
-fn an_unconfirmed_hold_of_an_address_the_pool_stopped_allocating_is_given_up() {
-    let mut r = Registry::new();
-    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
-    assert_eq!(r.allocate(&pool(), &obj("a"), None).unwrap().address.to_string(), "10.0.0.1");
-    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.2-10.0.0.3"], "prefix": 24})));
-    assert_eq!(r.allocate(&pool(), &obj("a"), None).unwrap().address.to_string(), "10.0.0.2");
-    assert_eq!(r.counts(&pool()).0.used, 1);
-    // A confirmed one (an IPAddress holds it) is never dropped: it is out of range, and counted so.
-    r.record(&pool(), &obj("b"), ip("10.0.0.9"));
-    assert_eq!(r.allocate(&pool(), &obj("b"), None).unwrap().address.to_string(), "10.0.0.9");
-    r.check_consistency().unwrap();
-}
