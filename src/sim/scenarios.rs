@@ -12,6 +12,20 @@ use crate::api::{
 };
 use crate::index::ObjectKey;
 
+/// A pool `ip` of two addresses in namespace a, and its claim `m0` bound to the first.
+fn bound_claim_of_a_pool_of_two() -> (World, PoolId, ObjectKey) {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    (w, ip, m0)
+}
+
 fn is_create(op: &Op) -> bool {
     matches!(op, Op::Create(Kind::Address, _))
 }
@@ -784,15 +798,7 @@ fn an_address_the_pool_stops_allocating_while_it_is_created_is_not_handed_out() 
 /// owner the garbage collector took off), is not ours to delete.
 #[test]
 fn an_orphan_release_leaves_an_ipaddress_made_by_hand_in_its_place_alone() {
-    let mut w = World::scripted();
-    let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
-    let m0 = w.create_claim_named(0, "m0", ip);
-    w.begin_term();
-    w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    let (mut w, _, m0) = bound_claim_of_a_pool_of_two();
     w.force_delete_claim(&m0);
     w.garbage_collect();
     w.deliver_all(&[]);
@@ -866,15 +872,7 @@ fn the_reuse_grace_period_holds_an_address_whether_or_not_its_claim_went_through
 /// claim's machine used it. The address its condition names is held for it as soon as every watch has listed.
 #[test]
 fn a_bound_claim_whose_ipaddress_a_person_deleted_keeps_its_address_across_a_leader_change() {
-    let mut w = World::scripted();
-    let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
-    let m0 = w.create_claim_named(0, "m0", ip);
-    w.begin_term();
-    w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    let (mut w, ip, m0) = bound_claim_of_a_pool_of_two();
     let held = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
     assert_eq!(held, "10.0.0.1");
     w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
