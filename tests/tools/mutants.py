@@ -82,7 +82,7 @@ MUTATIONS = [
      "            if let Some(owner) = state.pins.owner(held).filter(|_| false) {",
      "a claim asking for an address pinned to another claim is not refused"),
     ("lost-ipaddress-hold", "src/index/addresses.rs",
-     "        if self.keeps_hold_for_claim(&record.pool, key) {",
+     "        if self.keeps_hold_for_claim(&record, key) {",
      "        if false {",
      "an IPAddress deleted from under its live claim frees its address at once"),
     ("foreign-wake", "src/index/addresses.rs",
