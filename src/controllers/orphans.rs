@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::{Context, Error, ipaddress};
+use crate::compact::Uid;
 use crate::index::{AddressRecord, ObjectKey};
 
 /// When each IPAddress whose claim is gone was first seen so: its release waits out the sweep's delay and its pool's
@@ -98,17 +99,25 @@ fn reuse_grace(ctx: &Context, record: &AddressRecord) -> SignedDuration {
 /// still waits to be recorded as moved away (released first, a restart would lose the reservation).
 async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
     if record.moving_away && ctx.index.moved_away_unwritten(&record.pool, key) {
-        if !record.deleting || record.delete_for_move {
+        if !record.deleting || record.delete_for_move || !owned_by_its_pool(ctx, record) {
             return;
         }
-        // Deleted while its address waited to be recorded (ours waits for the entry, clusterctl's carries
-        // `delete-for-move`): an operator freeing it (docs/operations.md), as they asked.
+        // Deleted while its address waited to be recorded, by none of those that leave the entry to be written
+        // (we wait for it, clusterctl's delete carries `delete-for-move`, the garbage collector deletes an
+        // IPAddress whose pool owner is gone): an operator freeing it (docs/operations.md), as they asked.
         ctx.index.moved_away_cancelled(&record.pool, key);
     }
     match ipaddress::release_orphan(ctx, key, record).await {
         Ok(()) => ctx.orphaned_since.forget(key),
         Err(e) => ctx.report_failure("releasing the IPAddress of a claim gone", key, &e),
     }
+}
+
+/// Its pool, as it is now, owns it. An IPAddress whose pool owner is gone (the pool deleted, perhaps made again under
+/// its name) and whose claim went is the garbage collector's to delete, not an operator's.
+fn owned_by_its_pool(ctx: &Context, record: &AddressRecord) -> bool {
+    let pool_uid = ctx.index.pool(&record.pool).and_then(|p| p.metadata.uid.clone());
+    pool_uid.is_some_and(|uid| record.pool_owner == Some(Uid::of(&uid)))
 }
 
 /// Releases the orphans that have been orphans for `delay` and for their pool's reuse grace period (the simulation

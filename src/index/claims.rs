@@ -168,8 +168,10 @@ impl State {
         self.book(claim, |b| b.written == Some(digest)).unwrap_or(false)
     }
 
-    pub fn remember_written(&mut self, claim: &Claim, digest: u64) {
-        self.book(claim, |b| b.written = Some(digest));
+    /// What we wrote last: `None` while a write is in flight, whose answer may be lost although it was applied (the
+    /// digest of an earlier write would then hide that the status changed since).
+    pub fn remember_written(&mut self, claim: &Claim, digest: Option<u64>) {
+        self.book(claim, |b| b.written = digest);
     }
 
     /// Notes when the claim was first seen without an address.

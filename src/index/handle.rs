@@ -50,7 +50,7 @@ impl Index {
         self.write(|s| s.already_written(claim, digest))
     }
 
-    pub fn remember_written(&self, claim: &Claim, digest: u64) {
+    pub fn remember_written(&self, claim: &Claim, digest: Option<u64>) {
         self.write(|s| s.remember_written(claim, digest))
     }
 

@@ -252,6 +252,22 @@ pub fn still_moving_away(index: &mut State, pool: &PoolKey, address: &ObjectKey,
     }
 }
 
+/// A pool of the name appeared (new, or made again after it went, and its ledger with it): the IPAddresses a move left
+/// behind in it hold addresses still in use elsewhere, and their entries are queued again (found by seed 20033858 of
+/// the soak: the pool deleted and made again, the left-behind IPAddress then deleted by the garbage collector, and its
+/// address handed out while the moved Cluster used it).
+pub fn pool_appeared(index: &mut State, pool: &PoolKey) {
+    let left_behind: Vec<(ObjectKey, Held)> = index
+        .addresses
+        .iter()
+        .filter(|(_, record)| record.moving_away && *record.pool == *pool)
+        .filter_map(|(key, _)| index.registry.held_by(pool, key).map(|held| (key.clone(), held)))
+        .collect();
+    for (key, held) in left_behind {
+        still_moving_away(index, pool, &key, held);
+    }
+}
+
 fn record_moved_away(index: &mut State, pool: &PoolKey, address: &ObjectKey, held: Held) {
     info!(pool = %pool, ipaddress = %address, address = %held, "moved to another management cluster; the address stays reserved here");
     index.queue_moved_away(pool, entry_text(held, address), true);

@@ -121,7 +121,11 @@ impl State {
         let woken = self.registry.apply_spec(&key, &pool.spec);
         self.wake_all(woken);
         if key.kind.is_global() {
+            let appeared = self.pools.get(&key).map(|p| p.metadata.uid.clone()) != Some(pool.metadata.uid.clone());
             moved_away::sync(self, &key, &pool);
+            if appeared {
+                moved_away::pool_appeared(self, &key);
+            }
         }
         // What a claim's reconcile decides on: another pool object of the name (deleted and created again while
         // the watch relisted), a new generation, pause, deletion.

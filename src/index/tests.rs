@@ -142,14 +142,14 @@ fn a_claim_deleted_while_waiting_for_its_cluster_leaves_nothing_behind() {
     assert_eq!(sink.take_woken(), [key("w")]);
     // What the worker keeps while the claim waits: when it was first seen, and the Ready state it wrote.
     index.first_seen(&waiting);
-    index.remember_written(&waiting, 7);
+    index.remember_written(&waiting, Some(7));
     assert_eq!(index.books(), 1);
     relist.on_event(&index, Event::Delete(claim_event(waiting.clone())));
     assert_eq!(index.books(), 0, "the claim's bookkeeping outlived it");
     assert!(index.claim(&key("w")).is_none());
     assert_eq!(*sink.gone.lock(), [key("w")], "its IPAddress, if any, is checked at once");
     // A late write of a worker that was still running is not kept either.
-    index.remember_written(&waiting, 8);
+    index.remember_written(&waiting, Some(8));
     assert_eq!(index.books(), 0);
 }
 

@@ -77,11 +77,14 @@ pub(super) async fn set_ready(
         claim.generation.map(i64::from),
         ctx.now(),
     );
+    // Forgotten first: applied with its answer lost, this write would leave the earlier digest standing for a status
+    // the claim no longer has, and that status would never be written again.
+    ctx.index.remember_written(claim, None);
     ctx.api
         .patch_claim_status(&claim.key, &resource_version, &body)
         .await
         .map_err(Error::api("writing the claim status"))?;
-    ctx.index.remember_written(claim, written);
+    ctx.index.remember_written(claim, Some(written));
     if deserves_event(stored, &ready) {
         let type_ = match reason {
             ClaimReason::Allocated
