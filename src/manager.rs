@@ -27,7 +27,17 @@ pub const LEADER_ELECTION_ID: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
 const CERT_POLL: Duration = Duration::from_secs(2);
 
 pub async fn main(args: Args) -> ExitCode {
-    crate::telemetry::init(args.log_format, &args.log_level);
+    let format = match args.log_format() {
+        Ok(format) => format,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    crate::telemetry::init(format, &args.log_filter());
+    for notice in args.notices() {
+        info!(notice, "a flag this manager takes differently");
+    }
     tls::install_crypto_provider();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -44,7 +54,7 @@ pub fn user_agent() -> String {
     format!("capi-ipam-in-cluster-manager/v{} ({os}/{arch})", env!("CARGO_PKG_VERSION"))
 }
 
-async fn client(args: &Args) -> anyhow::Result<Client> {
+async fn client(args: &Args, metrics: &Arc<Metrics>) -> anyhow::Result<Client> {
     let mut config = match &args.kubeconfig {
         Some(path) => {
             let kubeconfig =
@@ -60,7 +70,10 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
     config.reset_reader_on_write = true;
     // Audit logs and API priority and fairness tell our requests apart by it.
     config.headers.push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_str(&user_agent())?));
-    Ok(Client::try_from(config)?)
+    // Every request counted as client-go counts it (`rest_client_requests_total`).
+    let host = config.cluster_url.authority().map(ToString::to_string).unwrap_or_default();
+    let counted = crate::metrics::rest_client::CountRequestsLayer::new(metrics.clone(), &host);
+    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&counted).build())
 }
 
 /// The Lease's namespace and name: `--leader-election-id=<namespace>/<name>`, else `--leader-election-namespace` (or
@@ -130,13 +143,13 @@ async fn shutdown_signal() {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let timings = args.leader_election_timings().map_err(anyhow::Error::msg)?;
-    let client = client(&args).await?;
+    let metrics = Arc::new(Metrics::new());
+    let client = client(&args, &metrics).await?;
     let version = client.apiserver_version().await.context("reading the API server version")?;
     info!(server_version = version.git_version, "connected to the API server");
     let capi = crate::capi::discover(&client).await?;
     info!(ipam = capi.ipam.version(), cluster = capi.cluster.map(|v| v.version()), "Cluster API versions in use");
 
-    let metrics = Arc::new(Metrics::new());
     let readiness = Arc::new(Readiness::default());
     let stop = CancellationToken::new();
     let tls_options = tls::TlsOptions {
@@ -152,12 +165,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tasks.spawn("probe server", diagnostics::serve_http(addr, router, stop));
         info!(%addr, "serving /healthz and /readyz");
     }
-    if let Some(addr) = bind_address("diagnostics-address", &args.diagnostics_address).map_err(anyhow::Error::msg)? {
+    let (metrics_flag, metrics_addr, insecure_metrics) = args.metrics_endpoint();
+    if let Some(addr) = bind_address(metrics_flag, metrics_addr).map_err(anyhow::Error::msg)? {
         let stop = stop.clone();
-        if args.insecure_diagnostics {
+        if insecure_metrics {
             let router = diagnostics::metrics_router(metrics.clone(), None);
             tasks.spawn("metrics server", diagnostics::serve_http(addr, router, stop));
-            info!(%addr, "serving /metrics over plain HTTP (--insecure-diagnostics)");
+            info!(%addr, flag = metrics_flag, "serving /metrics over plain HTTP");
         } else {
             let router = diagnostics::metrics_router(metrics.clone(), Some(Arc::new(MetricsAuth::new(client.clone()))));
             let rustls = if args.metrics_cert_dir.is_empty() {
@@ -205,7 +219,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
         watch_filter: Some(args.watch_filter.clone()).filter(|f| !f.is_empty()),
         capi,
-        concurrency: args.max_concurrent_reconciles.max(1),
+        concurrency: args.claim_concurrency().max(1),
         orphan_release_delay: Duration::from_secs(args.orphan_release_delay),
         restore_wait: Duration::from_secs(args.restore_wait),
         moved_away_max_bytes: crate::controllers::moved_away::MAX_BYTES,
@@ -254,6 +268,7 @@ async fn lead(
 ) -> anyhow::Result<()> {
     let identity = identity(options.watch_filter.as_deref());
     let mut elector = Elector::new(client.clone(), &namespace, &lease, &identity, timings);
+    metrics.campaign(&lease);
     info!(%lease, %namespace, %identity, "waiting for leadership");
     let result = loop {
         let Some(fence) = elector.acquire(&stop).await else { break Ok(()) };

@@ -476,3 +476,71 @@ async fn managers_of_two_shards_serve_their_own_pools_and_never_share_an_address
     })
     .await;
 }
+
+/// The Cluster API Operator crash-looped us: nine of the flags an `IPAMProvider`'s `spec.manager` writes made our flag
+/// parser exit. Started with every flag the Operator writes, in its form (`--name=value`, appended after the
+/// Deployment's own), the manager runs, says in its log what means nothing to it, gives `--<kind>-concurrency`,
+/// `--metrics-bind-addr`, `--v` and `--logging-format` our meaning, and binds its shard's claims.
+#[tokio::test]
+async fn a_manager_started_with_every_flag_the_cluster_api_operator_writes_runs_and_binds_claims() {
+    let _one = ONE_MANAGER_AT_A_TIME.lock().await;
+    let env = TestEnv::new("operator").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    let shard = support::unique_name("op");
+    let metrics_port = support::manager::free_port();
+    let args = [
+        "--ipaddressclaim.ipam.cluster.x-k8s.io-concurrency=4".to_owned(),
+        "--inclusterippool.ipam.cluster.x-k8s.io-concurrency=2".to_owned(),
+        "--max-concurrent-reconciles=16".to_owned(),
+        format!("--namespace={ns}"),
+        format!("--metrics-bind-addr=127.0.0.1:{metrics_port}"),
+        "--webhook-host=127.0.0.1".to_owned(),
+        "--profiler-address=localhost:6060".to_owned(),
+        "--leader-elect=true".to_owned(),
+        format!("--leader-election-id={ns}/operator.ipam.cluster.x-k8s.io"),
+        "--leader-elect-lease-duration=15s".to_owned(),
+        "--leader-elect-renew-deadline=10s".to_owned(),
+        "--leader-elect-retry-period=2s".to_owned(),
+        "--insecure-diagnostics=true".to_owned(),
+        "--sync-period=600s".to_owned(),
+        "--v=4".to_owned(),
+        "--feature-gates=ClusterTopology=true,MachinePool=false".to_owned(),
+        "--logging-format=text".to_owned(),
+        format!("--watch-filter={shard}"),
+        // After the launcher's own --log-level: --v would be overridden by it otherwise.
+        "--log-level=debug,kube=info,hyper=info,h2=info,tower=info,rustls=info".to_owned(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let manager = Manager::started(Plane::shared(), Launch::default(), &args).await;
+    let log = std::fs::read_to_string(&manager.log).expect("the manager's log");
+    for notice in [
+        "--profiler-address=localhost:6060: this manager has no profiler",
+        "--sync-period=600s: not needed here",
+        "--feature-gates=ClusterTopology=true,MachinePool=false: this manager has no feature gates",
+        "--inclusterippool.ipam.cluster.x-k8s.io-concurrency=2: the pool kinds share 4 workers",
+        "--metrics-bind-addr=127.0.0.1:",
+    ] {
+        assert!(log.contains(notice), "the log does not say {notice:?}:\n{}", manager.log_tail(60));
+    }
+    let mut pool =
+        DynamicObject::new("pool", &support::resource("ipam.cluster.x-k8s.io", "v1alpha2", "InClusterIPPool"));
+    pool.metadata.labels = Some([("cluster.x-k8s.io/watch-filter".to_owned(), shard.clone())].into());
+    pool.data = json!({"spec": {"addresses": ["10.64.0.1-10.64.0.3"], "prefix": 24}});
+    support::claims::pools(c, "InClusterIPPool", ns).create(&PostParams::default(), &pool).await.expect("pool");
+    let mut claim = CAPI.claim("c0", "InClusterIPPool", "pool");
+    claim.metadata.labels = Some([("cluster.x-k8s.io/watch-filter".to_owned(), shard.clone())].into());
+    CAPI.claims(c, ns).create(&PostParams::default(), &claim).await.expect("claim");
+    assert_eq!(address_of(&CAPI.wait_bound(c, ns, "c0").await), "10.64.0.1");
+    // Metrics over plain HTTP on --metrics-bind-addr, with the claim kind's concurrency.
+    let (code, scrape) = support::manager::http_get(metrics_port, "/metrics").expect("metrics on --metrics-bind-addr");
+    assert_eq!(code, 200);
+    assert!(
+        scrape.lines().any(|l| l == "controller_runtime_max_concurrent_reconciles{controller=\"ipaddressclaim\"} 4"),
+        "{scrape}"
+    );
+    assert!(
+        scrape.lines().any(|l| l == "leader_election_master_status{name=\"operator.ipam.cluster.x-k8s.io\"} 1"),
+        "{scrape}"
+    );
+    drop(manager);
+}

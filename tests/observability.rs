@@ -1,6 +1,8 @@
 //! The chart's Grafana dashboard and Prometheus alerts: the alert rules pass `promtool check rules` and their unit
 //! tests on synthetic series (`promtool test rules`, promtool built from its Go module), every metric the dashboard
-//! and the rules name is one a running manager exports, and the chart ships both only when asked, unchanged.
+//! and the rules name is one a running manager exports, and the chart ships both only when asked, unchanged. Cluster
+//! API's controller-runtime dashboard (its queries in `tests/fixtures/capi-controller-runtime-dashboard-exprs.json`)
+//! finds every series a manager that is not a Go program can have, and they move when claims are reconciled.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -30,17 +32,34 @@ fn dashboard() -> Value {
     serde_json::from_str(&std::fs::read_to_string(repo_root().join(DASHBOARD)).expect("dashboard")).expect("JSON")
 }
 
-/// The `capi_ipam_*` metric names a PromQL expression uses.
-fn metric_names(expr: &str) -> BTreeSet<String> {
+/// The families a manager exports: ours, controller-runtime's and client-go's, the process collector's.
+const OURS: [&str; 6] =
+    ["capi_ipam_", "controller_runtime_", "workqueue_", "rest_client_", "leader_election_", "process_"];
+
+/// The metric names of `prefixes` a PromQL expression uses.
+fn names_with(expr: &str, prefixes: &[&str]) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    let mut rest = expr;
-    while let Some(at) = rest.find("capi_ipam_") {
-        let tail = &rest[at..];
-        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
-        names.insert(tail[..end].to_owned());
-        rest = &tail[end..];
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut at = 0;
+    while at < expr.len() {
+        let tail = &expr[at..];
+        let end = tail.find(|c: char| !is_name(c)).unwrap_or(tail.len());
+        let word = &tail[..end];
+        let starts_word = at == 0 || !expr[..at].ends_with(is_name);
+        if starts_word && prefixes.iter().any(|p| word.starts_with(p)) {
+            names.insert(word.to_owned());
+        }
+        at += end.max(1);
+        while at < expr.len() && !expr.is_char_boundary(at) {
+            at += 1;
+        }
     }
     names
+}
+
+/// The metric names of our families a PromQL expression uses.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    names_with(expr, &OURS)
 }
 
 fn rule_exprs() -> Vec<String> {
@@ -168,4 +187,95 @@ fn the_chart_ships_the_dashboard_and_the_alerts_only_when_asked_and_unchanged() 
     for panel in shipped["panels"].as_array().expect("panels") {
         assert_eq!(panel["datasource"]["uid"], "${datasource}", "{}", panel["title"]);
     }
+}
+
+/// Every metric name Cluster API's controller-runtime dashboard queries, and what it leaves out as no manager of ours
+/// can have it: the Go runtime's (`go_*`), the kubelet's and kube-state-metrics' (`container_*`, `kube_*`), and Cluster
+/// API's own controllers' (`capi_*`).
+fn capi_dashboard_names() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(repo_root().join("tests/fixtures/capi-controller-runtime-dashboard-exprs.json"))
+        .expect("fixture");
+    let fixture: Value = serde_json::from_str(&text).expect("JSON");
+    let mut names = BTreeSet::new();
+    for expr in fixture["exprs"].as_array().expect("exprs") {
+        let expr = expr.as_str().expect("an expression");
+        names.extend(names_with(expr, &["go_", "container_", "kube_", "capi_"]).into_iter().filter(|n| {
+            // Cluster API's own series start with `capi_`; ours with `capi_ipam_`, which this dashboard does not query.
+            n.starts_with("capi_ipam_")
+        }));
+        names.extend(metric_names(expr));
+    }
+    names
+}
+
+/// The value of the sample `series` (a name and its labels as the scrape prints them), summed over the samples whose
+/// labels include all of `labels`.
+fn sample_sum(scrape: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let matches = n == name && labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            matches.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn cluster_apis_controller_runtime_dashboard_finds_its_series_and_they_move_when_claims_are_reconciled() {
+    let env = TestEnv::with_manager("crdash").await;
+    let (c, ns) = (&env.client, &env.namespace);
+    let before = shared_manager().metrics().expect("a scrape of /metrics");
+    let named = capi_dashboard_names();
+    for expected in ["controller_runtime_reconcile_total", "workqueue_depth", "rest_client_requests_total"] {
+        assert!(named.contains(expected), "the fixture's dashboard does not query {expected}: {named:?}");
+    }
+    let exported = exported(&before);
+    let missing: Vec<&String> = named.difference(&exported).collect();
+    assert!(missing.is_empty(), "Cluster API's dashboard queries, and we do not export: {missing:?}");
+
+    support::claims::create_pool(
+        c,
+        "InClusterIPPool",
+        ns,
+        "pool",
+        serde_json::json!({"addresses": ["10.9.0.1-10.9.0.9"], "prefix": 24}),
+    )
+    .await;
+    let capi = support::claims::Capi::V1Beta2;
+    for i in 0..3 {
+        capi.create_claim(c, ns, &format!("c{i}"), "InClusterIPPool", "pool").await;
+    }
+    for i in 0..3 {
+        capi.wait_bound(c, ns, &format!("c{i}")).await;
+    }
+    let after = shared_manager().metrics().expect("a scrape of /metrics");
+    let claims = [("controller", "ipaddressclaim")];
+    let pools = [("controller", "inclusterippool")];
+    let queue = [("name", "ipaddressclaim")];
+    for (name, labels) in [
+        ("controller_runtime_reconcile_total", &claims[..]),
+        ("controller_runtime_reconcile_total", &pools[..]),
+        ("controller_runtime_reconcile_time_seconds_count", &claims[..]),
+        ("workqueue_adds_total", &queue[..]),
+        ("workqueue_queue_duration_seconds_count", &queue[..]),
+        ("workqueue_work_duration_seconds_count", &queue[..]),
+        ("controller_runtime_webhook_requests_total", &[("code", "200")][..]),
+        ("controller_runtime_webhook_latency_seconds_count", &[][..]),
+        ("rest_client_requests_total", &[("method", "POST"), ("code", "201")][..]),
+        ("process_cpu_seconds_total", &[][..]),
+    ] {
+        let (was, is) = (sample_sum(&before, name, labels), sample_sum(&after, name, labels));
+        assert!(is > was, "{name}{labels:?} did not move: {was} then {is}");
+    }
+    assert_eq!(sample_sum(&after, "controller_runtime_max_concurrent_reconciles", &claims), 32.0);
+    assert!(sample_sum(&after, "process_resident_memory_bytes", &[]) > 0.0);
+    // Our own results are lowercase, one controller per kind as the Go provider names them.
+    assert!(
+        sample_sum(&after, "capi_ipam_reconcile_total", &[("controller", "inclusterippool"), ("result", "success")])
+            > 0.0
+    );
+    assert!(!after.contains("result=\"Success\""), "capitalized results are gone");
 }

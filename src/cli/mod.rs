@@ -1,6 +1,9 @@
 //! Command-line flags of the manager: the Go provider's flags with the same names and defaults (reference §5), plus
 //! `--log-format`, `--log-level`, `--reject-overlapping-pools`, `--reject-gateway-outside-subnet`, `--webhook-host` and
-//! `--leader-election-namespace`.
+//! `--leader-election-namespace`; and every flag the Cluster API Operator can pass a provider ([`compat`]), with our
+//! meaning where one exists, else a notice in the log.
+
+pub mod compat;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -9,10 +12,18 @@ use std::time::Duration;
 use crate::server::tls::TlsVersion;
 
 #[derive(clap::Parser, Debug, Clone)]
-#[command(name = "manager", version, about = "Cluster API IPAM provider for in-cluster pools")]
+// A flag given twice takes its last value, as Go's pflag does: the Cluster API Operator appends its flags to the
+// Deployment's own.
+#[command(
+    name = "manager",
+    version,
+    about = "Cluster API IPAM provider for in-cluster pools",
+    args_override_self = true
+)]
 pub struct Args {
-    /// The address the probe endpoints (/healthz, /readyz) bind to; "0" disables them.
-    #[arg(long, default_value = ":8081")]
+    /// The address the probe endpoints (/healthz, /readyz) bind to; "0" disables them. --health-addr (the Cluster
+    /// API Operator's name) is the same flag.
+    #[arg(long, alias = "health-addr", default_value = ":8081")]
     pub health_probe_bind_address: String,
 
     /// Enable leader election: only the holder of the Lease `7bb7acb4.ipam.cluster.x-k8s.io` reconciles; every
@@ -76,6 +87,11 @@ pub struct Args {
     #[arg(long, default_value = ":8443")]
     pub diagnostics_address: String,
 
+    /// Deprecated by Cluster API for --diagnostics-address: serves metrics on this address over plain HTTP without
+    /// authentication, as Cluster API's managers did (it replaces --diagnostics-address).
+    #[arg(long)]
+    pub metrics_bind_addr: Option<String>,
+
     /// Serve metrics over plain HTTP without authentication (default: HTTPS with TokenReview and
     /// SubjectAccessReview authorization).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
@@ -106,18 +122,48 @@ pub struct Args {
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Log format: json (ISO-8601 UTC timestamps, for log aggregators) or text (human-readable).
-    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
-    pub log_format: LogFormat,
+    /// Log format: json (ISO-8601 UTC timestamps, for log aggregators) or text (human-readable). Default json.
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
 
-    /// Log filter (tracing EnvFilter syntax, e.g. "info" or "debug,kube=info"); RUST_LOG overrides it.
-    #[arg(long, default_value = "info")]
-    pub log_level: String,
+    /// Cluster API's name of --log-format (text or json).
+    #[arg(long, value_enum)]
+    pub logging_format: Option<LogFormat>,
+
+    /// Log filter (tracing EnvFilter syntax, e.g. "info" or "debug,kube=info"); RUST_LOG overrides it. Default info,
+    /// or what --v says.
+    #[arg(long)]
+    pub log_level: Option<String>,
+
+    /// klog's verbosity, as Cluster API's managers take it: 0-3 log at info, 4 at debug, 5 and more at trace.
+    /// --log-level, when given, wins.
+    #[arg(long = "v", value_name = "LEVEL")]
+    pub verbosity: Option<u8>,
 
     /// Claims reconciled at once. Allocation decisions are serialized per pool whatever this is; it bounds how many
-    /// API writes are in flight.
-    #[arg(long, default_value_t = 32)]
+    /// API writes are in flight. --ipaddressclaim.ipam.cluster.x-k8s.io-concurrency (the Cluster API Operator's
+    /// per-kind flag), when given, wins.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
+
+    /// The Cluster API Operator's profiler address. This manager has no profiler: accepted (when it is an address)
+    /// and said in the log.
+    #[arg(long, value_parser = compat::parse_bind_address)]
+    pub profiler_address: Option<String>,
+
+    /// controller-runtime's resync period (a Go duration). This manager reconciles on every change and relists
+    /// when a watch expires, so a resync adds nothing: accepted and said in the log.
+    #[arg(long, value_parser = parse_go_duration)]
+    pub sync_period: Option<Duration>,
+
+    /// Feature gates, name=true|false,… This manager has none: accepted (when well formed) and said in the log.
+    #[arg(long, value_parser = compat::parse_feature_gates)]
+    pub feature_gates: Option<compat::FeatureGates>,
+
+    /// `--<kind>.<group>-concurrency=N` flags, taken out of the command line before the others are parsed
+    /// (`compat::split_kind_concurrency`).
+    #[arg(skip)]
+    pub kind_concurrency: Vec<compat::KindConcurrency>,
 
     /// Seconds an IPAddress made by us must have had no claim before it is released (a safety net against leaks;
     /// claims normally release their address through their finalizer).
@@ -145,7 +191,73 @@ pub enum LogFormat {
     Text,
 }
 
+impl LogFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Json => "json",
+            LogFormat::Text => "text",
+        }
+    }
+}
+
 impl Args {
+    /// The flags of this process: the per-kind concurrency flags first taken out, then the others parsed; a wrong
+    /// value exits with clap's message naming the flag.
+    pub fn from_command_line() -> Self {
+        Self::from_args(std::env::args_os())
+    }
+
+    pub fn from_args<T: Into<std::ffi::OsString>>(args: impl IntoIterator<Item = T>) -> Self {
+        match compat::split_kind_concurrency(args.into_iter().map(Into::into)) {
+            Ok((rest, kinds)) => Args { kind_concurrency: kinds, ..<Args as clap::Parser>::parse_from(rest) },
+            Err(error) => {
+                let mut command = <Args as clap::CommandFactory>::command();
+                command.error(clap::error::ErrorKind::ValueValidation, error).exit()
+            }
+        }
+    }
+
+    pub fn log_format(&self) -> Result<LogFormat, String> {
+        match (self.log_format, self.logging_format) {
+            (Some(ours), Some(capi)) if ours != capi => {
+                Err(format!("--log-format={} and --logging-format={} disagree; give one", ours.name(), capi.name()))
+            }
+            (ours, capi) => Ok(ours.or(capi).unwrap_or(LogFormat::Json)),
+        }
+    }
+
+    /// The log filter: --log-level, else what --v says, else info.
+    pub fn log_filter(&self) -> String {
+        match (&self.log_level, self.verbosity) {
+            (Some(level), _) => level.clone(),
+            (None, Some(v)) => compat::verbosity_filter(v).to_owned(),
+            (None, None) => "info".to_owned(),
+        }
+    }
+
+    /// Claims reconciled at once: the claim kind's concurrency flag, else --max-concurrent-reconciles.
+    pub fn claim_concurrency(&self) -> u16 {
+        self.kind_concurrency
+            .iter()
+            .rev()
+            .find(|k| k.kind.eq_ignore_ascii_case("ipaddressclaim"))
+            .map_or(self.max_concurrent_reconciles, |k| k.workers)
+    }
+
+    /// Where metrics are served, and whether over plain HTTP: --metrics-bind-addr (Cluster API's deprecated flag)
+    /// replaces --diagnostics-address and means plain HTTP.
+    pub fn metrics_endpoint(&self) -> (&'static str, &str, bool) {
+        match &self.metrics_bind_addr {
+            Some(addr) => ("metrics-bind-addr", addr, true),
+            None => ("diagnostics-address", &self.diagnostics_address, self.insecure_diagnostics),
+        }
+    }
+
+    /// What the log says at start about flags that mean something else, or nothing, to this manager.
+    pub fn notices(&self) -> Vec<String> {
+        compat::notices(self)
+    }
+
     /// The leader election timings, checked against client-go's rules.
     pub fn leader_election_timings(&self) -> Result<crate::leader::Timings, String> {
         let timings = crate::leader::Timings {
@@ -243,11 +355,10 @@ pub fn parse_go_duration(value: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     #[test]
     fn defaults_match_the_go_provider() {
-        let a = Args::parse_from(["manager"]);
+        let a = Args::from_args(["manager"]);
         assert_eq!(a.health_probe_bind_address, ":8081");
         assert_eq!(a.diagnostics_address, ":8443");
         assert_eq!(a.webhook_port, 9443);
@@ -255,16 +366,19 @@ mod tests {
         assert_eq!(a.webhook_cert_dir(), PathBuf::from("/tmp/k8s-webhook-server/serving-certs"));
         assert_eq!((a.webhook_cert_name(), a.webhook_key_name()), ("tls.crt", "tls.key"));
         assert_eq!(a.tls_min_version, TlsVersion::Tls12);
-        assert_eq!(a.log_format, LogFormat::Json);
+        assert_eq!(a.log_format(), Ok(LogFormat::Json));
+        assert_eq!((a.log_filter().as_str(), a.claim_concurrency()), ("info", 32));
+        assert_eq!(a.metrics_endpoint(), ("diagnostics-address", ":8443", false));
+        assert!(a.notices().is_empty());
     }
 
     #[test]
     fn go_style_booleans_and_lists() {
         let a =
-            Args::parse_from(["manager", "--leader-elect", "--insecure-diagnostics=true", "--tls-cipher-suites=A,B"]);
+            Args::from_args(["manager", "--leader-elect", "--insecure-diagnostics=true", "--tls-cipher-suites=A,B"]);
         assert!(a.leader_elect && a.insecure_diagnostics);
         assert_eq!(a.tls_cipher_suites, ["A", "B"]);
-        let a = Args::parse_from(["manager", "--leader-elect=false"]);
+        let a = Args::from_args(["manager", "--leader-elect=false"]);
         assert!(!a.leader_elect);
     }
 
@@ -276,10 +390,10 @@ mod tests {
         assert_eq!(parse_go_duration("1.5h"), Ok(Duration::from_secs(5400)));
         assert!(parse_go_duration("15").unwrap_err().contains("\"15\""));
         assert!(parse_go_duration("-1s").is_err() && parse_go_duration("").is_err());
-        let a = Args::parse_from(["manager"]);
+        let a = Args::from_args(["manager"]);
         let t = a.leader_election_timings().expect("defaults are valid");
         assert_eq!(t, crate::leader::Timings::default());
-        let a = Args::parse_from(["manager", "--leader-elect-renew-deadline=20s"]);
+        let a = Args::from_args(["manager", "--leader-elect-renew-deadline=20s"]);
         assert!(a.leader_election_timings().unwrap_err().contains("--leader-elect-lease-duration"));
     }
 

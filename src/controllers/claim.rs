@@ -91,7 +91,7 @@ pub fn allocate(
 pub async fn reconcile(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     let started = std::time::Instant::now();
     let result = reconcile_claim(claim, ctx).await;
-    ctx.metrics.reconciled(crate::metrics::CLAIM_CONTROLLER, started.elapsed(), result.as_ref().err().map(Error::kind));
+    ctx.reconciled(crate::metrics::CLAIM_CONTROLLER, started.elapsed(), &result);
     result
 }
 

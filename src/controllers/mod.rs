@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::api::{PoolResource, WATCH_FILTER_LABEL, v1alpha2};
+use crate::api::{PoolKind, PoolResource, WATCH_FILTER_LABEL, v1alpha2};
 use crate::apiserver::ApiServer;
 use crate::apiserver::client::KubeApi;
 use crate::capi::{CapiApis, ClaimResource, Cluster, IpAddress};
@@ -36,13 +36,16 @@ pub use crate::error::Error;
 use crate::index::relist::Pools;
 use crate::index::{Index, ObjectKey, PoolKey, Sink};
 use crate::leader::Fence;
-use crate::metrics::Metrics;
+use crate::metrics::{CLAIM_CONTROLLER, Metrics, ReconcileResult, pool_controller};
 use crate::runtime::queue::Next;
 use crate::runtime::reachability::Reachability;
 use crate::runtime::retry::{self, Outcome};
 use crate::runtime::supervisor::Supervisor;
 use crate::runtime::watch::{self as watching, Health};
 use crate::runtime::{Work, WorkStreams};
+
+/// Pools reconciled at once, of every kind together (a pool's reconcile is its finalizer and status).
+const POOL_WORKERS: usize = 4;
 
 /// What the controllers watch and how.
 #[derive(Clone, Debug)]
@@ -166,6 +169,16 @@ impl Context {
     fn failed(&self, operation: &'static str, object: &dyn std::fmt::Display, error: &Error) -> Outcome {
         self.report_failure(operation, object, error);
         Outcome::Failed(retry::policy(error, self.reachability.is_down()))
+    }
+
+    /// Counts one reconcile of `controller` that took `duration`, in controller-runtime's terms and ours.
+    fn reconciled(&self, controller: &'static str, duration: Duration, result: &Result<Next, Error>) {
+        let (ended, error) = match result {
+            Ok(Next::AwaitChange) => (ReconcileResult::Success, None),
+            Ok(Next::After(_)) => (ReconcileResult::RequeueAfter, None),
+            Err(error) => (ReconcileResult::Error, Some(error.kind())),
+        };
+        self.metrics.reconciled(controller, duration, ended, error);
     }
 }
 
@@ -335,12 +348,25 @@ pub async fn run(
         let work = work.clone();
         tasks.forever("pool requeue timer", async move { work.pools.run_timers().await });
     }
+    {
+        let work = work.clone();
+        tasks.forever("work queue gauges", async move {
+            tokio::join!(work.claims.report_work_in_progress(), work.pools.report_work_in_progress());
+        });
+    }
+    let runtime = ctx.metrics.controller_runtime();
+    runtime.set_max_concurrent_reconciles(CLAIM_CONTROLLER, usize::from(options.concurrency.max(1)));
+    for kind in PoolKind::ALL {
+        // The pool workers serve every pool kind: each kind's controller may use all of them.
+        runtime.set_max_concurrent_reconciles(pool_controller(kind), POOL_WORKERS);
+    }
     let claim_workers: Vec<_> =
         (0..options.concurrency.max(1)).map(|_| claim_worker(ctx.clone(), work.clone(), stop.clone())).collect();
     tasks.forever("claim workers", async move {
         futures::future::join_all(claim_workers).await;
     });
-    let pool_workers: Vec<_> = (0..4).map(|_| pool_worker(ctx.clone(), work.clone(), stop.clone())).collect();
+    let pool_workers: Vec<_> =
+        (0..POOL_WORKERS).map(|_| pool_worker(ctx.clone(), work.clone(), stop.clone())).collect();
     tasks.forever("pool workers", async move {
         futures::future::join_all(pool_workers).await;
     });
@@ -363,7 +389,10 @@ async fn claim_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToke
         ctx.wait_synced().await;
         // No await between the run's end and `finish`: a return of the API server that `unpark` hands on cannot
         // slip in between the policy's "parked" and the park (the workers and `unpark` are polled in one task).
+        let active = ctx.metrics.controller_runtime().active_workers(CLAIM_CONTROLLER);
+        active.inc();
         let outcome = work_claim(&ctx, &key).await;
+        active.dec();
         work.claims.finish(key, outcome);
     }
 }
@@ -402,7 +431,10 @@ async fn pool_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToken
             key = work.pools.next() => key,
         };
         ctx.wait_synced().await;
+        let active = ctx.metrics.controller_runtime().active_workers(pool_controller(key.kind));
+        active.inc();
         let outcome = work_pool(&ctx, &key).await;
+        active.dec();
         work.pools.finish(key, outcome);
     }
 }

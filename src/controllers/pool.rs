@@ -97,7 +97,7 @@ pub fn desired_status(index: &Index, key: &PoolKey) -> DesiredStatus {
 pub async fn reconcile(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Next, Error> {
     let started = std::time::Instant::now();
     let result = reconcile_pool(key, pool, ctx).await;
-    ctx.metrics.reconciled(crate::metrics::POOL_CONTROLLER, started.elapsed(), result.as_ref().err().map(Error::kind));
+    ctx.reconciled(crate::metrics::pool_controller(key.kind), started.elapsed(), &result);
     result
 }
 

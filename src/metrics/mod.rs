@@ -1,12 +1,18 @@
-//! Prometheus metrics (docs/compatibility.md D16). Labels stay bounded: pool kind, namespace and name, controller,
-//! webhook path and result, error kind. Nothing is labelled per claim or per address.
+//! Prometheus metrics (docs/compatibility.md D16): controller-runtime's families as the Go provider exports them
+//! ([`controller_runtime`]), the process collector's ([`process`]), and ours, `capi_ipam_*`. Labels stay bounded:
+//! pool kind, namespace and name, controller, webhook path and result, error kind, status code and method. Nothing is
+//! labelled per claim or per address.
+
+pub mod controller_runtime;
+pub mod process;
+pub mod rest_client;
 
 use parking_lot::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -15,6 +21,7 @@ use prometheus_client::registry::Registry;
 
 use crate::api::PoolKind;
 use crate::ipam::PoolCounts;
+pub use controller_runtime::{CLAIM_CONTROLLER, ControllerRuntime, QueueSeries, ReconcileResult, pool_controller};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
@@ -45,16 +52,10 @@ pub struct QueueGauges {
     pub delayed: Gauge,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum ReconcileResult {
-    Success,
-    Error,
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
     pub controller: &'static str,
-    pub result: ReconcileResult,
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -68,10 +69,6 @@ pub struct WebhookLabels {
     pub path: String,
     pub result: &'static str,
 }
-
-/// The `controller` label of the claim and pool controllers.
-pub const CLAIM_CONTROLLER: &str = "ipaddressclaim";
-pub const POOL_CONTROLLER: &str = "pool";
 
 /// The claims the leader has seen without an address and not yet bound (whatever they wait for: a free address, their
 /// pool, their Cluster), read when metrics are scraped so that how long they waited is current.
@@ -107,6 +104,9 @@ pub struct Metrics {
     claims_waiting_longest: Gauge<f64, AtomicU64>,
     /// The current leader term's claims; gone (0 waiting) between terms and on replicas that do not lead.
     waiting_source: Mutex<Option<Weak<dyn WaitingClaims>>>,
+    controller_runtime: ControllerRuntime,
+    /// The Lease `leader_election_master_status` names.
+    lease: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -128,7 +128,10 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("capi_ipam");
+        let mut top = Registry::default();
+        let controller_runtime = ControllerRuntime::register(&mut top);
+        top.register_collector(Box::new(process::ProcessCollector));
+        let registry = top.sub_registry_with_prefix("capi_ipam");
         let m = Metrics {
             pool_total: Family::default(),
             pool_used: Family::default(),
@@ -153,6 +156,8 @@ impl Metrics {
             claims_waiting: Gauge::default(),
             claims_waiting_longest: Gauge::default(),
             waiting_source: Mutex::new(None),
+            controller_runtime,
+            lease: Mutex::new(None),
             registry: Registry::default(),
         };
         registry.register(
@@ -236,7 +241,12 @@ impl Metrics {
             m.webhook_duration.clone(),
         );
         m.initialize_counters();
-        Metrics { registry, ..m }
+        Metrics { registry: top, ..m }
+    }
+
+    /// controller-runtime's families.
+    pub fn controller_runtime(&self) -> &ControllerRuntime {
+        &self.controller_runtime
     }
 
     /// Every counter series that can exist is exported from the start, at 0: Prometheus sees no increase in a series
@@ -254,8 +264,8 @@ impl Metrics {
                 let _ = family.get_or_create(&labels);
             }
         }
-        for controller in [CLAIM_CONTROLLER, POOL_CONTROLLER] {
-            for result in [ReconcileResult::Success, ReconcileResult::Error] {
+        for controller in controller_runtime::controllers() {
+            for result in ["success", "error"] {
                 let _ = self.reconciles.get_or_create(&ReconcileLabels { controller, result });
             }
             for error in crate::error::Error::KINDS {
@@ -316,8 +326,17 @@ impl Metrics {
         *self.waiting_source.lock() = Some(source);
     }
 
+    /// The Lease this replica campaigns for (`leader_election_master_status{name}`), exported at 0.
+    pub fn campaign(&self, lease: &str) {
+        *self.lease.lock() = Some(lease.to_owned());
+        self.controller_runtime.set_leader(lease, false);
+    }
+
     pub fn set_leading(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+        if let Some(lease) = self.lease.lock().as_deref() {
+            self.controller_runtime.set_leader(lease, leading);
+        }
     }
 
     pub fn fenced(&self) {
@@ -345,19 +364,30 @@ impl Metrics {
         self.releases.get_or_create(&PoolKindLabels { kind: kind.kind().to_owned() }).inc();
     }
 
-    pub fn reconciled(&self, controller: &'static str, duration: Duration, error: Option<&'static str>) {
-        let result = if error.is_some() { ReconcileResult::Error } else { ReconcileResult::Success };
-        self.reconciles.get_or_create(&ReconcileLabels { controller, result }).inc();
+    /// One reconcile of `controller` (ours and controller-runtime's series): how it ended and, when it failed, the
+    /// kind of its error.
+    pub fn reconciled(
+        &self,
+        controller: &'static str,
+        duration: Duration,
+        result: ReconcileResult,
+        error: Option<&'static str>,
+    ) {
+        let ours = if error.is_some() { "error" } else { "success" };
+        self.reconciles.get_or_create(&ReconcileLabels { controller, result: ours }).inc();
         if let Some(error) = error {
             self.reconcile_errors.get_or_create(&ErrorLabels { controller, error }).inc();
         }
         self.reconcile_duration.get_or_create(&ControllerLabels { controller }).observe(duration.as_secs_f64());
+        self.controller_runtime.reconciled(controller, result, duration.as_secs_f64());
     }
 
-    pub fn webhook(&self, path: &str, result: &'static str, duration: Duration) {
+    /// One webhook request: our result label, and the HTTP status code controller-runtime counts.
+    pub fn webhook(&self, path: &str, result: &'static str, code: u16, duration: Duration) {
         let labels = WebhookLabels { path: path.to_owned(), result };
         self.webhook_requests.get_or_create(&labels).inc();
         self.webhook_duration.get_or_create(&labels).observe(duration.as_secs_f64());
+        self.controller_runtime.webhook_answered(path, code, duration.as_secs_f64());
     }
 }
 
@@ -372,13 +402,18 @@ mod tests {
         let scraped = Metrics::new().encode();
         for line in [
             "capi_ipam_reconcile_errors_total{controller=\"ipaddressclaim\",error=\"transport\"} 0",
-            "capi_ipam_reconcile_errors_total{controller=\"pool\",error=\"fenced\"} 0",
-            "capi_ipam_reconcile_total{controller=\"pool\",result=\"Error\"} 0",
+            "capi_ipam_reconcile_errors_total{controller=\"globalinclusterippool\",error=\"fenced\"} 0",
+            "capi_ipam_reconcile_total{controller=\"inclusterprefixpool\",result=\"error\"} 0",
+            "controller_runtime_reconcile_total{controller=\"ipaddressclaim\",result=\"requeue_after\"} 0",
+            "process_open_fds",
             "capi_ipam_allocations_total{kind=\"GlobalInClusterPrefixPool\"} 0",
             "capi_ipam_releases_total{kind=\"InClusterIPPool\"} 0",
             "capi_ipam_claims_waiting 0",
         ] {
-            assert!(scraped.lines().any(|l| l == line), "{line} missing from:\n{scraped}");
+            assert!(
+                scraped.lines().any(|l| l == line || l.starts_with(&format!("{line} "))),
+                "{line} missing from:\n{scraped}"
+            );
         }
     }
 }

@@ -9,8 +9,9 @@ pub mod watch;
 
 use tokio::sync::mpsc;
 
+use crate::api::PoolKind;
 use crate::index::{ObjectKey, PoolKey, Sink};
-use crate::metrics::Metrics;
+use crate::metrics::{CLAIM_CONTROLLER, Metrics, pool_controller};
 use queue::WorkQueue;
 
 /// The work of the controllers: claims and pools to reconcile, claims gone (their IPAddress is checked at once), and
@@ -33,8 +34,13 @@ impl Work {
         let (gone, gone_rx) = mpsc::unbounded_channel();
         let (moved_away, moved_away_rx) = mpsc::unbounded_channel();
         let streams = WorkStreams { gone: gone_rx, moved_away: moved_away_rx };
-        let claims = WorkQueue::with_gauges(metrics.queue("claims"));
-        let pools = WorkQueue::with_gauges(metrics.queue("pools"));
+        let runtime = metrics.controller_runtime();
+        let claims = WorkQueue::with_metrics(metrics.queue("claims"), vec![runtime.queue(CLAIM_CONTROLLER)], |_| 0);
+        // One queue for the four pool controllers of the Go provider, each with its series.
+        let pool_series = PoolKind::ALL.into_iter().map(|kind| runtime.queue(pool_controller(kind))).collect();
+        let pools = WorkQueue::with_metrics(metrics.queue("pools"), pool_series, |key: &PoolKey| {
+            PoolKind::ALL.iter().position(|kind| *kind == key.kind).unwrap_or(0)
+        });
         (Work { claims, pools, gone, moved_away }, streams)
     }
 }

@@ -3,10 +3,12 @@
 //! keys by our compact keys and gives its memory back once a burst drains (100,000 claims are queued at start-up).
 //! Keys added with [`WorkQueue::add_first`] go before the others (a claim waiting for an address before 100,000 bound
 //! claims that are only checked). Delayed requeues wait in tokio's `DelayQueue`. It is the one owner of a key's
-//! retries: a run ends with [`WorkQueue::finish`], which applies the error policy's answer (`super::retry`).
+//! retries: a run ends with [`WorkQueue::finish`], which applies the error policy's answer (`super::retry`). It reports
+//! client-go's work queue series per controller (`crate::metrics::QueueSeries`): one queue may serve several
+//! controllers (the pool kinds), told apart by a key's class.
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque, hash_map};
 use std::hash::Hash;
 use std::task::Poll;
 use std::time::Duration;
@@ -16,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::retry::{Outcome, Retry, backoff};
-use crate::metrics::QueueGauges;
+use crate::metrics::{QueueGauges, QueueSeries};
 
 /// What a reconcile asks for next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +37,9 @@ pub struct WorkQueue<K> {
     /// Signalled when `ready` gains a key.
     ready_signal: Notify,
     gauges: QueueGauges,
+    /// The series of each class of keys, and a key's class (an index into it).
+    series: Box<[QueueSeries]>,
+    class: fn(&K) -> usize,
 }
 
 impl<K> Default for WorkQueue<K> {
@@ -44,20 +49,45 @@ impl<K> Default for WorkQueue<K> {
 }
 
 impl<K> WorkQueue<K> {
-    /// A queue that reports its depth into `gauges` (`crate::metrics`).
+    /// A queue that reports its depth into `gauges` (`crate::metrics`), and nothing per controller.
     pub fn with_gauges(gauges: QueueGauges) -> Self {
-        Self { state: Mutex::new(State::default()), ready_signal: Notify::new(), gauges }
+        Self::with_metrics(gauges, vec![QueueSeries::default()], |_| 0)
+    }
+
+    /// A queue that also reports each class of keys into its series: `class` of a key is an index into `series`.
+    pub fn with_metrics(gauges: QueueGauges, series: Vec<QueueSeries>, class: fn(&K) -> usize) -> Self {
+        assert!(!series.is_empty(), "a queue reports into at least one series");
+        let series = series.into_boxed_slice();
+        Self { state: Mutex::new(State::default()), ready_signal: Notify::new(), gauges, series, class }
+    }
+
+    fn series(&self, key: &K) -> &QueueSeries {
+        // A class out of range would be a bug of the caller; its key is counted in the last series, not lost.
+        &self.series[(self.class)(key).min(self.series.len() - 1)]
     }
 }
 
+/// What adding a key did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Added {
+    /// It waits for a worker now.
+    Queued,
+    /// It runs now, and runs once more when its worker is done.
+    Rerun,
+    /// It was queued, or due for another run, already.
+    Already,
+}
+
 struct State<K> {
-    /// Keys waiting for a worker, in order: `first` before `ready`; `queued` holds the keys of both.
-    first: VecDeque<K>,
-    ready: VecDeque<K>,
+    /// Keys waiting for a worker, in order, with when each was added: `first` before `ready`; `queued` holds the
+    /// keys of both.
+    first: VecDeque<(K, Instant)>,
+    ready: VecDeque<(K, Instant)>,
     queued: HashSet<K>,
-    /// Keys a worker has now; a key woken meanwhile goes to `rerun` and back to `ready` when the worker is done.
-    running: HashSet<K>,
-    rerun: HashSet<K>,
+    /// Keys a worker has now, since when; a key woken meanwhile goes to `rerun` (with when) and back to `ready` when
+    /// the worker is done.
+    running: HashMap<K, Instant>,
+    rerun: HashMap<K, Instant>,
     /// Delayed requeues, and each key's due time and entry.
     delayed: DelayQueue<K>,
     due: HashMap<K, (Instant, delay_queue::Key)>,
@@ -73,8 +103,8 @@ impl<K> Default for State<K> {
             first: VecDeque::new(),
             ready: VecDeque::new(),
             queued: HashSet::new(),
-            running: HashSet::new(),
-            rerun: HashSet::new(),
+            running: HashMap::new(),
+            rerun: HashMap::new(),
             delayed: DelayQueue::new(),
             due: HashMap::new(),
             failures: HashMap::new(),
@@ -89,28 +119,39 @@ fn shrink<T: Eq + Hash>(set: &mut HashSet<T>) {
     }
 }
 
+fn shrink_map<T: Eq + Hash, V>(map: &mut HashMap<T, V>) {
+    if map.len() * 4 < map.capacity() && map.capacity() > KEEP_CAPACITY {
+        map.shrink_to(KEEP_CAPACITY.max(map.len() * 2));
+    }
+}
+
 impl<K: Clone + Eq + Hash> State<K> {
-    /// Queues `key` at the back of `ready`, or of `first`; a key queued already keeps its place.
-    fn add(&mut self, key: K, first: bool) -> bool {
+    /// Queues `key` at the back of `ready`, or of `first`, as added at `at`; a key queued already keeps its place.
+    fn add(&mut self, key: K, first: bool, at: Instant) -> Added {
         if let Some((_, entry)) = self.due.remove(&key) {
             self.delayed.remove(&entry);
         }
-        if self.running.contains(&key) {
-            self.rerun.insert(key);
-            false
+        if self.running.contains_key(&key) {
+            match self.rerun.entry(key) {
+                hash_map::Entry::Occupied(_) => Added::Already,
+                hash_map::Entry::Vacant(vacant) => {
+                    vacant.insert(at);
+                    Added::Rerun
+                }
+            }
         } else if self.queued.insert(key.clone()) {
             if first {
-                self.first.push_back(key)
+                self.first.push_back((key, at))
             } else {
-                self.ready.push_back(key)
+                self.ready.push_back((key, at))
             }
-            true
+            Added::Queued
         } else {
-            false
+            Added::Already
         }
     }
 
-    fn pop(&mut self) -> Option<K> {
+    fn pop(&mut self) -> Option<(K, Instant)> {
         self.first.pop_front().or_else(|| self.ready.pop_front())
     }
 
@@ -125,7 +166,7 @@ impl<K: Clone + Eq + Hash> State<K> {
             }
         }
         shrink(&mut self.queued);
-        shrink(&mut self.rerun);
+        shrink_map(&mut self.rerun);
         shrink(&mut self.parked);
         if self.due.len() * 4 < self.due.capacity() && self.due.capacity() > KEEP_CAPACITY {
             self.due.shrink_to(KEEP_CAPACITY.max(self.due.len() * 2));
@@ -147,6 +188,28 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         self.gauges.delayed.set(i64::try_from(state.due.len()).unwrap_or(i64::MAX));
     }
 
+    /// Counts an add as client-go does: every add of a key not queued already, also of one running now.
+    fn count(&self, key: &K, added: Added) {
+        let series = self.series(key);
+        match added {
+            Added::Queued => {
+                series.adds.inc();
+                series.depth.inc();
+            }
+            Added::Rerun => {
+                series.adds.inc();
+            }
+            Added::Already => {}
+        }
+    }
+
+    /// Adds `key` under `state`'s lock and counts it; whether a worker is to be signalled.
+    fn add_locked(&self, state: &mut State<K>, key: K, first: bool) -> bool {
+        let added = state.add(key.clone(), first, Instant::now());
+        self.count(&key, added);
+        added == Added::Queued
+    }
+
     /// Queues the key now (a delayed requeue of it is dropped: this run comes first).
     pub fn add(&self, key: K) {
         self.add_in_lane(key, false);
@@ -159,7 +222,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
 
     fn add_in_lane(&self, key: K, first: bool) {
         let mut state = self.state();
-        let added = state.add(key, first);
+        let added = self.add_locked(&mut state, key, first);
         self.observe(&state);
         drop(state);
         if added {
@@ -174,7 +237,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         }
         let at = Instant::now() + delay;
         let mut state = self.state();
-        if state.queued.contains(&key) || state.rerun.contains(&key) {
+        if state.queued.contains(&key) || state.rerun.contains_key(&key) {
             return;
         }
         match state.due.get(&key).copied() {
@@ -199,9 +262,13 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             notified.as_mut().enable();
             {
                 let mut state = self.state();
-                if let Some(key) = state.pop() {
+                if let Some((key, added)) = state.pop() {
                     state.queued.remove(&key);
-                    state.running.insert(key.clone());
+                    let now = Instant::now();
+                    state.running.insert(key.clone(), now);
+                    let series = self.series(&key);
+                    series.depth.dec();
+                    series.queue_duration.observe((now - added).as_secs_f64());
                     let more = state.waiting() > 0;
                     state.shrink_when_drained();
                     self.observe(&state);
@@ -220,12 +287,16 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     /// Ends a worker's run of `key`; a wake that came meanwhile queues it again.
     pub fn done(&self, key: &K) {
         let mut state = self.state();
-        state.running.remove(key);
-        if let Some(key) = state.rerun.take(key)
-            && state.add(key, false)
-        {
-            drop(state);
-            self.ready_signal.notify_one();
+        if let Some(started) = state.running.remove(key) {
+            self.series(key).work_duration.observe(started.elapsed().as_secs_f64());
+        }
+        if let Some((again, at)) = state.rerun.remove_entry(key) {
+            // Counted as an add when it came.
+            if state.add(again, false, at) == Added::Queued {
+                self.series(key).depth.inc();
+                drop(state);
+                self.ready_signal.notify_one();
+            }
         }
     }
 
@@ -233,6 +304,9 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     /// retried after the backoff of its failures in a row (parked as well while the API server does not answer), or
     /// after the delay the policy gave; a run that did what it could ends the key's failures.
     pub fn finish(&self, key: K, outcome: Outcome) {
+        if matches!(outcome, Outcome::Failed(_)) {
+            self.series(&key).retries.inc();
+        }
         let delay = {
             let mut state = self.state();
             if outcome == Outcome::Failed(Retry::WhenAnswering) {
@@ -289,13 +363,39 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             .await;
             let mut state = self.state();
             state.due.remove(&key);
-            let woke = state.add(key, false);
+            let woke = self.add_locked(&mut state, key, false);
             state.shrink_when_drained();
             self.observe(&state);
             drop(state);
             if woke {
                 self.ready_signal.notify_one();
             }
+        }
+    }
+
+    /// Sets each class's seconds of work in progress and its longest run now, every 500 ms as client-go does;
+    /// runs for as long as the queue is used.
+    pub async fn report_work_in_progress(&self) {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.observe_work_in_progress();
+        }
+    }
+
+    fn observe_work_in_progress(&self) {
+        let now = Instant::now();
+        let mut in_progress = vec![(0.0_f64, 0.0_f64); self.series.len()];
+        for (key, started) in &self.state().running {
+            let class = (self.class)(key).min(self.series.len() - 1);
+            let seconds = (now - *started).as_secs_f64();
+            in_progress[class].0 += seconds;
+            in_progress[class].1 = in_progress[class].1.max(seconds);
+        }
+        for (series, (unfinished, longest)) in self.series.iter().zip(in_progress) {
+            series.unfinished_work.set(unfinished);
+            series.longest_running.set(longest);
         }
     }
 
@@ -520,6 +620,42 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(6)).await;
         assert_eq!((gauges.waiting.get(), gauges.delayed.get()), (2, 0));
         timers.abort();
+    }
+
+    /// client-go's series, per class of keys: adds (also of a key that runs), depth, time queued and worked, work in
+    /// progress, retries.
+    #[tokio::test(start_paused = true)]
+    async fn each_class_of_keys_reports_client_gos_work_queue_series() {
+        let (a_series, b_series) = (QueueSeries::default(), QueueSeries::default());
+        let class = |k: &ObjectKey| usize::from(k.name.starts_with('b'));
+        let q = WorkQueue::with_metrics(QueueGauges::default(), vec![a_series.clone(), b_series.clone()], class);
+        q.add(key("a1"));
+        q.add(key("a1"));
+        q.add(key("b1"));
+        assert_eq!((a_series.adds.get(), a_series.depth.get(), b_series.depth.get()), (1, 1, 1));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let first = q.next().await;
+        assert_eq!(first, key("a1"));
+        assert_eq!((a_series.depth.get(), b_series.depth.get()), (0, 1));
+        // Woken while it runs: another add, and it waits again once its run is done.
+        q.add(key("a1"));
+        assert_eq!((a_series.adds.get(), a_series.depth.get()), (2, 0));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        q.observe_work_in_progress();
+        assert_eq!((a_series.unfinished_work.get(), a_series.longest_running.get()), (3.0, 3.0));
+        assert_eq!(b_series.unfinished_work.get(), 0.0);
+        q.finish(first, Outcome::Failed(Retry::Backoff));
+        assert_eq!((a_series.retries.get(), a_series.depth.get(), b_series.retries.get()), (1, 1, 0));
+        q.observe_work_in_progress();
+        assert_eq!(a_series.unfinished_work.get(), 0.0);
+        let mut encoded = String::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("queued", "", a_series.queue_duration.clone());
+        registry.register("worked", "", a_series.work_duration.clone());
+        prometheus_client::encoding::text::encode(&mut encoded, &registry).expect("encode");
+        // Queued 2 s (in the bucket of 10 s, not of 1 s); worked 3 s.
+        assert!(encoded.contains("queued_bucket{le=\"1.0\"} 0\nqueued_bucket{le=\"10.0\"} 1"), "{encoded}");
+        assert!(encoded.contains("worked_count 1") && encoded.contains("worked_sum 3.0"), "{encoded}");
     }
 
     #[tokio::test]

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use crate::server::{self, BodyLimit, Limits};
 use admission::AdmissionContext;
+use prometheus_client::metrics::gauge::Gauge;
 use routes::{CONVERT_PATH, admission_routes};
 
 /// Request bodies above this size get 413. It is the API server's own limit on a request body, so any review of an
@@ -38,44 +39,62 @@ pub fn router(ctx: Arc<AdmissionContext>, metrics: Arc<Metrics>) -> Router {
     let mut router = Router::new();
     for route in admission_routes() {
         let (ctx, metrics, path, limit) = (ctx.clone(), metrics.clone(), route.path(), limit.clone());
+        metrics.controller_runtime().webhook_served(&path);
         router = router.route(
             &route.path(),
-            post(move |body: Body| async move {
-                let started = Instant::now();
-                let (body, _permit) = match limit.read(body).await {
-                    Ok(read) => read,
-                    Err(refused) => {
-                        metrics.webhook(&path, "refused", started.elapsed());
-                        return refused;
-                    }
-                };
-                let (review, outcome) = admission::review(&ctx, route, &body).await;
-                metrics.webhook(&path, outcome.result_label(), started.elapsed());
-                json_response(review)
+            post(move |body: Body| {
+                instrumented(metrics, path, async move {
+                    let (body, _permit) = match limit.read(body).await {
+                        Ok(read) => read,
+                        Err(refused) => return (refused, "refused"),
+                    };
+                    let (review, outcome) = admission::review(&ctx, route, &body).await;
+                    (json_response(review), outcome.result_label())
+                })
             }),
         );
     }
-    let convert_metrics = metrics.clone();
+    metrics.controller_runtime().webhook_served(CONVERT_PATH);
     router
         .route(
             CONVERT_PATH,
-            post(move |body: Body| async move {
-                let started = Instant::now();
-                let (body, _permit) = match limit.read(body).await {
-                    Ok(read) => read,
-                    Err(refused) => {
-                        convert_metrics.webhook(CONVERT_PATH, "refused", started.elapsed());
-                        return refused;
-                    }
-                };
-                let (review, ok) = conversion::review(&body);
-                convert_metrics.webhook(CONVERT_PATH, if ok { "converted" } else { "failed" }, started.elapsed());
-                json_response(review)
+            post(move |body: Body| {
+                instrumented(metrics, CONVERT_PATH.to_owned(), async move {
+                    let (body, _permit) = match limit.read(body).await {
+                        Ok(read) => read,
+                        Err(refused) => return (refused, "refused"),
+                    };
+                    let (review, ok) = conversion::review(&body);
+                    (json_response(review), if ok { "converted" } else { "failed" })
+                })
             }),
         )
         // The body is read by `BodyLimit`, which answers 413 itself; axum's own default limit (2 MiB) is lifted.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .fallback(|| async { (StatusCode::NOT_FOUND, "no webhook at this path") })
+}
+
+/// Serves one request of the webhook at `path`, counted while in flight and when answered: our result label, and
+/// the status code and latency controller-runtime's series have.
+async fn instrumented(
+    metrics: Arc<Metrics>,
+    path: String,
+    serve: impl std::future::Future<Output = (Response, &'static str)>,
+) -> Response {
+    /// Leaves the in-flight count also when the request is dropped unanswered (its client went).
+    struct InFlight(Gauge);
+    impl Drop for InFlight {
+        fn drop(&mut self) {
+            self.0.dec();
+        }
+    }
+    let started = Instant::now();
+    let in_flight = InFlight(metrics.controller_runtime().webhook_in_flight(&path));
+    in_flight.0.inc();
+    let (response, result) = serve.await;
+    drop(in_flight);
+    metrics.webhook(&path, result, response.status().as_u16(), started.elapsed());
+    response
 }
 
 /// Serves `router` over TLS on `addr` until `stop`; `on_listening` fires once the socket is bound.
