@@ -70,7 +70,7 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
     }
     let Some(live) = ctx.api.get_pool(key).await.map_err(Error::api("reading the pool"))? else {
         // The pool is gone, and its reservations with it.
-        ctx.index.moved_away_written(key, None);
+        ctx.index.moved_away_written(key, &changes, None);
         return Ok(Written::All);
     };
     let stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
@@ -95,7 +95,7 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
         .await
         .map_err(Error::api("recording the addresses moved away"))?;
     let revision = ResourceVersion::of(written.metadata.resource_version.as_deref().unwrap_or_default());
-    ctx.index.moved_away_written(key, Some((&landed, revision)));
+    ctx.index.moved_away_written(key, &landed, Some(revision));
     Ok(if full { Written::Full } else { Written::All })
 }
 

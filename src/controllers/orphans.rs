@@ -99,7 +99,7 @@ fn reuse_grace(ctx: &Context, record: &AddressRecord) -> SignedDuration {
 /// still waits to be recorded as moved away (released first, a restart would lose the reservation).
 async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
     if record.moving_away && ctx.index.moved_away_unwritten(&record.pool, key) {
-        if !record.deleting || record.delete_for_move || !owned_by_its_pool(ctx, record) {
+        if !record.deleting || record.delete_for_move || !owned_by_its_pool(ctx, record).await {
             return;
         }
         // Deleted while its address waited to be recorded, by none of those that leave the entry to be written
@@ -113,11 +113,22 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
     }
 }
 
-/// Its pool, as it is now, owns it. An IPAddress whose pool owner is gone (the pool deleted, perhaps made again under
-/// its name) and whose claim went is the garbage collector's to delete, not an operator's.
-fn owned_by_its_pool(ctx: &Context, record: &AddressRecord) -> bool {
-    let pool_uid = ctx.index.pool(&record.pool).and_then(|p| p.metadata.uid.clone());
-    pool_uid.is_some_and(|uid| record.pool_owner == Some(Uid::of(&uid)))
+/// Its pool, as the API server has it now, owns it. An IPAddress whose pool owner is gone (the pool deleted, perhaps
+/// made again under its name) and whose claim went is the garbage collector's to delete, not an operator's. Read live:
+/// the pool watch may not have shown the pool's deletion yet (found by the adversarial read of the soak's fixes). When
+/// the pool cannot be read, the address stays reserved (the next sweep asks again).
+async fn owned_by_its_pool(ctx: &Context, record: &AddressRecord) -> bool {
+    match ctx.api.get_pool(&record.pool).await {
+        Ok(pool) => pool.and_then(|p| p.metadata.uid).is_some_and(|uid| record.pool_owner == Some(Uid::of(&uid))),
+        Err(e) => {
+            ctx.report_failure(
+                "reading the pool of an IPAddress left behind by a move",
+                &record.pool,
+                &Error::api("reading the pool")(e),
+            );
+            false
+        }
+    }
 }
 
 /// Releases the orphans that have been orphans for `delay` and for their pool's reuse grace period (the simulation

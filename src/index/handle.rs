@@ -280,7 +280,12 @@ impl Index {
         self.read(|s| s.moved_away_pending(pool))
     }
 
-    pub fn moved_away_written(&self, pool: &PoolKey, written: Option<(&BTreeMap<String, bool>, ResourceVersion)>) {
-        self.write(|s| s.moved_away_written(pool, written))
+    pub fn moved_away_written(
+        &self,
+        pool: &PoolKey,
+        changes: &BTreeMap<String, bool>,
+        revision: Option<ResourceVersion>,
+    ) {
+        self.write(|s| s.moved_away_written(pool, changes, revision))
     }
 }

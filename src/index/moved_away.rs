@@ -65,7 +65,7 @@ impl PoolLedger {
 }
 
 impl State {
-    fn queue_moved_away(&mut self, pool: &PoolKey, entry: String, add: bool) {
+    pub(super) fn queue_moved_away(&mut self, pool: &PoolKey, entry: String, add: bool) {
         self.moved_away.pools.entry(pool.clone()).or_default().pending.insert(entry, add);
         self.notices.push(Notice::MovedAwayChanged(pool.clone()));
     }
@@ -98,23 +98,36 @@ impl State {
         self.moved_away.pools.get(pool).map(|l| l.pending.clone()).unwrap_or_default()
     }
 
-    /// `changes` landed in the pool's annotation by a write that returned `revision` (or the pool is gone, `None`):
-    /// no longer pending, unless they changed meanwhile.
-    pub fn moved_away_written(&mut self, pool: &PoolKey, written: Option<(&BTreeMap<String, bool>, ResourceVersion)>) {
+    /// `changes` landed in the pool's annotation by a write that returned `revision`, or the pool was gone (`None`):
+    /// either way no longer pending, unless they changed meanwhile. Only the changes the writer read go: an entry
+    /// queued while it wrote (a pool of the name appeared meanwhile, [`pool_appeared`]) waits for the next write.
+    pub fn moved_away_written(
+        &mut self,
+        pool: &PoolKey,
+        changes: &BTreeMap<String, bool>,
+        revision: Option<ResourceVersion>,
+    ) {
         let pools = &mut self.moved_away.pools;
-        match written {
-            None => {
-                pools.remove(pool);
+        let ledger = pools.entry(pool.clone()).or_default();
+        for (entry, add) in changes {
+            if ledger.pending.get(entry) == Some(add) {
+                ledger.pending.remove(entry);
             }
-            Some((changes, revision)) => {
-                let ledger = pools.entry(pool.clone()).or_default();
+        }
+        match revision {
+            Some(revision) => {
                 for (entry, add) in changes {
-                    if ledger.pending.get(entry) == Some(add) {
-                        ledger.pending.remove(entry);
-                    }
                     ledger.written.insert(entry.clone(), *add);
                 }
                 ledger.written_at = revision;
+            }
+            // The pool is gone, and its reservations with it: nothing of ours is in an annotation.
+            None => {
+                ledger.written.clear();
+                ledger.written_at = ResourceVersion::default();
+                if ledger.pending.is_empty() {
+                    pools.remove(pool);
+                }
             }
         }
     }

@@ -602,7 +602,7 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
     assert_eq!(index.reservations(&global).len(), 1);
     let changes = index.moved_away_pending(&global);
     assert_eq!(changes, [("10.1.0.1@ns/x".to_owned(), true)].into(), "the entry names the IPAddress that moved");
-    index.moved_away_written(&global, Some((&changes, crate::compact::ResourceVersion::of("12"))));
+    index.moved_away_written(&global, &changes, Some(crate::compact::ResourceVersion::of("12")));
     // The status writer's event from before our write arrives late, without the annotation.
     feed(global_pool(11, None));
     let next = index.write(|s| s.registry().allocate(&global, &key("y"), None)).expect("free");
@@ -616,6 +616,36 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
         index.write(|s| s.registry().allocate(&global, &key("z"), None)).expect("free").address.to_string(),
         "10.1.0.1"
     );
+}
+
+/// The adversarial read of the soak's fixes: the writer read the pool's pending entries, found the pool gone, and
+/// dropped the whole ledger, also an entry queued while it read (a pool of the name appeared meanwhile and queued the
+/// entry of an IPAddress a move left behind in it). Only what it read goes.
+#[test]
+fn a_writer_that_finds_the_pool_gone_drops_only_the_entries_it_read() {
+    let (index, _sink) = index();
+    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+    Relist::default().on_event(
+        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
+        Event::Apply(global_pool(10, None)),
+    );
+    let mut x = incarnation("x", 1);
+    x.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
+    x.pool_name = intern("g");
+    x.moving_away = true;
+    let mut address = ip_address_uid("x", "10.1.0.1", &x, 1);
+    address.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    address.spec.pool_ref.name = "g".to_owned();
+    index.apply_claim(x);
+    index.apply_address(&address);
+    index.delete_claim(&key("x"));
+    let read = index.moved_away_pending(&global);
+    assert_eq!(read.len(), 1, "the move queued its entry");
+    // While the writer reads the pool, another entry is queued (here by hand: what `pool_appeared` does).
+    index.write(|s| s.queue_moved_away(&global, "10.1.0.2@ns/y".to_owned(), true));
+    index.moved_away_written(&global, &read, None);
+    let left = index.moved_away_pending(&global);
+    assert_eq!(left, [("10.1.0.2@ns/y".to_owned(), true)].into(), "the entry queued after the read was dropped");
 }
 
 /// Issue 33, finding 2: a claim whose name another provider's IPAddress held was never woken when that IPAddress

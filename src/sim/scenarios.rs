@@ -919,3 +919,76 @@ fn an_uncertain_create_of_an_address_the_pool_stopped_allocating_is_found_out_be
     let address = w.read(Kind::Address, &m0).expect("m0's IPAddress");
     assert_eq!(address["spec"]["address"], "10.0.0.2", "{address}\n{}", w.trace_text());
 }
+
+/// Soak seeds 20007834 and 20033858, and the adversarial read of their fixes: an IPAddress a move left behind (marked,
+/// its entry not yet written) outlives its pool, which a person deletes (its finalizer stripped) and GitOps makes
+/// again under its name. The garbage collector then deletes the IPAddress (no owner of it is left). That is no
+/// operator freeing the address: the new pool's annotation gets its entry, and no claim here gets the address the
+/// moved Cluster uses over there. The writer reading the pool while it is gone drops nothing queued after its read.
+#[test]
+fn an_ipaddress_left_behind_keeps_its_address_reserved_when_its_pool_is_made_again() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    let shape = Shape { v6: false, offset: 0, size: 3 };
+    w.create_pool_shaped(gip, shape);
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let moved = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    // clusterctl moves cl away: the claim goes for the move, its IPAddress stays and is marked.
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.force_delete_claim(&m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.sweep_after_the_delay();
+    w.answer_everything();
+    w.deliver_all(&[]);
+    // Before the entry is written, the pool goes (its finalizer stripped) and the writer finds it gone.
+    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
+    w.remove(gip.server_kind(), &gip.key());
+    w.deliver_all(&[]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    // GitOps makes the pool again; the garbage collector deletes the IPAddress, whose owners are both gone.
+    w.create_pool_shaped(gip, shape);
+    w.deliver_all(&[]);
+    w.garbage_collect();
+    w.deliver_all(&[]);
+    w.sweep_after_the_delay();
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.sweep_after_the_delay();
+    w.answer_everything();
+    w.deliver_all(&[]);
+    assert!(
+        moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")),
+        "the new pool does not reserve {moved}: {:?}\n{}",
+        moved_away_entries(&w),
+        w.trace_text()
+    );
+    let others: Vec<ObjectKey> = ["x0", "x1", "x2"].iter().map(|n| w.create_claim_named(1, n, gip)).collect();
+    w.deliver_all(&[]);
+    for x in &others {
+        w.run_job(Job::Claim(x.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+    }
+    let result = w.finish();
+    fails(&w, result);
+    for x in &others {
+        if let Some(a) = w.read(Kind::Address, x) {
+            assert!(a["spec"]["address"] != moved, "{x} got {moved}, in use over there:\n{}", w.trace_text());
+        }
+    }
+}

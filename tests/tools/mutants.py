@@ -129,6 +129,22 @@ MUTATIONS = [
      "    if !claim.restored || holds || claim.created == 0 {",
      "    if holds || claim.created == 0 {",
      "every claim waits as if Velero restored it"),
+    ("status-digest-forget", "src/controllers/claim/ready.rs",
+     "    ctx.index.remember_written(claim, None);\n",
+     "",
+     "a status write whose answer is lost leaves the digest of the write before it standing"),
+    ("gc-delete-cancels", "src/controllers/orphans.rs",
+     "record.delete_for_move || !owned_by_its_pool(ctx, record).await {",
+     "record.delete_for_move {",
+     "the garbage collector's delete of an IPAddress a move left behind is taken for an operator freeing its address"),
+    ("pool-appeared-requeue", "src/index/pools.rs",
+     "            if appeared {\n",
+     "            if false {\n",
+     "a pool made again does not queue the entries of the IPAddresses a move left behind in it"),
+    ("writer-gone-drops-all", "src/index/moved_away.rs",
+     "                if ledger.pending.is_empty() {\n                    pools.remove(pool);\n                }",
+     "                pools.remove(pool);",
+     "a writer that finds the pool gone drops every pending entry, also one queued while it read"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
