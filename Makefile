@@ -27,8 +27,9 @@ cluster-down: ## Stop the control plane and remove its state
 	@$(TOOLS)/control-plane.sh down
 
 .PHONY: generate
-generate: ## Regenerate the CRDs and webhook manifests from the Rust types (a test fails when they drift)
+generate: ## Regenerate the CRDs and webhook manifests from the Rust types, and the chart's README from its values (tests fail when they drift)
 	cargo run --quiet --bin generate
+	python3 $(TOOLS)/chart-readme.py
 
 .PHONY: release-manifests
 release-manifests: k8s-bin ## Write out/ipam-components.yaml and out/metadata.yaml (the clusterctl provider artifacts)

@@ -314,87 +314,138 @@ fn ipam_provider_version(plane: &Plane) -> String {
     ])
 }
 
+/// The Go provider v1.1.0 installed by clusterctl, at work: three claims bound by it.
+struct GoInstall {
+    /// The local clusterctl repository (both releases) and its config.
+    dir: std::path::PathBuf,
+    config: std::path::PathBuf,
+    tenant: String,
+    by_the_go_provider: BTreeMap<String, String>,
+    /// The webhook configurations and CRD conversions the install wrote.
+    wiring: Wiring,
+    /// The Go provider's process (its pod) and ours standing in for its webhooks, while they run.
+    processes: Option<(GoProvider, Manager)>,
+}
+
+impl GoInstall {
+    async fn start(plane: &Plane, client: &Client) -> GoInstall {
+        let go = tokio::task::spawn_blocking(go_provider_dir).await.expect("the Go provider");
+        // One local repository holds both releases: the Go provider's v1.1.0 and ours.
+        let kustomized = ok(
+            plane.kubectl_output(&["kustomize", &go.join("config/default").to_string_lossy()]),
+            "kustomize the Go provider's config/default",
+        );
+        // Its release sets the image (`make set-manifest-image`) the same way.
+        let theirs = kustomized.replace(
+            "gcr.io/k8s-staging-capi-ipam-ic/cluster-api-ipam-in-cluster-controller:dev",
+            "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller:v1.1.0",
+        );
+        let their_metadata = std::fs::read_to_string(go.join("metadata.yaml")).expect("metadata");
+        let (ours, our_metadata) = tokio::task::spawn_blocking(release_manifests).await.expect("release manifests");
+        let version = our_version();
+        let dir = scratch("clusterctl-upgrade");
+        let config = repository_of(
+            &dir,
+            &[
+                Release { version: "v1.1.0", components: &theirs, metadata: &their_metadata },
+                Release { version: &version, components: &ours, metadata: &our_metadata },
+            ],
+            true,
+        );
+        let (dir_for_init, config_for_init, plane_dir) = (dir.clone(), config.clone(), plane.dir.clone());
+        tokio::task::spawn_blocking(move || {
+            clusterctl_init_from(&Plane::at(&plane_dir), &dir_for_init, &config_for_init, Some("v1.1.0"))
+        })
+        .await
+        .expect("clusterctl init");
+        assert_eq!(ipam_provider_version(plane), "IPAMProvider v1.1.0");
+        assert!(deployment(plane).to_string().contains("cluster-api-ipam-in-cluster-controller:v1.1.0"));
+
+        // The Go provider at work. Its webhook server cannot listen on 127.0.0.1 only, so ours stands in for its
+        // webhooks (the same paths), registered with the Go provider's own CRDs and webhook configurations,
+        // leader-electing on a Lease held by someone else: it never allocates.
+        let wiring = save_wiring(plane);
+        let holder = create_namespace(client, "lease").await;
+        hold_the_lease(client, &holder).await;
+        let standing_in = Launch {
+            crds: Some(go.join("config/crd/bases")),
+            webhooks: Some(go.join("config/webhook/manifests.yaml")),
+            ..Launch::default()
+        };
+        let webhooks = Manager::started(
+            plane,
+            standing_in,
+            &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={holder}")],
+        )
+        .await;
+        let (plane_dir, go_dir) = (plane.dir.clone(), go.clone());
+        let go_provider =
+            tokio::task::spawn_blocking(move || GoProvider::start(&Plane::at(&plane_dir), &go_dir)).await.expect("Go");
+        let tenant = create_namespace(client, "tenant").await;
+        let spec = json!({"addresses": ["10.82.0.10-10.82.0.30"], "prefix": 24, "gateway": "10.82.0.1"});
+        create_pool(client, "InClusterIPPool", &tenant, "nodes", spec).await;
+        let by_the_go_provider = claim_and_wait(client, &tenant, &["a", "b", "c"]).await;
+        assert_eq!(by_the_go_provider.len(), 3);
+        assert!(webhooks.log_tail(200).contains("waiting for leadership"), "the stand-in must not allocate");
+        let addresses = CAPI.addresses(client, &tenant).list(&ListParams::default()).await.expect("IPAddresses");
+        for a in &addresses.items {
+            // Written by the Go provider: no conditions of ours on the claims yet, its finalizer on the IPAddresses.
+            let finalizers = a.metadata.finalizers.clone().unwrap_or_default();
+            assert!(finalizers.iter().any(|f| f == "ipam.cluster.x-k8s.io/ProtectAddress"), "{finalizers:?}");
+        }
+        GoInstall { dir, config, tenant, by_the_go_provider, wiring, processes: Some((go_provider, webhooks)) }
+    }
+
+    /// The API server sees the install's own webhook configurations and CRD conversions again (the stand-in's
+    /// rewiring undone), as an installer reading them would.
+    fn unwire(&self, plane: &Plane) {
+        restore_wiring(plane, &self.wiring);
+    }
+
+    /// The Go provider's pod goes (its Deployment scaled to 0), and the stand-in for its webhooks with it.
+    fn stop(&mut self) {
+        self.processes = None;
+    }
+}
+
+fn deployment(plane: &Plane) -> Value {
+    kubectl_json(plane, &["get", "deployment", "-n", PROVIDER_NAMESPACE, "capi-ipam-in-cluster-controller-manager"])
+        .expect("the Deployment")
+}
+
+/// Ours, where the new Deployment's pod would run: the Go provider's claims get our Ready condition and keep their
+/// addresses, new ones get free ones.
+async fn ours_keeps_and_binds(plane: &Plane, client: &Client, go: &GoInstall, step: &str) -> Manager {
+    let manager = Manager::started(plane, Launch::default(), &["--insecure-diagnostics"]).await;
+    let claims = CAPI.claims(client, &go.tenant);
+    eventually(Duration::from_secs(30), "our Ready condition on the Go provider's claims", || async {
+        let list = claims.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .all(|c| {
+                c.data.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|conds| {
+                    conds.iter().any(|k| k["type"] == "Ready" && k["status"] == "True" && k["reason"] == "Allocated")
+                })
+            })
+            .then_some(())
+    })
+    .await;
+    let now = claim_and_wait(client, &go.tenant, &["d", "e"]).await;
+    kept(&go.by_the_go_provider, &now, step);
+    assert_eq!(now.len(), 5);
+    manager
+}
+
 #[tokio::test]
 async fn clusterctl_upgrade_from_the_go_provider_keeps_every_claim_bound() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let go = tokio::task::spawn_blocking(go_provider_dir).await.expect("the Go provider");
     let plane = private_plane("upgrade").await;
     let client = plane.client().await;
-
-    // One local repository holds both releases: the Go provider's v1.1.0 and ours.
-    let kustomized = ok(
-        plane.kubectl_output(&["kustomize", &go.join("config/default").to_string_lossy()]),
-        "kustomize the Go provider's config/default",
-    );
-    // Its release sets the image (`make set-manifest-image`) the same way.
-    let theirs = kustomized.replace(
-        "gcr.io/k8s-staging-capi-ipam-ic/cluster-api-ipam-in-cluster-controller:dev",
-        "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller:v1.1.0",
-    );
-    let their_metadata = std::fs::read_to_string(go.join("metadata.yaml")).expect("metadata");
-    let (ours, our_metadata) = tokio::task::spawn_blocking(release_manifests).await.expect("release manifests");
-    let version = our_version();
-    let dir = scratch("clusterctl-upgrade");
-    let config = repository_of(
-        &dir,
-        &[
-            Release { version: "v1.1.0", components: &theirs, metadata: &their_metadata },
-            Release { version: &version, components: &ours, metadata: &our_metadata },
-        ],
-        true,
-    );
-    let dir_for_init = dir.clone();
-    let config_for_init = config.clone();
-    let plane_dir = plane.dir.clone();
-    tokio::task::spawn_blocking(move || {
-        clusterctl_init_from(&Plane::at(&plane_dir), &dir_for_init, &config_for_init, Some("v1.1.0"))
-    })
-    .await
-    .expect("clusterctl init");
-    assert_eq!(ipam_provider_version(&plane), "IPAMProvider v1.1.0");
-    let deployment = |plane: &Plane| {
-        kubectl_json(plane, &["get", "deployment", "-n", PROVIDER_NAMESPACE, "capi-ipam-in-cluster-controller-manager"])
-            .expect("the Deployment")
-    };
-    assert!(deployment(&plane).to_string().contains("cluster-api-ipam-in-cluster-controller:v1.1.0"));
-
-    // The Go provider at work. Its webhook server cannot listen on 127.0.0.1 only, so ours stands in for its webhooks
-    // (the same paths), registered with the Go provider's own CRDs and webhook configurations, leader-electing on a
-    // Lease held by someone else: it never allocates.
-    let installed_wiring = save_wiring(&plane);
-    let holder = create_namespace(&client, "lease").await;
-    hold_the_lease(&client, &holder).await;
-    let standing_in = Launch {
-        crds: Some(go.join("config/crd/bases")),
-        webhooks: Some(go.join("config/webhook/manifests.yaml")),
-        ..Launch::default()
-    };
-    let webhooks = Manager::started(
-        &plane,
-        standing_in,
-        &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={holder}")],
-    )
-    .await;
-    let (plane_dir, go_dir) = (plane.dir.clone(), go.clone());
-    let go_provider =
-        tokio::task::spawn_blocking(move || GoProvider::start(&Plane::at(&plane_dir), &go_dir)).await.expect("Go");
-    let tenant = create_namespace(&client, "tenant").await;
-    let spec = json!({"addresses": ["10.82.0.10-10.82.0.30"], "prefix": 24, "gateway": "10.82.0.1"});
-    create_pool(&client, "InClusterIPPool", &tenant, "nodes", spec).await;
-    let by_the_go_provider = claim_and_wait(&client, &tenant, &["a", "b", "c"]).await;
-    assert_eq!(by_the_go_provider.len(), 3);
-    assert!(webhooks.log_tail(200).contains("waiting for leadership"), "the stand-in must not allocate");
-    let addresses = CAPI.addresses(&client, &tenant).list(&ListParams::default()).await.expect("IPAddresses");
-    for a in &addresses.items {
-        // Written by the Go provider: no conditions of ours on the claims yet, its finalizer on the IPAddresses.
-        let finalizers = a.metadata.finalizers.clone().unwrap_or_default();
-        assert!(finalizers.iter().any(|f| f == "ipam.cluster.x-k8s.io/ProtectAddress"), "{finalizers:?}");
-    }
+    let mut go = GoInstall::start(&plane, &client).await;
+    let (dir, config, version) = (go.dir.clone(), go.config.clone(), our_version());
     // clusterctl upgrade scales the old Deployment down first; the pod (here: the process) goes.
-    drop(go_provider);
-    drop(webhooks);
-    restore_wiring(&plane, &installed_wiring);
-
+    go.stop();
+    go.unwire(&plane);
     // `clusterctl upgrade plan` offers ours, and `upgrade apply` installs it in place.
     let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
     let config_arg = config.to_string_lossy().into_owned();
@@ -417,22 +468,92 @@ async fn clusterctl_upgrade_from_the_go_provider_keeps_every_claim_bound() {
     let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
     assert_eq!(image, format!("ghcr.io/capi-ipam-in-cluster/manager:{version}"));
 
-    // Ours, where the new Deployment's pod would run: every claim keeps its address; new ones get free ones.
-    let _manager = Manager::started(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
-    let claims = CAPI.claims(&client, &tenant);
-    eventually(Duration::from_secs(30), "our Ready condition on the Go provider's claims", || async {
-        let list = claims.list(&ListParams::default()).await.ok()?;
-        list.items
-            .iter()
-            .all(|c| {
-                c.data.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|conds| {
-                    conds.iter().any(|k| k["type"] == "Ready" && k["status"] == "True" && k["reason"] == "Allocated")
-                })
-            })
-            .then_some(())
-    })
-    .await;
-    let upgraded = claim_and_wait(&client, &tenant, &["d", "e"]).await;
-    kept(&by_the_go_provider, &upgraded, "clusterctl upgrade");
-    assert_eq!(upgraded.len(), 5);
+    let _manager = ours_keeps_and_binds(&plane, &client, &go, "clusterctl upgrade").await;
+}
+
+/// The shell blocks of the Helm steps of docs/migration.md, as written there.
+fn migration_md_helm_blocks() -> Vec<String> {
+    let doc = std::fs::read_to_string(repo_root().join("docs/migration.md")).expect("docs/migration.md");
+    let helm = doc.split("**Helm**").nth(1).and_then(|s| s.split("**kustomize**").next()).expect("the Helm steps");
+    helm.split("```sh").skip(1).filter_map(|b| b.split("```").next()).map(str::to_owned).collect()
+}
+
+/// Runs a shell block of the docs with the plane's kubectl and kubeconfig.
+fn run_block(plane: &Plane, block: &str) {
+    let path = format!("{}:{}", plane.bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", block])
+        .env("PATH", path)
+        .env("KUBECONFIG", plane.kubeconfig())
+        .output()
+        .expect("bash");
+    ok(out, &format!("docs/migration.md:\n{block}"));
+}
+
+/// The webhook configurations whose webhooks the API server calls for our pools, and the Service each calls.
+fn pool_webhook_services(plane: &Plane) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for kind in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
+        let list = kubectl_json(plane, &["get", kind]).expect("webhook configurations");
+        for cfg in list["items"].as_array().expect("items") {
+            for hook in cfg["webhooks"].as_array().into_iter().flatten() {
+                let ours = hook["rules"].as_array().into_iter().flatten().any(|r| {
+                    r["apiGroups"].as_array().is_some_and(|g| g.iter().any(|g| g == "ipam.cluster.x-k8s.io"))
+                        && r["resources"].to_string().contains("inclusterippools")
+                });
+                if ours {
+                    let service = hook["clientConfig"]["service"]["name"].as_str().unwrap_or("(a URL)").to_owned();
+                    found.push((cfg["metadata"]["name"].as_str().unwrap_or_default().to_owned(), service));
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Issue 34: "install the chart in their namespace and scale the Go provider's Deployment to 0" failed: `helm install`
+/// refused the four CRDs it did not own, and the Go provider's webhook configurations (`failurePolicy: Fail`) then
+/// pointed at a Service with no endpoints, refusing every pool write. Walked as docs/migration.md writes it now, its
+/// shell blocks run as they are: Helm takes the CRDs over, both providers' webhooks serve while both run, the Go
+/// provider's go before its Deployment does (so no step leaves a webhook without a server), and ours then keeps every
+/// claim's address and binds new ones.
+#[tokio::test]
+async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps_every_claim() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let plane = private_plane("helm-migration").await;
+    let client = plane.client().await;
+    let mut go = GoInstall::start(&plane, &client).await;
+    go.unwire(&plane);
+    let blocks = migration_md_helm_blocks();
+    assert_eq!(blocks.len(), 2, "docs/migration.md's Helm steps have two shell blocks: {blocks:?}");
+    let go_services = pool_webhook_services(&plane);
+    assert!(!go_services.is_empty() && go_services.iter().all(|(_, s)| s == "capi-ipam-in-cluster-webhook-service"));
+
+    // 1. Helm takes the CRDs over; 2. the chart installs over the running Go provider.
+    run_block(&plane, &blocks[0]);
+    let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
+    let installed = ok(
+        helm(&["install", "capi-ipam", CHART, "--namespace", PROVIDER_NAMESPACE, "--kubeconfig", &kubeconfig]),
+        "helm install over the Go provider",
+    );
+    assert!(installed.contains("STATUS: deployed"), "{installed}");
+    let chart_service = "capi-ipam-capi-ipam-in-cluster-webhook";
+    let both = pool_webhook_services(&plane);
+    for service in ["capi-ipam-in-cluster-webhook-service", chart_service] {
+        assert!(both.iter().any(|(_, s)| s == service), "while both run, {service}'s webhooks are called: {both:?}");
+    }
+    let crd = kubectl_json(&plane, &["get", "crd", "inclusterippools.ipam.cluster.x-k8s.io"]).expect("CRD");
+    assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["name"], chart_service);
+
+    // 3. The Go provider's webhook configurations go, then its Deployment: only the chart's webhooks are called.
+    run_block(&plane, &blocks[1]);
+    go.stop();
+    let left = pool_webhook_services(&plane);
+    assert!(!left.is_empty() && left.iter().all(|(_, s)| s == chart_service), "{left:?}");
+    assert_eq!(deployment(&plane)["spec"]["replicas"], 0);
+
+    // Ours, where the chart's pod would run.
+    let _manager = ours_keeps_and_binds(&plane, &client, &go, "the Helm migration").await;
 }

@@ -158,6 +158,10 @@ async fn helm_chart(plane: &Plane) {
                 );
             }
             _ => {
+                // Two replicas are spread over nodes where the scheduler can.
+                let spread = &deployment(&objs)["spec"]["template"]["spec"]["topologySpreadConstraints"][0];
+                assert_eq!(spread["topologyKey"], "kubernetes.io/hostname", "{spread}");
+                assert_eq!(spread["whenUnsatisfiable"], "ScheduleAnyway", "{spread}");
                 for kind in ["PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ConfigMap"] {
                     assert!(k.iter().any(|x| x == kind), "{name}: no {kind}");
                 }
@@ -240,12 +244,18 @@ fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
         assert!(objs.iter().filter(|o| o["metadata"]["name"] == name).any(|o| injected(&o)), "{name}: no CA injection");
     }
     assert!(components.contains("${CAPI_IPAM_IN_CLUSTER_LOG_FORMAT:=json}"), "variables with defaults");
+    // The NetworkPolicy's metrics peer is a variable too (it admitted only a namespace named monitoring).
+    let policy = objs.iter().find(|o| o["kind"] == "NetworkPolicy").expect("NetworkPolicy");
+    let peer =
+        &policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"];
+    assert_eq!(peer, "${CAPI_IPAM_IN_CLUSTER_METRICS_NAMESPACE:=monitoring}", "{policy}");
 
     // One version everywhere: the crate, the chart, the kustomize image tag, and a release series for it.
     let version = our_version();
     let chart = std::fs::read_to_string(repo_root().join(CHART).join("Chart.yaml")).expect("Chart.yaml");
     assert!(chart.contains(&format!("\nappVersion: {version}\n")), "Chart.yaml appVersion is not {version}");
     assert!(chart.contains(&format!("\nversion: {}\n", &version[1..])), "Chart.yaml version is not {version}");
+    assert!(chart.contains(&format!("/manager:{version}\n")), "Chart.yaml's Artifact Hub image is not {version}");
     let kustomization = std::fs::read_to_string(repo_root().join("config/manager/kustomization.yaml")).expect("read");
     assert!(kustomization.contains(&format!("newTag: {version}\n")), "config/manager image tag is not {version}");
     let (major, minor) = version[1..].split_once('.').map(|(a, b)| (a, b.split('.').next().unwrap())).unwrap();
@@ -264,6 +274,7 @@ fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
         "capi-ipam-in-cluster-system",
         "CAPI_IPAM_IN_CLUSTER_LOG_FORMAT",
         "CAPI_IPAM_IN_CLUSTER_DIAGNOSTICS_ADDRESS",
+        "CAPI_IPAM_IN_CLUSTER_METRICS_NAMESPACE",
     ] {
         assert!(described.contains(expected), "--describe lacks {expected}:\n{described}");
     }
@@ -334,4 +345,72 @@ fn the_dockerfile_builds_the_image_make_image_builds() {
     for label in ["org.opencontainers.image.title", "org.opencontainers.image.licenses"] {
         assert!(final_stage.contains(label) && script.contains(label), "{label}");
     }
+}
+
+/// The chart's README is what `tests/tools/chart-readme.py` generates from values.yaml (`make generate`).
+#[test]
+fn the_charts_readme_is_generated_from_its_values() {
+    let out = std::process::Command::new("python3")
+        .arg(repo_root().join("tests/tools/chart-readme.py"))
+        .arg("--check")
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `values.schema.json` refuses a wrong value by its path (a `logFormat: yaml` rendered, then crash-looped), and the
+/// overrides Helm users expect render: names, the image by digest, the ServiceAccount's annotations, and a pod
+/// security context without a fixed user (OpenShift's restricted SCC assigns one).
+#[test]
+fn the_chart_refuses_wrong_values_by_name_and_renders_every_override() {
+    for (set, path) in [
+        ("logFormat=yaml", "/logFormat"),
+        ("replicaCount=two", "/replicaCount"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("maxConcurrentReconciles=0", "/maxConcurrentReconciles"),
+        ("networkPolicy.webhookFrom[0]=apiserver", "/networkPolicy/webhookFrom/0"),
+        ("logformat=text", "logformat"),
+    ] {
+        let out = helm(&["template", "ipam", CHART, "--set", set]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && said.contains(path), "--set {set}: {said}");
+    }
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let rendered = ok(
+        helm(&[
+            "template",
+            "ipam",
+            CHART,
+            "--set",
+            "fullnameOverride=ipam-x",
+            "--set",
+            "nameOverride=ipam-name",
+            "--set",
+            &format!("image.digest={digest}"),
+            "--set",
+            "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/ipam",
+            "--set",
+            "podSecurityContext.runAsUser=null",
+            "--set",
+            "podSecurityContext.runAsGroup=null",
+        ]),
+        "helm template with overrides",
+    );
+    let docs: Vec<Value> = rendered
+        .split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
+        .filter(|d| d.is_object())
+        .collect();
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").expect("a Deployment");
+    assert_eq!(deployment["metadata"]["name"], "ipam-x");
+    assert_eq!(deployment["metadata"]["labels"]["app.kubernetes.io/name"], "ipam-name");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"][0]["image"], format!("ghcr.io/capi-ipam-in-cluster/manager@{digest}").as_str());
+    assert!(pod["securityContext"].get("runAsUser").is_none(), "{}", pod["securityContext"]);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+    let account = docs.iter().find(|d| d["kind"] == "ServiceAccount").expect("a ServiceAccount");
+    assert_eq!(account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"], "arn:aws:iam::1:role/ipam");
+    // One replica: no spread constraint.
+    assert!(pod.get("topologySpreadConstraints").is_none());
 }

@@ -155,7 +155,7 @@ impl Plane {
     }
 
     /// The folder holding kube-apiserver, kubectl and etcd.
-    pub(crate) fn bin_dir(&self) -> PathBuf {
+    pub fn bin_dir(&self) -> PathBuf {
         self.env("BIN_DIR").map(PathBuf::from).expect("BIN_DIR in control-plane.env")
     }
 
