@@ -557,3 +557,39 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     // Ours, where the chart's pod would run.
     let _manager = ours_keeps_and_binds(&plane, &client, &go, "the Helm migration").await;
 }
+
+/// On Cluster API 1.6–1.10 clusterctl refuses our v1beta2-contract release, and docs/install.md says to install with
+/// Helm there: the chart installs on a Cluster API v1.10.10 control plane, and the manager binds a claim through the
+/// v1beta1 API.
+#[tokio::test]
+async fn the_chart_installs_on_cluster_api_1_10_and_binds_a_v1beta1_claim() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let plane =
+        tokio::task::spawn_blocking(|| Plane::private_with("helm-v1beta1", &["--capi", "v1.10"])).await.expect("plane");
+    let dir = plane.dir.clone();
+    tokio::task::spawn_blocking(move || install_fixture_crds(&Plane::at(&dir))).await.expect("fixture CRDs");
+    let client = plane.client().await;
+    let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
+    let installed = ok(
+        helm(&[
+            "install",
+            "ipam",
+            CHART,
+            "--create-namespace",
+            "--namespace",
+            PROVIDER_NAMESPACE,
+            "--kubeconfig",
+            &kubeconfig,
+        ]),
+        "helm install on Cluster API 1.10",
+    );
+    assert!(installed.contains("STATUS: deployed"), "{installed}");
+    let manager = Manager::started(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
+    assert!(manager.log_tail(200).contains("ipam=\"v1beta1\""), "{}", manager.log_tail(20));
+    let tenant = create_namespace(&client, "tenant").await;
+    let spec = json!({"addresses": ["10.83.0.10-10.83.0.12"], "prefix": 24, "gateway": "10.83.0.1"});
+    create_pool(&client, "InClusterIPPool", &tenant, "nodes", spec).await;
+    Capi::V1Beta1.create_claim(&client, &tenant, "a", "InClusterIPPool", "nodes").await;
+    let bound = Capi::V1Beta1.wait_bound(&client, &tenant, "a").await;
+    assert_eq!(bound.data["spec"]["address"], "10.83.0.10");
+}

@@ -48,23 +48,6 @@ fn env_u64(name: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
-    /// Seeds of the soak that found orders the scripted scenarios did not: each keeps every invariant since its fix.
-    /// 20006318 and 20069266: a status write applied with its answer lost left the digest of an earlier write, so a
-    /// bound claim's Ready was never written again; 20007834: the garbage collector's delete of an IPAddress a move
-    /// left behind (its pool deleted and made again) was taken for an operator freeing its address; 20033858: a
-    /// left-behind IPAddress's entry was lost with its pool's ledger when the pool went and came back; 20057241: the
-    /// checker took an address held by a marked left-behind IPAddress, with no room left in the annotation, for a
-    /// reservation lost. (A seed is a regression check only while the simulation draws the same numbers; the
-    /// scenarios of `scenarios.rs` script the same orders.)
-    #[test]
-    fn seeds_the_soak_found_keep_every_invariant() {
-        for seed in [20_006_318, 20_007_834, 20_033_858, 20_057_241, 20_069_266] {
-            if let Err(violation) = run_seed(seed) {
-                panic!("seed {seed}: {violation}");
-            }
-        }
-    }
-
     /// The seeds of `make test`, on two threads: the first violation fails it with its trace.
     #[test]
     fn seeds_keep_every_invariant() {
