@@ -575,6 +575,20 @@ fn global_pool(revision: u64, moved_away: Option<&str>) -> crate::api::v1alpha2:
     g
 }
 
+/// Claim `x` of the global pool `g`, marked as going for a move, and its IPAddress holding 10.1.0.1.
+fn moving_away_claim_of_global_pool(index: &Index) -> crate::capi::IpAddress {
+    let mut x = incarnation("x", 1);
+    x.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
+    x.pool_name = intern("g");
+    x.moving_away = true;
+    let mut address = ip_address_uid("x", "10.1.0.1", &x, 1);
+    address.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    address.spec.pool_ref.name = "g".to_owned();
+    index.apply_claim(x);
+    index.apply_address(&address);
+    address
+}
+
 /// Issue 25, hole 3: a pool event older than our write of the moved-away annotation (the status writer's, still in
 /// the watch) must not end the reservation it does not show yet.
 #[test]
@@ -586,15 +600,7 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
         Relist::default().on_event(&Pools::<GlobalInClusterIPPool>::of(&index), Event::Apply(g));
     };
     feed(global_pool(10, None));
-    let mut x = incarnation("x", 1);
-    x.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
-    x.pool_name = intern("g");
-    x.moving_away = true;
-    let mut address = ip_address_uid("x", "10.1.0.1", &x, 1);
-    address.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
-    address.spec.pool_ref.name = "g".to_owned();
-    index.apply_claim(x);
-    index.apply_address(&address);
+    let address = moving_away_claim_of_global_pool(&index);
     // clusterctl deletes the claim for a move: its address goes into the annotation, and once the IPAddress left
     // behind is released, the address is a reservation.
     index.delete_claim(&key("x"));
@@ -629,15 +635,7 @@ fn a_writer_that_finds_the_pool_gone_drops_only_the_entries_it_read() {
         &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
         Event::Apply(global_pool(10, None)),
     );
-    let mut x = incarnation("x", 1);
-    x.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
-    x.pool_name = intern("g");
-    x.moving_away = true;
-    let mut address = ip_address_uid("x", "10.1.0.1", &x, 1);
-    address.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
-    address.spec.pool_ref.name = "g".to_owned();
-    index.apply_claim(x);
-    index.apply_address(&address);
+    moving_away_claim_of_global_pool(&index);
     index.delete_claim(&key("x"));
     let read = index.moved_away_pending(&global);
     assert_eq!(read.len(), 1, "the move queued its entry");
