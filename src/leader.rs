@@ -59,6 +59,9 @@ pub enum TermClock {
     /// Tokio's clock since an instant (tests with paused time).
     #[cfg(test)]
     Tokio(Instant),
+    /// The simulation's clock, in milliseconds (`crate::sim`).
+    #[cfg(test)]
+    Simulated(Arc<std::sync::atomic::AtomicI64>),
 }
 
 impl TermClock {
@@ -73,6 +76,10 @@ impl TermClock {
             TermClock::Manual(t) => *t.lock(),
             #[cfg(test)]
             TermClock::Tokio(since) => since.elapsed(),
+            #[cfg(test)]
+            TermClock::Simulated(ms) => {
+                Duration::from_millis(u64::try_from(ms.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0))
+            }
         }
     }
 }
@@ -162,6 +169,40 @@ impl Fence {
             Some(term) => term.ended().await,
             None => std::future::pending().await,
         }
+    }
+}
+
+/// A term that the simulation (`crate::sim`) begins, renews and loses by hand, as [`Elector::acquire`] and
+/// [`Elector::keep`] do with the Lease, so that its writes pass the real [`Fence`] on the simulated clock.
+#[cfg(test)]
+pub struct SimulatedTerm(Arc<Term>);
+
+#[cfg(test)]
+impl SimulatedTerm {
+    /// A term valid for `valid_for` from now on `clock`, and its fence.
+    pub fn begin(clock: TermClock, valid_for: Duration) -> (Fence, SimulatedTerm) {
+        let term = Arc::new(Term::new(clock.clone(), clock.now() + valid_for));
+        (Fence { term: Some(term.clone()) }, SimulatedTerm(term))
+    }
+
+    /// A renewal sent now succeeded: valid for `valid_for` more (never a term that has already ended, as `keep`).
+    pub fn renew(&self, valid_for: Duration) {
+        let term = &self.0;
+        let now = term.clock.now();
+        let mut until = term.valid_until.lock();
+        if !term.ended.is_cancelled() && now < *until {
+            *until = (*until).max(now + valid_for);
+        }
+    }
+
+    /// Another replica holds the Lease now.
+    pub fn lose(&self) {
+        self.0.ended.cancel();
+    }
+
+    /// Whether the term still runs (writes pass its fence).
+    pub fn holds(&self) -> bool {
+        self.0.holds()
     }
 }
 

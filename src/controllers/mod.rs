@@ -45,7 +45,7 @@ use crate::runtime::watch::{self as watching, Health};
 use crate::runtime::{Work, WorkStreams};
 
 /// Pools reconciled at once, of every kind together (a pool's reconcile is its finalizer and status).
-const POOL_WORKERS: usize = 4;
+pub const POOL_WORKERS: usize = 4;
 
 /// What the controllers watch and how.
 #[derive(Clone, Debug)]
@@ -100,7 +100,7 @@ pub struct Context {
     pub index: Arc<Index>,
     pub metrics: Arc<Metrics>,
     events: events::Events,
-    reachability: Reachability,
+    pub(crate) reachability: Reachability,
     synced: watch::Receiver<bool>,
     clock: Clock,
     /// When the IPAddresses whose claim is gone were first seen so (`orphans`).

@@ -43,6 +43,16 @@ impl Work {
         });
         (Work { claims, pools, gone, moved_away }, streams)
     }
+
+    /// The same work on another clock (the simulation's, `crate::sim`).
+    pub fn with_clock(self, clock: queue::QueueClock) -> Work {
+        Work {
+            claims: self.claims.with_clock(clock.clone()),
+            pools: self.pools.with_clock(clock),
+            gone: self.gone,
+            moved_away: self.moved_away,
+        }
+    }
 }
 
 impl Sink for Work {

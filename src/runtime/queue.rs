@@ -2,20 +2,21 @@
 //! a time, wakes that arrive while it runs fold into one more run, and of two delayed requeues the earlier wins. It
 //! keys by our compact keys and gives its memory back once a burst drains (100,000 claims are queued at start-up).
 //! Keys added with [`WorkQueue::add_first`] go before the others (a claim waiting for an address before 100,000 bound
-//! claims that are only checked). Delayed requeues wait in tokio's `DelayQueue`. It is the one owner of a key's
-//! retries: a run ends with [`WorkQueue::finish`], which applies the error policy's answer (`super::retry`). It reports
-//! client-go's work queue series per controller (`crate::metrics::QueueSeries`): one queue may serve several
-//! controllers (the pool kinds), told apart by a key's class.
+//! claims that are only checked). Delayed requeues wait on a timeline of its own, read against its clock: tokio's in
+//! the manager, the simulated one in `crate::sim`, which drives this same queue step by step ([`WorkQueue::try_next`],
+//! [`WorkQueue::fire_due`]) where the manager's workers await it. It is the one owner of a key's retries: a run ends
+//! with [`WorkQueue::finish`], which applies the error policy's answer (`super::retry`). It reports client-go's work
+//! queue series per controller (`crate::metrics::QueueSeries`): one queue may serve several controllers (the pool
+//! kinds), told apart by a key's class.
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet, VecDeque, hash_map};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque, hash_map};
 use std::hash::Hash;
-use std::task::Poll;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::retry::{Outcome, Retry, backoff};
 use crate::metrics::{QueueGauges, QueueSeries};
@@ -32,10 +33,16 @@ pub enum Next {
 /// Collections at most this large keep their capacity; larger ones shrink when they drain.
 const KEEP_CAPACITY: usize = 1024;
 
+/// What a queue reads the time from: tokio's clock, or another one (the simulation's).
+pub type QueueClock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
 pub struct WorkQueue<K> {
     state: Mutex<State<K>>,
     /// Signalled when `ready` gains a key.
     ready_signal: Notify,
+    /// Signalled when a delayed requeue comes due sooner than every other (the timer task sleeps until then).
+    timer_signal: Notify,
+    clock: Option<QueueClock>,
     gauges: QueueGauges,
     /// The series of each class of keys, and a key's class (an index into it).
     series: Box<[QueueSeries]>,
@@ -58,7 +65,25 @@ impl<K> WorkQueue<K> {
     pub fn with_metrics(gauges: QueueGauges, series: Vec<QueueSeries>, class: fn(&K) -> usize) -> Self {
         assert!(!series.is_empty(), "a queue reports into at least one series");
         let series = series.into_boxed_slice();
-        Self { state: Mutex::new(State::default()), ready_signal: Notify::new(), gauges, series, class }
+        Self {
+            state: Mutex::new(State::default()),
+            ready_signal: Notify::new(),
+            timer_signal: Notify::new(),
+            clock: None,
+            gauges,
+            series,
+            class,
+        }
+    }
+
+    /// The same queue on another clock (the simulation's): delayed requeues come due when [`WorkQueue::fire_due`] is
+    /// called at or after their time.
+    pub fn with_clock(self, clock: QueueClock) -> Self {
+        Self { clock: Some(clock), ..self }
+    }
+
+    fn now(&self) -> Instant {
+        self.clock.as_ref().map_or_else(Instant::now, |clock| clock())
     }
 
     fn series(&self, key: &K) -> &QueueSeries {
@@ -88,9 +113,11 @@ struct State<K> {
     /// the worker is done.
     running: HashMap<K, Instant>,
     rerun: HashMap<K, Instant>,
-    /// Delayed requeues, and each key's due time and entry.
-    delayed: DelayQueue<K>,
-    due: HashMap<K, (Instant, delay_queue::Key)>,
+    /// Delayed requeues in the order they come due (ties in the order they were asked for), and each key's place.
+    timeline: BTreeMap<(Instant, u64), K>,
+    due: HashMap<K, (Instant, u64)>,
+    /// Orders requeues due at the same instant.
+    asked: u64,
     /// Failed runs in a row, per key that is failing (the backoff).
     failures: HashMap<K, u32>,
     /// Keys whose run failed because the API server did not answer: queued again when it answers.
@@ -105,8 +132,9 @@ impl<K> Default for State<K> {
             queued: HashSet::new(),
             running: HashMap::new(),
             rerun: HashMap::new(),
-            delayed: DelayQueue::new(),
+            timeline: BTreeMap::new(),
             due: HashMap::new(),
+            asked: 0,
             failures: HashMap::new(),
             parked: HashSet::new(),
         }
@@ -128,9 +156,7 @@ fn shrink_map<T: Eq + Hash, V>(map: &mut HashMap<T, V>) {
 impl<K: Clone + Eq + Hash> State<K> {
     /// Queues `key` at the back of `ready`, or of `first`, as added at `at`; a key queued already keeps its place.
     fn add(&mut self, key: K, first: bool, at: Instant) -> Added {
-        if let Some((_, entry)) = self.due.remove(&key) {
-            self.delayed.remove(&entry);
-        }
+        self.undelay(&key);
         if self.running.contains_key(&key) {
             match self.rerun.entry(key) {
                 hash_map::Entry::Occupied(_) => Added::Already,
@@ -149,6 +175,29 @@ impl<K: Clone + Eq + Hash> State<K> {
         } else {
             Added::Already
         }
+    }
+
+    /// Drops `key`'s delayed requeue, if it has one.
+    fn undelay(&mut self, key: &K) {
+        if let Some(place) = self.due.remove(key) {
+            self.timeline.remove(&place);
+        }
+    }
+
+    /// Sets `key`'s delayed requeue to `at`, unless one is due earlier; whether it is now the first one due.
+    fn delay(&mut self, key: K, at: Instant) -> bool {
+        if let Some(&(earlier, _)) = self.due.get(&key) {
+            if earlier <= at {
+                return false;
+            }
+            self.undelay(&key);
+        }
+        self.asked += 1;
+        let place = (at, self.asked);
+        let first = self.timeline.first_key_value().is_none_or(|(&(next, _), _)| at < next);
+        self.timeline.insert(place, key.clone());
+        self.due.insert(key, place);
+        first
     }
 
     fn pop(&mut self) -> Option<(K, Instant)> {
@@ -170,10 +219,6 @@ impl<K: Clone + Eq + Hash> State<K> {
         shrink(&mut self.parked);
         if self.due.len() * 4 < self.due.capacity() && self.due.capacity() > KEEP_CAPACITY {
             self.due.shrink_to(KEEP_CAPACITY.max(self.due.len() * 2));
-        }
-        if self.due.is_empty() && self.delayed.capacity() > KEEP_CAPACITY {
-            self.delayed.compact();
-            self.delayed.shrink_to_fit();
         }
     }
 }
@@ -205,7 +250,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
 
     /// Adds `key` under `state`'s lock and counts it; whether a worker is to be signalled.
     fn add_locked(&self, state: &mut State<K>, key: K, first: bool) -> bool {
-        let added = state.add(key.clone(), first, Instant::now());
+        let added = state.add(key.clone(), first, self.now());
         self.count(&key, added);
         added == Added::Queued
     }
@@ -235,23 +280,17 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         if delay.is_zero() {
             return self.add(key);
         }
-        let at = Instant::now() + delay;
+        let at = self.now() + delay;
         let mut state = self.state();
         if state.queued.contains(&key) || state.rerun.contains_key(&key) {
             return;
         }
-        match state.due.get(&key).copied() {
-            Some((earlier, _)) if earlier <= at => {}
-            Some((_, entry)) => {
-                state.delayed.reset_at(&entry, at);
-                state.due.insert(key, (at, entry));
-            }
-            None => {
-                let entry = state.delayed.insert_at(key.clone(), at);
-                state.due.insert(key, (at, entry));
-            }
-        }
+        let first = state.delay(key, at);
         self.observe(&state);
+        drop(state);
+        if first {
+            self.timer_signal.notify_one();
+        }
     }
 
     /// The next key to reconcile; the caller owns it until [`WorkQueue::done`].
@@ -260,35 +299,62 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             let notified = self.ready_signal.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let mut state = self.state();
-                if let Some((key, added)) = state.pop() {
-                    state.queued.remove(&key);
-                    let now = Instant::now();
-                    state.running.insert(key.clone(), now);
-                    let series = self.series(&key);
-                    series.depth.dec();
-                    series.queue_duration.observe((now - added).as_secs_f64());
-                    let more = state.waiting() > 0;
-                    state.shrink_when_drained();
-                    self.observe(&state);
-                    drop(state);
-                    if more {
-                        // Pass the signal on: `notify_one` stores one permit, and other workers may be waiting.
-                        self.ready_signal.notify_one();
-                    }
-                    return key;
-                }
+            if let Some(key) = self.try_next() {
+                return key;
             }
             notified.await;
         }
+    }
+
+    /// The next key to reconcile if one waits; the caller owns it until [`WorkQueue::done`].
+    pub fn try_next(&self) -> Option<K> {
+        let mut state = self.state();
+        let (key, added) = state.pop()?;
+        state.queued.remove(&key);
+        let now = self.now();
+        state.running.insert(key.clone(), now);
+        let series = self.series(&key);
+        series.depth.dec();
+        series.queue_duration.observe(now.saturating_duration_since(added).as_secs_f64());
+        let more = state.waiting() > 0;
+        state.shrink_when_drained();
+        self.observe(&state);
+        drop(state);
+        if more {
+            // Pass the signal on: `notify_one` stores one permit, and other workers may be waiting.
+            self.ready_signal.notify_one();
+        }
+        Some(key)
+    }
+
+    /// A worker takes `key` out of its turn (the simulation's scripted runs); false when it runs already.
+    pub fn take(&self, key: &K) -> bool {
+        let mut state = self.state();
+        if state.running.contains_key(key) {
+            return false;
+        }
+        if state.queued.remove(key) {
+            state.first.retain(|(k, _)| k != key);
+            state.ready.retain(|(k, _)| k != key);
+            self.series(key).depth.dec();
+        }
+        state.undelay(key);
+        let now = self.now();
+        state.running.insert(key.clone(), now);
+        self.observe(&state);
+        true
+    }
+
+    /// How many keys wait for a worker.
+    pub fn waiting(&self) -> usize {
+        self.state().waiting()
     }
 
     /// Ends a worker's run of `key`; a wake that came meanwhile queues it again.
     pub fn done(&self, key: &K) {
         let mut state = self.state();
         if let Some(started) = state.running.remove(key) {
-            self.series(key).work_duration.observe(started.elapsed().as_secs_f64());
+            self.series(key).work_duration.observe(self.now().saturating_duration_since(started).as_secs_f64());
         }
         if let Some((again, at)) = state.rerun.remove_entry(key) {
             // Counted as an add when it came.
@@ -302,8 +368,9 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
 
     /// Ends a worker's run of `key` with how it ended: the one place a key's next run is decided. A failure is
     /// retried after the backoff of its failures in a row (parked as well while the API server does not answer), or
-    /// after the delay the policy gave; a run that did what it could ends the key's failures.
-    pub fn finish(&self, key: K, outcome: Outcome) {
+    /// after the delay the policy gave; a run that did what it could ends the key's failures. Returns the delay it
+    /// asked for (a wake may still come first, and an earlier requeue due already stays).
+    pub fn finish(&self, key: K, outcome: Outcome) -> Option<Duration> {
         if matches!(outcome, Outcome::Failed(_)) {
             self.series(&key).retries.inc();
         }
@@ -334,6 +401,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         if let Some(delay) = delay {
             self.add_after(key, delay);
         }
+        delay
     }
 
     /// The object of `key` is gone: its failures in a row end (a new object of its name starts without them). A
@@ -355,22 +423,67 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     /// Moves delayed requeues to the queue when they are due; runs for as long as the queue is used.
     pub async fn run_timers(&self) {
         loop {
-            let key = std::future::poll_fn(|cx| match self.state().delayed.poll_expired(cx) {
-                Poll::Ready(Some(expired)) => Poll::Ready(expired.into_inner()),
-                // Empty: the waker is registered, an insert wakes it.
-                Poll::Ready(None) | Poll::Pending => Poll::Pending,
-            })
-            .await;
-            let mut state = self.state();
-            state.due.remove(&key);
-            let woke = self.add_locked(&mut state, key, false);
-            state.shrink_when_drained();
-            self.observe(&state);
-            drop(state);
-            if woke {
-                self.ready_signal.notify_one();
+            let wake = self.timer_signal.notified();
+            tokio::pin!(wake);
+            wake.as_mut().enable();
+            self.fire_due(self.now(), |_| true);
+            match self.next_due() {
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = wake => {}
+                    }
+                }
+                None => wake.await,
             }
         }
+    }
+
+    /// Queues the delayed requeues due at `now` that `fire` lets through (the manager lets every one; the
+    /// simulation's settling holds back its safety nets); how many it queued.
+    pub fn fire_due(&self, now: Instant, fire: impl Fn(&K) -> bool) -> usize {
+        let mut state = self.state();
+        let due: Vec<K> = state.timeline.range(..=(now, u64::MAX)).map(|(_, key)| key.clone()).collect();
+        let mut woke = 0;
+        for key in due.into_iter().filter(|key| fire(key)) {
+            state.undelay(&key);
+            if self.add_locked(&mut state, key, false) {
+                woke += 1;
+            }
+        }
+        state.shrink_when_drained();
+        self.observe(&state);
+        drop(state);
+        for _ in 0..woke {
+            self.ready_signal.notify_one();
+        }
+        woke
+    }
+
+    /// When the first delayed requeue is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.state().timeline.first_key_value().map(|(&(at, _), _)| at)
+    }
+
+    /// Every delayed requeue, with when it is due, the first first.
+    pub fn delayed(&self) -> Vec<(K, Instant)> {
+        self.state().timeline.iter().map(|(&(at, _), key)| (key.clone(), at)).collect()
+    }
+
+    /// Whether a key waits for a worker, runs, or is due later.
+    pub fn is_idle(&self) -> bool {
+        let state = self.state();
+        state.queued.is_empty() && state.running.is_empty() && state.rerun.is_empty() && state.due.is_empty()
+    }
+
+    /// Whether `key` runs now.
+    pub fn is_running(&self, key: &K) -> bool {
+        self.state().running.contains_key(key)
+    }
+
+    /// How many keys run now.
+    pub fn running(&self) -> usize {
+        self.state().running.len()
     }
 
     /// Sets each class's seconds of work in progress and its longest run now, every 500 ms as client-go does;
@@ -385,11 +498,11 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     }
 
     fn observe_work_in_progress(&self) {
-        let now = Instant::now();
+        let now = self.now();
         let mut in_progress = vec![(0.0_f64, 0.0_f64); self.series.len()];
         for (key, started) in &self.state().running {
             let class = (self.class)(key).min(self.series.len() - 1);
-            let seconds = (now - *started).as_secs_f64();
+            let seconds = now.saturating_duration_since(*started).as_secs_f64();
             in_progress[class].0 += seconds;
             in_progress[class].1 = in_progress[class].1.max(seconds);
         }

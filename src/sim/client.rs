@@ -5,7 +5,6 @@ use parking_lot::{Mutex, MutexGuard};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use k8s_openapi::api::events::v1::Event;
@@ -23,7 +22,7 @@ use crate::apiserver::{
 use crate::capi::status::ClaimStatusPatch;
 use crate::capi::{CapiVersion, ClaimResource, IpAddress};
 use crate::index::{ObjectKey, PoolKey};
-use crate::leader::Fenced;
+use crate::leader::Fence;
 
 /// A request as the simulated API server receives it.
 #[derive(Clone, Debug)]
@@ -127,8 +126,8 @@ pub fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
 pub struct SimApi {
     pub hub: Arc<Mutex<Hub>>,
     pub term: u64,
-    /// False once the term ended: the fence.
-    pub alive: Arc<AtomicBool>,
+    /// The fence of the term (`crate::leader`): every write passes it, as the manager's client's do.
+    pub fence: Fence,
     pub version: CapiVersion,
 }
 
@@ -163,12 +162,19 @@ fn required(answer: Answer) -> Result<Value, ApiError> {
 
 impl SimApi {
     fn send(&self, op: Op) -> Pin<Box<dyn Future<Output = Result<Answer, ApiError>> + Send + 'static>> {
-        if op.is_write() && !self.alive.load(Ordering::Acquire) {
-            return Box::pin(std::future::ready(Err(ApiError::Fenced(Fenced))));
+        let write = op.is_write();
+        let (hub, term) = (self.hub.clone(), self.term);
+        // Sent when first polled: inside the fence's guard, for a write.
+        let request = async move {
+            let slot: Slot = Arc::default();
+            lock(&hub).pending.push(Pending { term, op, slot: Some(slot.clone()) });
+            Waiting(slot).await
+        };
+        if !write {
+            return Box::pin(request);
         }
-        let slot: Slot = Arc::default();
-        lock(&self.hub).pending.push(Pending { term: self.term, op, slot: Some(slot.clone()) });
-        Box::pin(Waiting(slot))
+        let fence = self.fence.clone();
+        Box::pin(async move { fence.guard(request).await.unwrap_or_else(|fenced| Err(ApiError::Fenced(fenced))) })
     }
 
     fn address_object(&self, address: &IpAddress) -> Value {

@@ -7,13 +7,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::client::{Hub, Op, SimApi, lock};
 use super::model::{CLAIM_NAMES, CLUSTER, Held, NAMESPACES, POOLS, PoolId, Shape};
@@ -28,9 +29,11 @@ use crate::capi::{CapiApis, CapiVersion, ClaimResource, Cluster, IpAddress};
 use crate::controllers::{self, Context, ControllerOptions};
 use crate::index::relist::{Feed, Pools, Relist};
 use crate::index::{Index, ObjectKey, PoolKey, Sink};
+use crate::leader::{SimulatedTerm, TermClock};
 use crate::metrics::Metrics;
-use crate::runtime::queue::Next;
-use crate::runtime::retry::Outcome;
+use crate::runtime::queue::{Next, QueueClock};
+use crate::runtime::retry::{Outcome, RECHECK};
+use crate::runtime::{Work, WorkStreams};
 
 /// When the writes of a term that ended may still land.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,42 +110,6 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.late_writes += o.late_writes;
         self.relists += o.relists;
         self.moves += o.moves;
-    }
-}
-
-/// The index's sink in a simulated term: what it woke, as sets (the schedule picks from them in any order).
-#[derive(Default)]
-struct SimSink(Mutex<Wakes>);
-
-#[derive(Default)]
-struct Wakes {
-    claims: BTreeSet<ObjectKey>,
-    pools: BTreeSet<PoolKey>,
-    gone: BTreeSet<ObjectKey>,
-    moved_away: BTreeSet<PoolKey>,
-}
-
-impl SimSink {
-    fn wakes(&self) -> parking_lot::MutexGuard<'_, Wakes> {
-        self.0.lock()
-    }
-}
-
-impl Sink for SimSink {
-    fn wake(&self, claim: ObjectKey) {
-        self.wakes().claims.insert(claim);
-    }
-    fn wake_first(&self, claim: ObjectKey) {
-        self.wakes().claims.insert(claim);
-    }
-    fn pool_changed(&self, pool: PoolKey) {
-        self.wakes().pools.insert(pool);
-    }
-    fn claim_gone(&self, claim: ObjectKey) {
-        self.wakes().gone.insert(claim);
-    }
-    fn moved_away_changed(&self, pool: PoolKey) {
-        self.wakes().moved_away.insert(pool);
     }
 }
 
@@ -253,23 +220,32 @@ impl std::fmt::Display for Job {
 
 struct Task {
     job: Job,
-    run: Pin<Box<dyn Future<Output = Next>>>,
+    run: Pin<Box<dyn Future<Output = Outcome>>>,
 }
 
-/// A replica's leader term: a fresh index and controllers, as `crate::manager::lead` starts them.
+/// A replica's leader term: a fresh index and controllers, as `crate::manager::lead` starts them: the manager's own
+/// work queues (on the simulated clock) and the real fence of a term that is renewed, lost or left to run out.
 struct Term {
     id: u64,
     replica: usize,
     ctx: Arc<Context>,
-    sink: Arc<SimSink>,
-    alive: Arc<AtomicBool>,
+    /// The index's sink: the claim and pool queues, and the channels of the orphan task and the moved-away writer.
+    work: Arc<Work>,
+    streams: WorkStreams,
+    /// What those channels delivered, not yet taken (the schedule takes them in any order).
+    gone: BTreeSet<ObjectKey>,
+    moved_away: BTreeSet<PoolKey>,
+    /// The term behind the fence every write of this term passes (`SimApi`).
+    lease: SimulatedTerm,
+    /// Renewed as time passes; once not, the term runs on until its fence closes on the simulated clock.
+    renewing: bool,
     watches: Vec<Watch>,
     synced: bool,
     synced_tx: watch::Sender<bool>,
     tasks: Vec<Task>,
-    /// Runs requeued for later (`Next::After`): when each is due, on the simulated clock, and after how long.
-    delayed_claims: BTreeMap<ObjectKey, Timer>,
-    delayed_pools: BTreeMap<PoolKey, Timer>,
+    /// The delay each key's last run asked its queue for: a requeue of `RECHECK` or more is a safety net.
+    asked_claims: BTreeMap<ObjectKey, Duration>,
+    asked_pools: BTreeMap<PoolKey, Duration>,
     /// Claims reconciled at once (`--concurrency`).
     concurrency: usize,
 }
@@ -287,30 +263,46 @@ impl Term {
         self.tasks.iter().any(|t| matches!(t.job, Job::Gone(_) | Job::Sweep))
     }
 
+    fn running_pools(&self) -> usize {
+        self.tasks.iter().filter(|t| matches!(t.job, Job::Pool(_))).count()
+    }
+
     /// Whether a delayed requeue is due.
-    fn due_timers(&self, now: i64) -> bool {
-        self.delayed_claims.values().chain(self.delayed_pools.values()).any(|t| t.due <= now)
+    fn due_timers(&self, now: Instant) -> bool {
+        self.work.claims.next_due().is_some_and(|at| at <= now)
+            || self.work.pools.next_due().is_some_and(|at| at <= now)
+    }
+
+    fn claim_safety_net(&self, key: &ObjectKey) -> bool {
+        self.asked_claims.get(key).is_some_and(|delay| is_safety_net(*delay))
+    }
+
+    fn pool_safety_net(&self, key: &PoolKey) -> bool {
+        self.asked_pools.get(key).is_some_and(|delay| is_safety_net(*delay))
     }
 
     /// When the next delayed requeue that is no safety net is due, if one is pending.
-    fn next_due(&self) -> Option<i64> {
-        let timers = self.delayed_claims.values().chain(self.delayed_pools.values());
-        timers.filter(|t| !t.is_safety_net()).map(|t| t.due).min()
+    fn next_due(&self) -> Option<Instant> {
+        let claims =
+            self.work.claims.delayed().into_iter().filter(|(k, _)| !self.claim_safety_net(k)).map(|(_, at)| at);
+        let pools = self.work.pools.delayed().into_iter().filter(|(k, _)| !self.pool_safety_net(k)).map(|(_, at)| at);
+        claims.chain(pools).min()
     }
 
-    /// Takes the requeues due at `now` but safety nets, to run them.
-    fn take_due(&mut self, now: i64) -> (Vec<ObjectKey>, Vec<PoolKey>) {
-        let fire = |t: &Timer| t.due <= now && !t.is_safety_net();
-        let claims: Vec<ObjectKey> =
-            self.delayed_claims.iter().filter(|(_, t)| fire(t)).map(|(k, _)| k.clone()).collect();
-        let pools: Vec<PoolKey> = self.delayed_pools.iter().filter(|(_, t)| fire(t)).map(|(k, _)| k.clone()).collect();
-        for k in &claims {
-            self.delayed_claims.remove(k);
+    /// Queues the requeues due at `now` but safety nets.
+    fn fire_due_but_safety_nets(&self, now: Instant) {
+        self.work.claims.fire_due(now, |k| !self.claim_safety_net(k));
+        self.work.pools.fire_due(now, |k| !self.pool_safety_net(k));
+    }
+
+    /// Takes what the channels of the orphan task and the moved-away writer delivered.
+    fn pull(&mut self) {
+        while let Ok(key) = self.streams.gone.try_recv() {
+            self.gone.insert(key);
         }
-        for k in &pools {
-            self.delayed_pools.remove(k);
+        while let Ok(key) = self.streams.moved_away.try_recv() {
+            self.moved_away.insert(key);
         }
-        (claims, pools)
     }
 
     fn moved_away_busy(&self) -> bool {
@@ -318,20 +310,15 @@ impl Term {
     }
 }
 
-/// A delayed requeue: when it is due (milliseconds of the simulated clock), and its delay.
-#[derive(Clone, Copy, Debug)]
-struct Timer {
-    due: i64,
-    delay: Duration,
+/// A requeue this long or longer is a safety net (`RECHECK`, a pool's resync, the backoff at its longest) rather than
+/// a wait a decision counts on (a grace period, the restore wait, a retry): settling does not fire it, so that a claim
+/// that waits only for it is found out.
+fn is_safety_net(delay: Duration) -> bool {
+    delay >= RECHECK
 }
 
-impl Timer {
-    /// A safety net (`RECHECK`, a pool's resync) rather than a wait a decision counts on (a grace period, the restore
-    /// wait, a retry): settling does not fire it, so that a claim that waits only for it is found out.
-    fn is_safety_net(self) -> bool {
-        self.delay >= crate::runtime::retry::RECHECK
-    }
-}
+/// How long the fence of a term that is no longer renewed lets writes through (the manager's renew deadline).
+const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 
 /// clusterctl moving the Cluster of a namespace away, or back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -422,8 +409,14 @@ pub struct World {
     step: usize,
     /// What the per-step check last saw (the server's revision, and the addresses of the other management cluster).
     checked: Option<(u64, usize, usize)>,
-    /// The simulated clock: milliseconds since the run began (the controllers read it, the API server stamps with it).
+    /// The simulated clock: milliseconds since the run began (the controllers, the work queues and the fence read
+    /// it, the API server stamps with it).
     now_ms: Arc<std::sync::atomic::AtomicI64>,
+    /// The work queues' instant of the clock's zero.
+    epoch: Instant,
+    /// The fence's timers need a tokio runtime to be made in; its time is paused and never driven, so that only the
+    /// simulated clock and the term's end decide.
+    runtime: tokio::runtime::Runtime,
     /// Pins, another provider, people (`super::actors`).
     pub(super) actors: super::actors::Actors,
     /// A violation found while the tasks ran (a create sent), reported by the next check.
@@ -431,18 +424,9 @@ pub struct World {
     pub stats: Stats,
 }
 
-/// What the simulation does with a run's outcome: any retry (the queue's backoff, parking, a delay) is a run at some
-/// later step, which the schedule chooses.
-fn requeue(outcome: Outcome) -> Next {
-    match outcome {
-        Outcome::Done(next) => next,
-        Outcome::Failed(_) => Next::After(std::time::Duration::ZERO),
-    }
-}
-
-fn poll_once(task: &mut Task) -> Poll<Next> {
+fn poll_once<T>(future: Pin<&mut (impl Future<Output = T> + ?Sized)>) -> Poll<T> {
     let mut cx = TaskContext::from_waker(Waker::noop());
-    task.run.as_mut().poll(&mut cx)
+    future.poll(&mut cx)
 }
 
 pub(crate) fn short_uid(uid: &str) -> &str {
@@ -525,6 +509,12 @@ impl World {
             step: 0,
             checked: None,
             now_ms: Arc::default(),
+            epoch: Instant::now(),
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("a tokio runtime for the fence's timers"),
             actors: super::actors::Actors::default(),
             found: None,
             stats: Stats::default(),
@@ -680,10 +670,14 @@ impl World {
         self.stats.terms += 1;
         let id = self.next_term;
         let replica = self.rng.below(self.options.replicas);
-        let alive = Arc::new(AtomicBool::new(true));
-        let api =
-            Arc::new(SimApi { hub: self.hub.clone(), term: id, alive: alive.clone(), version: CapiVersion::V1Beta2 });
-        let sink = Arc::new(SimSink::default());
+        let (fence, lease) = SimulatedTerm::begin(TermClock::Simulated(self.now_ms.clone()), RENEW_DEADLINE);
+        let api = Arc::new(SimApi { hub: self.hub.clone(), term: id, fence, version: CapiVersion::V1Beta2 });
+        let metrics = Arc::new(Metrics::new());
+        let (work, streams) = Work::new(&metrics);
+        let (epoch, ms) = (self.epoch, self.now_ms.clone());
+        let queue_clock: QueueClock =
+            Arc::new(move || epoch + Duration::from_millis(u64::try_from(ms.load(Ordering::Relaxed)).unwrap_or(0)));
+        let work = Arc::new(work.with_clock(queue_clock));
         let (synced_tx, synced) = watch::channel(false);
         let options = ControllerOptions {
             namespace: None,
@@ -695,8 +689,7 @@ impl World {
             moved_away_max_bytes: self.swarm.moved_away_max_bytes,
         };
         let clock = controllers::Clock::Simulated(self.now_ms.clone());
-        let ctx =
-            Arc::new(Context::new(api, options, Arc::new(Metrics::new()), sink.clone(), synced).with_clock(clock));
+        let ctx = Arc::new(Context::new(api, options, metrics, work.clone(), synced).with_clock(clock));
         let watches = WATCHED
             .iter()
             .map(|&kind| Watch { kind, state: WatchState::Start, cursor: 0, feeder: Feeder::new(kind), listed: false })
@@ -707,23 +700,45 @@ impl World {
             id,
             replica,
             ctx,
-            sink,
-            alive,
+            work,
+            streams,
+            gone: BTreeSet::new(),
+            moved_away: BTreeSet::new(),
+            lease,
+            renewing: true,
             watches,
             synced: false,
             synced_tx,
             tasks: Vec::new(),
-            delayed_claims: BTreeMap::new(),
-            delayed_pools: BTreeMap::new(),
+            asked_claims: BTreeMap::new(),
+            asked_pools: BTreeMap::new(),
             concurrency,
         });
     }
 
-    /// The term ends (the lease was not renewed in time, or another replica took it): its writes in flight are
-    /// dropped by the fence but may still land; everything it knew goes.
+    /// The term is not renewed from now on: it runs on, its writes passing the fence, until the fence closes on the
+    /// simulated clock (`World::retire_ended_term`).
+    fn stop_renewing(&mut self) {
+        let Some(term) = self.term.as_mut() else { return };
+        if term.renewing {
+            term.renewing = false;
+            let (id, replica) = (term.id, term.replica);
+            self.note(|| format!("term {id} of replica {replica} is no longer renewed"));
+        }
+    }
+
+    /// A term whose fence closed on the clock ends.
+    fn retire_ended_term(&mut self) {
+        if self.term.as_ref().is_some_and(|t| !t.lease.holds()) {
+            self.end_term();
+        }
+    }
+
+    /// The term ends (another replica took the lease, or its fence closed): its writes in flight are dropped by the
+    /// fence but may still land; everything it knew goes.
     fn end_term(&mut self) {
         let Some(term) = self.term.take() else { return };
-        term.alive.store(false, Ordering::Release);
+        term.lease.lose();
         let mut hub = lock(&self.hub);
         hub.pending.retain_mut(|p| {
             if p.term != term.id {
@@ -918,30 +933,45 @@ impl World {
 
     // ---- Workers ----
 
+    /// Starts `job` as a worker that took its key from the queue would (a key that runs already is left to its run).
     fn start(&mut self, job: Job) {
+        let Some(term) = self.term.as_ref() else { return };
+        let taken = match &job {
+            Job::Claim(key) => term.work.claims.take(key),
+            Job::Pool(key) => term.work.pools.take(key),
+            _ => true,
+        };
+        if taken {
+            self.launch(job);
+        }
+    }
+
+    /// Starts a worker's run of `job`, whose key it has from its queue.
+    fn launch(&mut self, job: Job) {
         let Some(term) = self.term.as_mut() else { return };
         let ctx = term.ctx.clone();
-        let run: Pin<Box<dyn Future<Output = Next>>> = match job.clone() {
-            Job::Claim(key) => Box::pin(async move { requeue(controllers::work_claim(&ctx, &key).await) }),
-            Job::Pool(key) => Box::pin(async move { requeue(controllers::work_pool(&ctx, &key).await) }),
+        let done = Outcome::Done(Next::AwaitChange);
+        let run: Pin<Box<dyn Future<Output = Outcome>>> = match job.clone() {
+            Job::Claim(key) => Box::pin(async move { controllers::work_claim(&ctx, &key).await }),
+            Job::Pool(key) => Box::pin(async move { controllers::work_pool(&ctx, &key).await }),
             Job::Gone(key) => Box::pin(async move {
                 controllers::orphans::release_if_orphaned(&ctx, &key).await;
-                Next::AwaitChange
+                done
             }),
             Job::Sweep => Box::pin(async move {
                 let delay = ctx.options.orphan_release_delay;
                 controllers::orphans::sweep(&ctx, delay).await;
-                Next::AwaitChange
+                done
             }),
             Job::MovedAway(key) => {
-                let sink = term.sink.clone();
+                let work = term.work.clone();
                 Box::pin(async move {
                     // A write the annotation had no room for is not retried here: it waits for room.
                     if controllers::moved_away::write(&ctx, &key).await.is_err() {
                         // The writer retries a failed write.
-                        sink.moved_away_changed(key);
+                        work.moved_away_changed(key);
                     }
-                    Next::AwaitChange
+                    done
                 })
             }
         };
@@ -974,35 +1004,41 @@ impl World {
         }
     }
 
+    /// Polls every task once; a worker's run that ended is finished in its queue (the error policy's retry), with no
+    /// await in between, as the manager's workers do; a return of the API server unparks what waited for it.
     fn poll_tasks_once(&mut self) {
         let Some(term) = self.term.as_mut() else { return };
+        let _runtime = self.runtime.enter();
         let mut done = Vec::new();
         let mut i = 0;
         while i < term.tasks.len() {
-            if let Poll::Ready(next) = poll_once(&mut term.tasks[i]) {
+            if let Poll::Ready(outcome) = poll_once(term.tasks[i].run.as_mut()) {
                 let task = term.tasks.remove(i);
-                done.push((task.job, next));
+                let delay = match &task.job {
+                    Job::Claim(k) => term.work.claims.finish(k.clone(), outcome).inspect(|d| {
+                        term.asked_claims.insert(k.clone(), *d);
+                    }),
+                    Job::Pool(k) => term.work.pools.finish(k.clone(), outcome).inspect(|d| {
+                        term.asked_pools.insert(k.clone(), *d);
+                    }),
+                    _ => None,
+                };
+                done.push((task.job, outcome, delay));
             } else {
                 i += 1;
             }
         }
+        if poll_once(std::pin::pin!(term.ctx.reachability.returned())).is_ready() {
+            term.work.claims.unpark_all();
+            term.work.pools.unpark_all();
+        }
         let replica = term.replica;
-        let now = self.now_ms.load(Ordering::Relaxed);
-        for (job, next) in done {
-            if let Next::After(delay) = next {
-                let timer = Timer { due: now + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2), delay };
-                match &job {
-                    Job::Claim(k) => {
-                        term.delayed_claims.insert(k.clone(), timer);
-                    }
-                    Job::Pool(k) => {
-                        term.delayed_pools.insert(k.clone(), timer);
-                    }
-                    _ => {}
-                }
-            }
+        for (job, outcome, delay) in done {
             if self.options.trace {
-                self.trace.push(format!("{:>4}: replica {replica} finished {job} ({next:?})", self.step));
+                self.trace.push(format!(
+                    "{:>4}: replica {replica} finished {job} ({outcome:?}, again in {delay:?})",
+                    self.step
+                ));
             }
         }
     }
@@ -1010,19 +1046,21 @@ impl World {
     // ---- Choosing the next step ----
 
     fn act(&mut self) {
+        self.retire_ended_term();
         let pending = lock(&self.hub).pending.len();
         let orphaned = lock(&self.hub).pending.iter().filter(|p| p.slot.is_none()).count();
         let live = self.term.is_some();
         let synced = self.term.as_ref().is_some_and(|t| t.synced);
-        let (ready_claims, pools, gone, moved, delayed) = match &self.term {
+        let now = self.now();
+        let (ready_claims, pools, gone, moved, delayed) = match &mut self.term {
             Some(t) => {
-                let w = t.sink.wakes();
+                t.pull();
                 (
-                    !w.claims.is_empty() && t.running_claims() < t.concurrency,
-                    !w.pools.is_empty(),
-                    !w.gone.is_empty() && !t.orphan_task_busy(),
-                    !w.moved_away.is_empty() && !t.moved_away_busy(),
-                    t.due_timers(self.now_ms.load(Ordering::Relaxed)),
+                    t.work.claims.waiting() > 0 && t.running_claims() < t.concurrency,
+                    t.work.pools.waiting() > 0 && t.running_pools() < controllers::POOL_WORKERS,
+                    !t.gone.is_empty() && !t.orphan_task_busy(),
+                    !t.moved_away.is_empty() && !t.moved_away_busy(),
+                    t.due_timers(now),
                 )
             }
             None => (false, false, false, false, false),
@@ -1067,20 +1105,18 @@ impl World {
             }
             Some(2) => self.start_ready_claim(),
             Some(3) => {
-                let key = self.take_from(|w| &mut w.pools);
-                if let Some(key) = key.filter(|k| !self.term.as_ref().is_some_and(|t| t.running(&Job::Pool(k.clone()))))
-                {
-                    self.start(Job::Pool(key));
+                if let Some(key) = self.term.as_ref().and_then(|t| t.work.pools.try_next()) {
+                    self.launch(Job::Pool(key));
                 }
             }
             Some(4) => {
-                if let Some(key) = self.take_from(|w| &mut w.gone) {
+                if let Some(key) = self.take_from(|t| &mut t.gone) {
                     self.start(Job::Gone(key));
                 }
             }
             Some(5) if !self.term.as_ref().is_some_and(Term::orphan_task_busy) => self.start(Job::Sweep),
             Some(6) => {
-                if let Some(key) = self.take_from(|w| &mut w.moved_away) {
+                if let Some(key) = self.take_from(|t| &mut t.moved_away) {
                     self.start(Job::MovedAway(key));
                 }
             }
@@ -1088,7 +1124,10 @@ impl World {
             Some(8) => self.coalesce_status(),
             Some(9) => self.user(),
             Some(10) => self.expire_watch(),
-            Some(11) => self.end_term(),
+            Some(11) => {
+                // Another replica takes the lease at once, or this one can no longer renew it.
+                if self.rng.chance(50) { self.end_term() } else { self.stop_renewing() }
+            }
             Some(12) => self.start_term(),
             Some(13) => self.restart_api_server(),
             Some(14) => {
@@ -1107,11 +1146,10 @@ impl World {
         }
     }
 
-    /// Takes a random element of one of the sink's sets.
-    fn take_from<T: Ord + Clone>(&mut self, set: impl Fn(&mut Wakes) -> &mut BTreeSet<T>) -> Option<T> {
-        let term = self.term.as_ref()?;
-        let mut wakes = term.sink.wakes();
-        let set = set(&mut wakes);
+    /// Takes a random element of one of the term's sets.
+    fn take_from<T: Ord + Clone>(&mut self, set: impl Fn(&mut Term) -> &mut BTreeSet<T>) -> Option<T> {
+        let term = self.term.as_mut()?;
+        let set = set(term);
         let n = set.len();
         if n == 0 {
             return None;
@@ -1121,48 +1159,41 @@ impl World {
         Some(chosen)
     }
 
+    /// A claim worker takes the next key of its queue.
     fn start_ready_claim(&mut self) {
-        let Some(term) = self.term.as_ref() else { return };
-        // A key is reconciled by one worker at a time; a wake while it runs waits for the run to end.
-        let candidates: Vec<ObjectKey> = {
-            let wakes = term.sink.wakes();
-            wakes.claims.iter().filter(|k| !term.running(&Job::Claim((*k).clone()))).cloned().collect()
-        };
-        let Some(key) = self.rng.pick(&candidates).cloned() else { return };
-        if let Some(term) = self.term.as_ref() {
-            term.sink.wakes().claims.remove(&key);
+        if let Some(key) = self.term.as_ref().and_then(|t| t.work.claims.try_next()) {
+            self.launch(Job::Claim(key));
         }
-        self.start(Job::Claim(key));
     }
 
-    /// A delayed requeue that is due runs.
+    /// The delayed requeues that are due are queued (the queue's timer task).
     fn fire_delayed(&mut self) {
-        let now = self.now_ms.load(Ordering::Relaxed);
-        let Some(term) = self.term.as_mut() else { return };
-        let claims: Vec<ObjectKey> =
-            term.delayed_claims.iter().filter(|(_, t)| t.due <= now).map(|(k, _)| k.clone()).collect();
-        let pools: Vec<PoolKey> =
-            term.delayed_pools.iter().filter(|(_, t)| t.due <= now).map(|(k, _)| k.clone()).collect();
-        if !claims.is_empty() && (pools.is_empty() || self.rng.chance(70)) {
-            let key = claims[self.rng.below(claims.len())].clone();
-            term.delayed_claims.remove(&key);
-            term.sink.wake(key);
-        } else if let Some(key) = pools.first() {
-            term.delayed_pools.remove(key);
-            term.sink.pool_changed(key.clone());
+        let now = self.now();
+        if let Some(term) = self.term.as_ref() {
+            term.work.claims.fire_due(now, |_| true);
+            term.work.pools.fire_due(now, |_| true);
         }
+    }
+
+    /// The work queues' instant of now on the simulated clock.
+    fn now(&self) -> Instant {
+        self.epoch + Duration::from_millis(u64::try_from(self.now_ms.load(Ordering::Relaxed)).unwrap_or(0))
     }
 
     /// The simulated clock moves on by `ms`.
+    /// A term that is renewed stays valid as time passes.
     fn advance(&mut self, ms: i64) {
         let now = self.now_ms.fetch_add(ms, Ordering::Relaxed) + ms;
         lock(&self.hub).server.clock = now / 1000;
+        if let Some(term) = self.term.as_ref().filter(|t| t.renewing) {
+            term.lease.renew(RENEW_DEADLINE);
+        }
     }
 
     fn coalesce_status(&mut self) {
         let Some(term) = self.term.as_ref() else { return };
         for key in term.ctx.index.take_changed_pools(1) {
-            term.sink.pool_changed(key);
+            term.work.pool_changed(key);
         }
     }
 
@@ -1738,6 +1769,9 @@ impl World {
                 self.continue_move_away(n, claims);
             }
         }
+        if self.term.as_ref().is_some_and(|t| !t.renewing) {
+            self.end_term();
+        }
         self.land_orphaned_writes();
         if self.term.is_none() {
             self.start_term();
@@ -1751,20 +1785,15 @@ impl World {
         for _ in 0..400 {
             self.drain()?;
             let before = lock(&self.hub).server.revision();
-            let now = self.now_ms.load(Ordering::Relaxed);
+            let now = self.now();
             let next = self.term.as_ref().and_then(Term::next_due);
-            self.advance(next.map_or(1500, |due| (due - now).clamp(1, 1500)));
-            let now = self.now_ms.load(Ordering::Relaxed);
-            if let Some(term) = self.term.as_mut() {
-                let (claims, pools) = term.take_due(now);
-                for k in claims {
-                    term.sink.wake(k);
-                }
-                for k in pools {
-                    term.sink.pool_changed(k);
-                }
+            let wait = next.map_or(1500, |due| due.saturating_duration_since(now).as_millis().clamp(1, 1500));
+            self.advance(i64::try_from(wait).unwrap_or(1500));
+            let now = self.now();
+            if let Some(term) = self.term.as_ref() {
+                term.fire_due_but_safety_nets(now);
                 for pool in POOLS {
-                    term.sink.pool_changed(pool.pool_key());
+                    term.work.pool_changed(pool.pool_key());
                 }
             }
             if !self.term.as_ref().is_some_and(Term::orphan_task_busy) {
@@ -1814,30 +1843,21 @@ impl World {
                 return true;
             }
         }
-        let Some(term) = self.term.as_ref() else { return false };
+        let Some(term) = self.term.as_mut() else { return false };
         if !term.synced {
             return false;
         }
-        let (claim, pool, gone, moved) = {
-            let mut wakes = term.sink.wakes();
-            let claim = wakes.claims.iter().find(|k| !term.running(&Job::Claim((*k).clone()))).cloned();
-            if let Some(k) = &claim {
-                wakes.claims.remove(k);
-            }
-            let pool = wakes.pools.iter().find(|k| !term.running(&Job::Pool((*k).clone()))).cloned();
-            if let Some(k) = &pool {
-                wakes.pools.remove(k);
-            }
-            let gone = if term.orphan_task_busy() { None } else { wakes.gone.pop_first() };
-            let moved = if term.moved_away_busy() { None } else { wakes.moved_away.pop_first() };
-            (claim, pool, gone, moved)
-        };
+        term.pull();
+        let claim = term.work.claims.try_next();
+        let pool = term.work.pools.try_next();
+        let gone = if term.orphan_task_busy() { None } else { term.gone.pop_first() };
+        let moved = if term.moved_away_busy() { None } else { term.moved_away.pop_first() };
         let started = claim.is_some() || pool.is_some() || gone.is_some() || moved.is_some();
         if let Some(k) = claim {
-            self.start(Job::Claim(k));
+            self.launch(Job::Claim(k));
         }
         if let Some(k) = pool {
-            self.start(Job::Pool(k));
+            self.launch(Job::Pool(k));
         }
         if let Some(k) = gone {
             self.start(Job::Gone(k));
@@ -1850,7 +1870,7 @@ impl World {
             let dirty = self.term.as_ref().map(|t| t.ctx.index.take_changed_pools(usize::MAX)).unwrap_or_default();
             if let Some(term) = self.term.as_ref() {
                 for key in &dirty {
-                    term.sink.pool_changed(key.clone());
+                    term.work.pool_changed(key.clone());
                 }
             }
             return !dirty.is_empty();
