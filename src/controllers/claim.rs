@@ -121,7 +121,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     }
     let gate = gate(claim, &view);
     if matches!(gate, Gate::Paused | Gate::WaitForCluster(..))
-        && claim.address_ref().is_none()
+        && !told_of(claim, view.held)
         && view.unwanted_duplicate()
         && let Some(record) = view.record.as_ref().filter(|r| *r.pool == pool_key)
     {

@@ -1063,13 +1063,65 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// left behind (its pool deleted and made again) was taken for an operator freeing its address; 20033858: a
 /// left-behind IPAddress's entry was lost with its pool's ledger when the pool went and came back; 20057241: the
 /// checker took an address held by a marked left-behind IPAddress, with no room left in the annotation, for a
-/// reservation lost. (A seed is a regression check only while the simulation draws the same numbers; the scenarios
+/// reservation lost; 20056794: a deposed leader's late create landed, under the name of a bound claim whose IPAddress a
+/// person deleted, with another claim's address, and was adopted. (A seed is a regression check only while the simulation draws the same numbers; the scenarios
 /// above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
 fn seeds_the_soak_found_keep_every_invariant() {
-    for seed in [20_006_318, 20_007_834, 20_033_858, 20_057_241, 20_069_266] {
+    for seed in [20_006_318, 20_007_834, 20_033_858, 20_056_794, 20_057_241, 20_069_266] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
         }
+    }
+}
+
+/// Soak seed 20056794: claim `b/m1`'s create, sent by a leader whose term then ended, lands late, after `b/m1` was
+/// bound to another address by a later term and a person deleted that IPAddress (so the name was free), holding the
+/// address bound claim `a/m0` has. `b/m1` was never told of it: it is withdrawn, not adopted, and `b/m1` gets the
+/// address its condition names back.
+#[test]
+fn a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_is_withdrawn() {
+    for leader_change in [false, true] {
+        let mut w = World::scripted();
+        let gip = PoolId::Global;
+        w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+        let a = w.create_claim_named(0, "m0", gip);
+        let b = w.create_claim_named(1, "m1", gip);
+        w.begin_term();
+        w.deliver_all(&[]);
+        for claim in [&a, &b] {
+            w.run_job(Job::Claim(claim.clone()));
+            w.answer_everything();
+            w.deliver_all(&[]);
+        }
+        let taken = w.read(Kind::Address, &a).expect("a/m0's IPAddress")["spec"]["address"].clone();
+        let own = w.read(Kind::Address, &b).expect("b/m1's IPAddress")["spec"]["address"].clone();
+        // A person strips the finalizer of b/m1's IPAddress and deletes it.
+        w.patch(Kind::Address, &b, json!({"metadata": {"finalizers": null}}));
+        w.remove(Kind::Address, &b);
+        if leader_change {
+            w.end_this_term();
+            w.begin_term();
+        }
+        w.deliver_all(&[]);
+        // The late create of b/m1's IPAddress (sent before b/m1 was first bound) lands, holding a/m0's address.
+        let uid = w.read(Kind::Claim, &b).expect("claim b/m1")["metadata"]["uid"].clone();
+        w.create(Kind::Address, global_ipaddress("b", "m1", &uid, &taken, None));
+        w.deliver_all(&[]);
+        w.run_job(Job::Claim(b.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+        w.run_job(Job::Claim(b.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+        let result = w.finish();
+        fails(&w, result);
+        let again = w.read(Kind::Address, &b).expect("b/m1's IPAddress made again");
+        assert_eq!(again["spec"]["address"], own, "leader change {leader_change}:\n{}", w.trace_text());
+        let ready = w.read(Kind::Claim, &b).expect("b/m1")["status"]["conditions"][0]["message"].clone();
+        assert!(
+            ready.as_str().is_some_and(|m| m.starts_with(&format!("allocated {} ", own.as_str().unwrap_or("?")))),
+            "{ready}"
+        );
     }
 }

@@ -1915,13 +1915,37 @@ impl World {
             })
             .collect();
         let strict = self.options.late == Late::BeforeNextTerm;
+        // The address each bound claim was told of (its Ready condition's `allocated <address>`): an IPAddress of its
+        // name holding another (a deposed leader's late create, landed after a person deleted the claim's own) is
+        // not the one it is bound to.
+        let told: BTreeMap<ObjectKey, Option<std::net::IpAddr>> = claims
+            .iter()
+            .filter(|c| c.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty()))
+            .map(|c| {
+                let key = key_of(c);
+                let name = c.pointer("/status/addressRef/name").and_then(Value::as_str).unwrap_or_default();
+                let address = c
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "Ready")
+                    .and_then(|c| c["message"].as_str())
+                    .and_then(crate::capi::allocated_address)
+                    .and_then(|a| a.parse().ok());
+                (ObjectKey::new(&key.namespace, name), address)
+            })
+            .collect();
+        let bound_to = |key: &ObjectKey, h: Held| {
+            bound.contains(key) && (told.get(key).copied().flatten().is_none_or(|t| h.address() == t))
+        };
         let mut held: Vec<(PoolId, Held, ObjectKey)> = Vec::new();
         for a in &addresses {
             let key = key_of(a);
             let Some(pool) = pool_of_address(a) else { continue };
             let Some(h) = Held::of_address(pool, a) else { continue };
             for (p, other, other_key) in &held {
-                if *p == pool && other.overlaps(h) && (strict || (bound.contains(&key) && bound.contains(other_key))) {
+                if *p == pool && other.overlaps(h) && (strict || (bound_to(&key, h) && bound_to(other_key, *other))) {
                     return Err(format!(
                         "DUPLICATE: IPAddresses {other_key} ({other}) and {key} ({h}) of pool {} hold the same address",
                         pool.pool_key()
@@ -1931,7 +1955,7 @@ impl World {
             // An IPAddress no claim is bound to may be a late create of a deposed leader (as above): the claim
             // withdraws it, and only a bound one uses the address here.
             if pool == PoolId::Global
-                && (strict || bound.contains(&key))
+                && (strict || bound_to(&key, h))
                 && let Some((e, where_)) = self.elsewhere.iter().find(|(e, w)| {
                     w.protected && e.overlaps(h) && a["metadata"]["uid"].as_str() != Some(&*w.left_behind)
                 })
@@ -1955,7 +1979,14 @@ impl World {
             }
             let address_key = ObjectKey::new(&key.namespace, name);
             let found = addresses.iter().find(|a| key_of(a) == address_key);
-            if self.lost_its_ipaddress(&key, found.is_some()) {
+            // An IPAddress of its name holding another address than the one it was told of is not its own made again.
+            let told_here = told.get(&address_key).copied().flatten();
+            let exists = found.is_some_and(|a| {
+                told_here.is_none_or(|t| {
+                    a["spec"]["address"].as_str().and_then(|s| s.parse::<std::net::IpAddr>().ok()) == Some(t)
+                })
+            });
+            if self.lost_its_ipaddress(&key, exists) {
                 // A person deleted it: the claim makes it again.
                 continue;
             }

@@ -145,6 +145,14 @@ MUTATIONS = [
      "                if ledger.pending.is_empty() {\n                    pools.remove(pool);\n                }",
      "                pools.remove(pool);",
      "a writer that finds the pool gone drops every pending entry, also one queued while it read"),
+    ("told-of-any", "src/controllers/claim/adopt.rs",
+     "    claim.address_ref().is_some()\n        && claim.bound_address.is_none_or(|bound| held.and_then(crate::index::Held::address).is_none_or(|a| a == bound))",
+     "    let _ = held;\n    claim.address_ref().is_some()",
+     "a bound claim adopts any IPAddress of its name, also a deposed leader's late one holding another claim's address"),
+    ("queue-backoff-parked-only", "src/runtime/queue.rs",
+     "            if outcome == Outcome::Failed(Retry::WhenAnswering) {\n                state.parked.insert(key.clone());",
+     "            if false {\n                state.parked.insert(key.clone());",
+     "a key whose run failed while the API server did not answer is not parked (it waits for its backoff alone)"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

@@ -18,7 +18,7 @@ pub(super) async fn adopt(
     ctx.index.stop_waiting(pool_key, key);
     // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
     // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
-    if claim.address_ref().is_none() && view.unwanted_duplicate() {
+    if !told_of(claim, view.held) && view.unwanted_duplicate() {
         // Withdrawn already, or an orphan whose release did not finish: no one else finishes it while a claim of its
         // name exists (the orphan release leaves those alone), so this claim does.
         let why = if record.deleting { LetGo::Deleting } else { LetGo::Duplicate };
@@ -138,12 +138,10 @@ pub(super) async fn unbound_ipaddress(
     pool_key: &PoolKey,
     judged: Option<Uid>,
 ) -> Result<Result<IpAddress, Next>, Error> {
-    let live = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
-    if live.is_none_or(|c| c.claim.address_ref().is_some()) {
-        // Gone, or bound after all (the cache is behind our status write): the claim's watch event, or the
-        // IPAddress's, brings it back.
+    let Some(live) = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? else {
+        // Gone: the claim's watch event brings it back.
         return Ok(Err(Next::AwaitChange));
-    }
+    };
     let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? else {
         return Ok(Err(Next::After(Duration::from_millis(200))));
     };
@@ -153,7 +151,19 @@ pub(super) async fn unbound_ipaddress(
     if !is_the_one(&address, judged) {
         return Ok(Err(Next::After(Duration::from_millis(200))));
     }
+    if told_of(&live.claim, Some(crate::index::Held::of(pool_key.kind, &address.spec))) {
+        // Bound to it after all (the cache is behind our status write): the claim's watch event brings it back.
+        return Ok(Err(Next::AwaitChange));
+    }
     Ok(Ok(address))
+}
+
+/// Whether the claim was told of `held` (bound to it): bound, and holding the address its condition names, when it
+/// names one. A bound claim whose IPAddress a person deleted was told of the address that one held, not of what a
+/// deposed leader's late create made under its name since (it may be another claim's address).
+pub(super) fn told_of(claim: &Claim, held: Option<crate::index::Held>) -> bool {
+    claim.address_ref().is_some()
+        && claim.bound_address.is_none_or(|bound| held.and_then(crate::index::Held::address).is_none_or(|a| a == bound))
 }
 
 /// Whether the live IPAddress is the object the decision was made on: another object of the name (created again, or
