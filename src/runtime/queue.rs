@@ -345,6 +345,12 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         true
     }
 
+    /// The keys that wait for a worker, in the order they are taken.
+    pub fn waiting_keys(&self) -> Vec<K> {
+        let state = self.state();
+        state.first.iter().chain(&state.ready).map(|(key, _)| key.clone()).collect()
+    }
+
     /// How many keys wait for a worker.
     pub fn waiting(&self) -> usize {
         self.state().waiting()
@@ -769,6 +775,33 @@ mod tests {
         // Queued 2 s (in the bucket of 10 s, not of 1 s); worked 3 s.
         assert!(encoded.contains("queued_bucket{le=\"1.0\"} 0\nqueued_bucket{le=\"10.0\"} 1"), "{encoded}");
         assert!(encoded.contains("worked_count 1") && encoded.contains("worked_sum 3.0"), "{encoded}");
+    }
+
+    /// The simulation's way of driving a queue: its own clock, due requeues fired by hand, some held back.
+    #[test]
+    fn on_another_clock_requeues_come_due_when_fired_at_their_time_and_a_filter_holds_some_back() {
+        let epoch = Instant::now();
+        let ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let clock: QueueClock = {
+            let ms = ms.clone();
+            Arc::new(move || epoch + Duration::from_millis(ms.load(std::sync::atomic::Ordering::Relaxed)))
+        };
+        let q = WorkQueue::<ObjectKey>::default().with_clock(clock);
+        q.add(key("a"));
+        let a = q.try_next().expect("a waits");
+        assert_eq!(q.finish(a, Outcome::Done(Next::After(Duration::from_secs(5)))), Some(Duration::from_secs(5)));
+        q.add_after(key("b"), Duration::from_secs(3));
+        assert_eq!(q.next_due(), Some(epoch + Duration::from_secs(3)));
+        ms.store(4_000, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(q.fire_due(epoch + Duration::from_secs(4), |_| true), 1);
+        assert_eq!(q.try_next(), Some(key("b")));
+        assert_eq!(q.try_next(), None, "a is due at 5 s");
+        let at = epoch + Duration::from_secs(5);
+        assert_eq!(q.fire_due(at, |k| *k != key("a")), 0, "held back");
+        assert_eq!(q.delayed(), vec![(key("a"), at)]);
+        assert_eq!(q.fire_due(at, |_| true), 1);
+        assert_eq!(q.waiting_keys(), vec![key("a")]);
+        assert!(q.take(&key("a")) && !q.take(&key("a")), "taken once, then it runs");
     }
 
     #[tokio::test]

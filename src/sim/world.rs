@@ -1159,9 +1159,15 @@ impl World {
         Some(chosen)
     }
 
-    /// A claim worker takes the next key of its queue.
+    /// A claim worker takes the next key of its queue; now and then one further back (as if the worker that took
+    /// the first were slow to start it), so that a claim queued later also decides first.
     fn start_ready_claim(&mut self) {
-        if let Some(key) = self.term.as_ref().and_then(|t| t.work.claims.try_next()) {
+        let Some(term) = self.term.as_ref() else { return };
+        let waiting = term.work.claims.waiting_keys();
+        if waiting.len() > 1 && self.rng.chance(30) {
+            let key = waiting[self.rng.below(waiting.len())].clone();
+            self.start(Job::Claim(key));
+        } else if let Some(key) = term.work.claims.try_next() {
             self.launch(Job::Claim(key));
         }
     }
@@ -1183,11 +1189,12 @@ impl World {
     /// The simulated clock moves on by `ms`.
     /// A term that is renewed stays valid as time passes.
     fn advance(&mut self, ms: i64) {
+        // Renewed all along the stretch (every retry period), so valid for the renew deadline past its end.
+        if let Some(term) = self.term.as_ref().filter(|t| t.renewing) {
+            term.lease.renew(RENEW_DEADLINE + Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+        }
         let now = self.now_ms.fetch_add(ms, Ordering::Relaxed) + ms;
         lock(&self.hub).server.clock = now / 1000;
-        if let Some(term) = self.term.as_ref().filter(|t| t.renewing) {
-            term.lease.renew(RENEW_DEADLINE);
-        }
     }
 
     fn coalesce_status(&mut self) {
@@ -1693,6 +1700,7 @@ impl World {
 
     /// Starts a worker's run of `job`.
     pub(super) fn run_job(&mut self, job: Job) {
+        assert!(!self.is_running(&job), "a scenario runs {job} while it runs already: it would run nothing");
         self.start(job);
         self.poll_tasks();
     }
