@@ -70,11 +70,15 @@ impl State {
         self.notices.push(Notice::MovedAwayChanged(pool.clone()));
     }
 
-    /// Whether an entry that reserves `held` waits to be written into the pool's annotation.
+    /// Whether an entry that reserves `held` waits to be written into the pool's annotation: queued, and not in the
+    /// annotation as the index holds the pool. A term that sees an IPAddress left behind before its pool queues the
+    /// entry an earlier term wrote (and whose sweep then deleted that IPAddress): that entry is written, and the
+    /// IPAddress's deletion frees nothing (soak seed 50010609).
     pub(super) fn moved_away_unwritten_for(&self, pool: &PoolKey, held: Held) -> bool {
+        let stored = entries(self.pool(pool).as_deref().and_then(|p| p.annotation(MOVED_AWAY_ANNOTATION)));
         self.moved_away_pending(pool)
             .iter()
-            .any(|(entry, add)| *add && parse(pool, entry).is_some_and(|e| e.held == held))
+            .any(|(entry, add)| *add && !stored.contains(entry) && parse(pool, entry).is_some_and(|e| e.held == held))
     }
 
     /// The IPAddress `address`, left behind by a move and waiting for room in the pool's annotation, is deleted by an

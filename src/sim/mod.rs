@@ -105,7 +105,10 @@ mod tests {
         // 41058268: a deposed leader's late IPAddress duplicated a bound claim's address; its claim, waiting for a
         // Cluster that does not exist, withdrew it, the delete's answer was lost, and the withdrawn IPAddress kept
         // our finalizer (and the duplicate) for as long as the claim waited.
-        for seed in [41_058_268] {
+        // 50010609: a term that listed an IPAddress left behind (deleted by the last term's sweep, its finalizer still
+        // on) before its pool took the entry the annotation holds for unwritten, and its sweep cancelled it: the
+        // moved Cluster's address went to a waiting claim.
+        for seed in [41_058_268, 50_010_609] {
             if let Err(violation) = run_seed(seed) {
                 panic!("{violation}");
             }

@@ -987,6 +987,60 @@ fn left_behind_in_a_pool_made_again(collected: Collected) {
     new_claims_get_none_of(&mut w, &[moved]);
 }
 
+/// Soak seed 50010609: the orphan sweep deletes the IPAddress a move left behind once its entry is in the pool's
+/// annotation, and its term ends before the finalizer comes off. The next term lists that IPAddress (marked, being
+/// deleted) before its pool and queues its entry again; its sweep runs before the moved-away writer, takes the entry
+/// for one still to be written and the deletion for an operator freeing the address (docs/operations.md), and cancels
+/// it: the address the moved Cluster uses over there went to the next claim. An entry the annotation holds is written.
+#[test]
+fn an_ipaddress_left_behind_whose_release_a_new_term_finishes_keeps_its_address_reserved() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let moved = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    // clusterctl moves cl away: the claim goes for the move, its IPAddress stays, is marked, and its entry written.
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.force_delete_claim(&m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let entry = moved_away_entries(&w);
+    assert!(entry.contains(moved.as_str().unwrap_or("?")), "the entry is written: {entry:?}");
+    // The sweep deletes the IPAddress left behind; the request taking its finalizer off breaks, and the term ends.
+    w.sweep_after_the_delay();
+    let finalizer_off = |op: &Op| matches!(op, Op::PatchJson { kind: Kind::Address, .. });
+    while !w.answer_where(finalizer_off, Fate::NotApplied) {
+        assert!(w.answer_where(|op| !finalizer_off(op), Fate::Answered), "the sweep never took the finalizer off");
+    }
+    w.answer_everything();
+    let left = w.read(Kind::Address, &m0).expect("the IPAddress left behind, being deleted");
+    assert!(!left["metadata"]["deletionTimestamp"].is_null(), "deleted: {left}");
+    w.end_this_term();
+    // The next term lists the IPAddress before its pool, and sweeps before its moved-away writer runs.
+    w.begin_term();
+    w.deliver_all(&[Kind::Address]);
+    w.deliver_all(&[]);
+    w.sweep_after_the_delay();
+    w.answer_everything();
+    w.deliver_all(&[]);
+    assert!(w.read(Kind::Address, &m0).is_none(), "the sweep finished the release:\n{}", w.trace_text());
+    new_claims_get_none_of(&mut w, &[moved]);
+    assert_eq!(moved_away_entries(&w), entry, "the reservation stays:\n{}", w.trace_text());
+}
+
 /// Users create three claims of the global pool in the other namespace, and the world settles: none may get one of
 /// the addresses `moved` (in use on the other management cluster).
 fn new_claims_get_none_of(w: &mut World, moved: &[Value]) {

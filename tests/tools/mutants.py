@@ -153,6 +153,10 @@ MUTATIONS = [
      "            if outcome == Outcome::Failed(Retry::WhenAnswering) {\n                state.parked.insert(key.clone());",
      "            if false {\n                state.parked.insert(key.clone());",
      "a key whose run failed while the API server did not answer is not parked (it waits for its backoff alone)"),
+    ("unwritten-ignores-annotation", "src/index/moved_away.rs",
+     "*add && !stored.contains(entry) && parse(pool, entry)",
+     "*add && parse(pool, entry)",
+     "an entry queued again by a new term is taken for unwritten though the annotation holds it (the sweep cancels it)"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
