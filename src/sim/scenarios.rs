@@ -224,6 +224,30 @@ fn moved_away_entries(w: &World) -> String {
     pool["metadata"]["annotations"][MOVED_AWAY_ANNOTATION].as_str().unwrap_or_default().to_owned()
 }
 
+/// A global pool of two, Cluster `a/cl` and its claim `a/m0` bound in it; the pool, the Cluster, the claim and the
+/// claim's address.
+fn claim_of_a_cluster_bound_in_the_global_pool() -> (World, PoolId, ObjectKey, ObjectKey, serde_json::Value) {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let address = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    (w, gip, cl, m0, address)
+}
+
+/// clusterctl's move away begins: the Cluster paused, its claim deleted for the move with its finalizers stripped.
+fn clusterctl_deletes_for_the_move(w: &mut World, cl: &ObjectKey, claim: &ObjectKey) {
+    w.patch(Kind::Cluster, cl, json!({"spec": {"paused": true}}));
+    w.patch(Kind::Claim, claim, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.force_delete_claim(claim);
+}
+
 /// A second review found it: a claim deleted without our release (its finalizer stripped by hand) leaves an
 /// IPAddress that its pool owns too, and Kubernetes' garbage collector takes the dangling owner reference off (it
 /// keeps a dependent that has a solid owner) before the orphan release looks. The IPAddress must still be released:
@@ -554,21 +578,10 @@ fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
 /// replaced in place must hand the reserved address to the reservation, not free it.
 #[test]
 fn a_record_replaced_by_a_newer_ipaddress_of_its_name_keeps_its_reserved_address_reserved() {
-    let mut w = World::scripted();
-    let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
-    let cl = cluster(&mut w, false);
-    let (m0, claim) = claim_of_cluster(&mut w, "m0");
-    w.begin_term();
-    w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
-    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    let claim = w.read(Kind::Claim, &m0).expect("claim a/m0");
     // Moved away; the IPAddress left behind is released, and the IPAddress watch does not show that.
-    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
-    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
-    w.force_delete_claim(&m0);
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
     w.remove(Kind::Cluster, &cl);
     w.deliver_all(&[Kind::Claim, Kind::Cluster]);
     w.run_job(Job::MovedAway(gip.pool_key()));
@@ -994,21 +1007,9 @@ fn left_behind_in_a_pool_made_again(collected: Collected) {
 /// it: the address the moved Cluster uses over there went to the next claim. An entry the annotation holds is written.
 #[test]
 fn an_ipaddress_left_behind_whose_release_a_new_term_finishes_keeps_its_address_reserved() {
-    let mut w = World::scripted();
-    let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
-    let cl = cluster(&mut w, false);
-    let (m0, _) = claim_of_cluster(&mut w, "m0");
-    w.begin_term();
-    w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
-    let moved = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
     // clusterctl moves cl away: the claim goes for the move, its IPAddress stays, is marked, and its entry written.
-    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
-    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
-    w.force_delete_claim(&m0);
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
     w.deliver_all(&[]);
     w.run_job(Job::Gone(m0.clone()));
     w.answer_everything();
