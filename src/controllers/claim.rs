@@ -266,7 +266,10 @@ async fn create_address(
             let held = ctx.index.held_by(pool_key, key);
             let out_of_range = held.is_some_and(|held| ctx.index.allocates(pool_key, held) == Some(false));
             // Only an address not handed out yet: a bound claim making its IPAddress again keeps its machine's.
-            if claim.address_ref().is_none() && (out_of_range || !ctx.index.serves_pool(pool_key)) {
+            if claim.address_ref().is_none()
+                && (out_of_range || !ctx.index.serves_pool(pool_key))
+                && !bound_meanwhile(claim, ctx).await?
+            {
                 // The pool was edited while the create was in flight (the webhook cannot see an allocation that is
                 // not written yet), or relabelled for another shard's manager, which cannot see our hold: not handed
                 // out; the claim gets an address the pool allocates, from the manager that serves it.
@@ -332,6 +335,13 @@ async fn create_address(
         // Anything else may or may not have created it: keep the hold, the retry reuses the same address.
         Err(e) => Err(Error::api("creating the IPAddress")(e)),
     }
+}
+
+/// Whether the claim, unbound as cached, is bound as the API server has it: the cache may lag behind our own status
+/// write that bound it (a watch that relists), and a bound claim's IPAddress made again is its machine's address.
+async fn bound_meanwhile(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
+    let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
+    Ok(live.is_some_and(|l| l.claim.uid == claim.uid && l.claim.address_ref().is_some()))
 }
 
 /// What the API server said when it refused a request.

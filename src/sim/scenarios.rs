@@ -1119,11 +1119,13 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// left-behind IPAddress's entry was lost with its pool's ledger when the pool went and came back; 20057241: the
 /// checker took an address held by a marked left-behind IPAddress, with no room left in the annotation, for a
 /// reservation lost; 20056794: a deposed leader's late create landed, under the name of a bound claim whose IPAddress a
-/// person deleted, with another claim's address, and was adopted. (A seed is a regression check only while the simulation draws the same numbers; the scenarios
+/// person deleted, with another claim's address, and was adopted; 70039910: a claim whose watch lagged behind our status write that bound it
+/// was taken for unbound, and its IPAddress made again (a pinned address its pool no longer allocates) was deleted;
+/// 70025494: settling took a failed run's longest backoff for a safety net. (A seed is a regression check only while the simulation draws the same numbers; the scenarios
 /// above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
 fn seeds_the_soak_found_keep_every_invariant() {
-    for seed in [20_006_318, 20_007_834, 20_033_858, 20_056_794, 20_057_241, 20_069_266] {
+    for seed in [20_006_318, 20_007_834, 20_033_858, 20_056_794, 20_057_241, 20_069_266, 70_025_494, 70_039_910] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
         }

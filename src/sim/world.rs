@@ -32,7 +32,7 @@ use crate::index::{Index, ObjectKey, PoolKey, Sink};
 use crate::leader::{SimulatedTerm, TermClock};
 use crate::metrics::Metrics;
 use crate::runtime::queue::{Next, QueueClock};
-use crate::runtime::retry::{Outcome, RECHECK};
+use crate::runtime::retry::{Outcome, RECHECK, Retry};
 use crate::runtime::{Work, WorkStreams};
 
 /// When the writes of a term that ended may still land.
@@ -308,6 +308,12 @@ impl Term {
     fn moved_away_busy(&self) -> bool {
         self.tasks.iter().any(|t| matches!(t.job, Job::MovedAway(_)))
     }
+}
+
+/// What a finished run asked for, as settling weighs it: a failed run's backoff is the retry it counts on, however
+/// long faults in a row made it, never a safety net.
+fn asked(outcome: Outcome, delay: Duration) -> Duration {
+    if matches!(outcome, Outcome::Failed(Retry::Backoff)) { Duration::ZERO } else { delay }
 }
 
 /// A requeue this long or longer is a safety net (`RECHECK`, a pool's resync, the backoff at its longest) rather than
@@ -1016,10 +1022,10 @@ impl World {
                 let task = term.tasks.remove(i);
                 let delay = match &task.job {
                     Job::Claim(k) => term.work.claims.finish(k.clone(), outcome).inspect(|d| {
-                        term.asked_claims.insert(k.clone(), *d);
+                        term.asked_claims.insert(k.clone(), asked(outcome, *d));
                     }),
                     Job::Pool(k) => term.work.pools.finish(k.clone(), outcome).inspect(|d| {
-                        term.asked_pools.insert(k.clone(), *d);
+                        term.asked_pools.insert(k.clone(), asked(outcome, *d));
                     }),
                     _ => None,
                 };
@@ -1470,6 +1476,8 @@ impl World {
             }
             leaving.push(key.clone());
             if let Some(address) = self.object(Kind::Address, &key)
+                // One being withdrawn (a create of an address its pool stopped allocating) is reserved for no one.
+                && address["metadata"]["deletionTimestamp"].is_null()
                 && let Some(held) = Held::of_address(PoolId::Global, &address)
                 && address.pointer("/spec/poolRef/name").and_then(Value::as_str) == Some(PoolId::Global.name())
             {
