@@ -1125,7 +1125,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
 fn seeds_the_soak_found_keep_every_invariant() {
-    for seed in [20_006_318, 20_007_834, 20_033_858, 20_056_794, 20_057_241, 20_069_266, 70_025_494, 70_039_910] {
+    for seed in
+        [20_006_318, 20_007_834, 20_033_858, 20_056_794, 20_057_241, 20_069_266, 70_025_494, 70_039_910, 80_006_453]
+    {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
         }

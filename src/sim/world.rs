@@ -1505,6 +1505,17 @@ impl World {
                     );
                     let _ = self.server_merge(Kind::Claim, &key, json!({"metadata": {"finalizers": null}}));
                     let _ = self.server_delete(Kind::Claim, &key);
+                    // What is left behind is the IPAddress of its name now: one a person deleted since the move
+                    // began, made again by its claim with the same address, is it.
+                    if let Some(address) = self.object(Kind::Address, &key)
+                        && let Some(held) = Held::of_address(PoolId::Global, &address)
+                        && let Some(uid) = address["metadata"]["uid"].as_str()
+                        && let Some(e) = self.elsewhere.get_mut(&held)
+                        && e.namespace == n
+                        && *e.claim == *key.name
+                    {
+                        e.left_behind = uid.to_owned();
+                    }
                 }
                 self.moves[n] = Move::Leaving(claims);
             }
