@@ -105,6 +105,14 @@ impl Term {
         *self.valid_until.lock()
     }
 
+    /// A renewal succeeded: the term runs until `until`, if later (never a term that has already ended).
+    fn extend_to(&self, until: Duration) {
+        let mut valid_until = self.valid_until.lock();
+        if !self.ended.is_cancelled() && self.clock.now() < *valid_until {
+            *valid_until = (*valid_until).max(until);
+        }
+    }
+
     /// How long the term still runs, on its clock; zero once over.
     fn remaining(&self) -> Duration {
         self.valid_until().saturating_sub(self.clock.now())
@@ -187,12 +195,7 @@ impl SimulatedTerm {
 
     /// A renewal sent now succeeded: valid for `valid_for` more (never a term that has already ended, as `keep`).
     pub fn renew(&self, valid_for: Duration) {
-        let term = &self.0;
-        let now = term.clock.now();
-        let mut until = term.valid_until.lock();
-        if !term.ended.is_cancelled() && now < *until {
-            *until = (*until).max(now + valid_for);
-        }
+        self.0.extend_to(self.0.clock.now() + valid_for);
     }
 
     /// Another replica holds the Lease now.
@@ -319,13 +322,7 @@ impl Elector {
                 attempt = self.try_acquire_or_renew(Some(term.remaining())) => attempt,
             };
             match attempt {
-                Attempt::Held { sent } => {
-                    let mut until = term.valid_until.lock();
-                    // Never extend a term that has already ended on the clock.
-                    if !term.ended.is_cancelled() && self.clock.now() < *until {
-                        *until = (*until).max(sent + self.timings.renew_deadline);
-                    }
-                }
+                Attempt::Held { sent } => term.extend_to(sent + self.timings.renew_deadline),
                 Attempt::Other { holder } => {
                     term.ended.cancel();
                     return TermEnd::Lost { holder };

@@ -26,6 +26,22 @@ fn bound_claim_of_a_pool_of_two() -> (World, PoolId, ObjectKey) {
     (w, ip, m0)
 }
 
+/// A pool of two addresses and two claims (namespace index and name) bound in it in turn, the first to the first.
+fn two_claims_bound_in(pool: PoolId, first: (usize, &str), second: (usize, &str)) -> (World, ObjectKey, ObjectKey) {
+    let mut w = World::scripted();
+    w.create_pool_shaped(pool, Shape { v6: false, offset: 0, size: 2 });
+    let a = w.create_claim_named(first.0, first.1, pool);
+    let b = w.create_claim_named(second.0, second.1, pool);
+    w.begin_term();
+    w.deliver_all(&[]);
+    for claim in [&a, &b] {
+        w.run_job(Job::Claim(claim.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+    }
+    (w, a, b)
+}
+
 fn is_create(op: &Op) -> bool {
     matches!(op, Op::Create(Kind::Address, _))
 }
@@ -650,18 +666,8 @@ fn a_late_duplicate_of_a_bound_address_is_released_even_while_its_cluster_is_pau
 /// adopt the new one on that judgement, or two bound claims share an address for good.
 #[test]
 fn a_claim_adopts_only_the_ipaddress_it_judged() {
-    let mut w = World::scripted();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
-    let m0 = w.create_claim_named(0, "m0", ip);
-    let m1 = w.create_claim_named(0, "m1", ip);
-    w.begin_term();
-    w.deliver_all(&[]);
-    for claim in [&m0, &m1] {
-        w.run_job(Job::Claim(claim.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
-    }
+    let (mut w, m0, m1) = two_claims_bound_in(ip, (0, "m0"), (0, "m1"));
     let taken = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
     w.force_delete_claim(&m1);
     w.deliver_all(&[Kind::Claim]);
@@ -1141,18 +1147,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
 #[test]
 fn a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_is_withdrawn() {
     for leader_change in [false, true] {
-        let mut w = World::scripted();
-        let gip = PoolId::Global;
-        w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
-        let a = w.create_claim_named(0, "m0", gip);
-        let b = w.create_claim_named(1, "m1", gip);
-        w.begin_term();
-        w.deliver_all(&[]);
-        for claim in [&a, &b] {
-            w.run_job(Job::Claim(claim.clone()));
-            w.answer_everything();
-            w.deliver_all(&[]);
-        }
+        let (mut w, a, b) = two_claims_bound_in(PoolId::Global, (0, "m0"), (1, "m1"));
         let taken = w.read(Kind::Address, &a).expect("a/m0's IPAddress")["spec"]["address"].clone();
         let own = w.read(Kind::Address, &b).expect("b/m1's IPAddress")["spec"]["address"].clone();
         // A person strips the finalizer of b/m1's IPAddress and deletes it.
