@@ -56,8 +56,23 @@ pub struct Manager {
     _mounted: Option<SharedScratch>,
 }
 
+/// A port free now and never handed out before by this process. Below the kernel's ephemeral range (32768-60999),
+/// so that a client connection cannot take it between our pick and the server's bind, and never the same twice: two
+/// `bind(0)` probes in a row may return the same port, which once gave a manager one port for its health and its
+/// metrics servers.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(u32::MAX, std::process::id().wrapping_mul(7_919) % SPAN, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..SPAN {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 fn run(cmd: &mut Command, what: &str) {
