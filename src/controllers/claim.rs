@@ -207,8 +207,13 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     }
     // Not bound, and its uncertain create was of an address the pool no longer allocates (an edit meanwhile): found
     // out first, so that the claim gets an address the pool allocates if that create did not happen. A bound claim's
-    // hold is its machine's address, and stays (the pool says it is out of range).
-    if claim.address_ref().is_none() && view.out_of_range && ctx.index.holds_unconfirmed(&pool_key, key) {
+    // hold is its machine's address, and stays (the pool says it is out of range); so is the hold of one the cache
+    // shows unbound but our status write bound to it.
+    if claim.address_ref().is_none()
+        && view.out_of_range
+        && ctx.index.holds_unconfirmed(&pool_key, key)
+        && !bound_meanwhile_to(claim, ctx, view.held.and_then(crate::index::Held::address)).await?
+    {
         settle_own_uncertain_create(ctx, &pool_key, key).await?;
         return Ok(Next::After(Duration::ZERO));
     }
@@ -268,7 +273,7 @@ async fn create_address(
             // Only an address not handed out yet: a bound claim making its IPAddress again keeps its machine's.
             if claim.address_ref().is_none()
                 && (out_of_range || !ctx.index.serves_pool(pool_key))
-                && !bound_meanwhile(claim, ctx).await?
+                && !bound_meanwhile_to(claim, ctx, Some(assigned.address)).await?
             {
                 // The pool was edited while the create was in flight (the webhook cannot see an allocation that is
                 // not written yet), or relabelled for another shard's manager, which cannot see our hold: not handed
@@ -337,11 +342,15 @@ async fn create_address(
     }
 }
 
-/// Whether the claim, unbound as cached, is bound as the API server has it: the cache may lag behind our own status
-/// write that bound it (a watch that relists), and a bound claim's IPAddress made again is its machine's address.
-async fn bound_meanwhile(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
+/// Whether the claim, unbound as cached, is bound to `address` as the API server has it: the cache may lag behind
+/// our own status write that bound it (a watch that relists), and a bound claim's address is its machine's. Bound to
+/// another address, `address` is no machine's.
+async fn bound_meanwhile_to(claim: &Claim, ctx: &Context, address: Option<std::net::IpAddr>) -> Result<bool, Error> {
+    let Some(address) = address else { return Ok(false) };
     let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
-    Ok(live.is_some_and(|l| l.claim.uid == claim.uid && l.claim.address_ref().is_some()))
+    Ok(live.is_some_and(|l| {
+        l.claim.uid == claim.uid && l.claim.address_ref().is_some() && l.claim.bound_address == Some(address)
+    }))
 }
 
 /// What the API server said when it refused a request.

@@ -229,6 +229,11 @@ impl World {
             })
             .collect();
         let Some(key) = self.rng.pick(&bound).cloned() else { return };
+        self.strip_ipaddress_of(key);
+    }
+
+    /// A person strips the finalizer of the IPAddress `key` of a bound claim and deletes it.
+    pub(super) fn strip_ipaddress_of(&mut self, key: ObjectKey) {
         let held = self
             .object(Kind::Address, &key)
             .and_then(|a| super::world::pool_of_address(&a).and_then(|pool| Held::of_address(pool, &a)));

@@ -1179,3 +1179,40 @@ fn a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_is_withdra
         );
     }
 }
+
+/// Soak seed 70039910, scripted: a claim's watch lags behind our status write that bound it; a person deletes its
+/// IPAddress and the pool is edited to no longer allocate its address (the webhook sees no IPAddress holding it). The
+/// claim, unbound as cached, neither gives up its hold (out of range, no IPAddress: an uncertain create that did not
+/// happen, as the cache has it) nor deletes its IPAddress made again out of range: read live, it is bound to that
+/// address, its machine's, which it keeps.
+#[test]
+fn an_ipaddress_made_again_for_a_claim_the_cache_shows_unbound_is_kept_when_it_is_bound_to_it() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    assert!(w.answer_where(is_claim_patch("m0"), Fate::Answered), "the finalizer");
+    w.deliver_all(&[]);
+    assert!(w.answer_where(is_create, Fate::Answered), "the create");
+    w.answer_everything();
+    // The status write that bound m0 is applied; the claim's watch has not shown it yet.
+    w.deliver_all(&[Kind::Address]);
+    let held = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    assert_eq!(held, "10.0.0.1");
+    let bound = w.read(Kind::Claim, &m0).expect("m0");
+    assert_eq!(bound["status"]["addressRef"]["name"], "m0", "bound: {bound}");
+    w.strip_ipaddress_of(m0.clone());
+    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1 });
+    w.deliver_all(&[Kind::Address]);
+    w.deliver_all(&[Kind::Pool(ip.kind())]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let result = w.finish();
+    fails(&w, result);
+    let again = w.read(Kind::Address, &m0).expect("m0's IPAddress made again");
+    assert_eq!(again["spec"]["address"], held, "{again}\n{}", w.trace_text());
+}

@@ -157,6 +157,14 @@ MUTATIONS = [
      "*add && !stored.contains(entry) && parse(pool, entry)",
      "*add && parse(pool, entry)",
      "an entry queued again by a new term is taken for unwritten though the annotation holds it (the sweep cancels it)"),
+    ("bound-meanwhile-create", "src/controllers/claim.rs",
+     "                && !bound_meanwhile_to(claim, ctx, Some(assigned.address)).await?",
+     "",
+     "an IPAddress made again out of range for a claim the cache shows unbound is deleted without reading the claim"),
+    ("bound-meanwhile-hold", "src/controllers/claim.rs",
+     "        && !bound_meanwhile_to(claim, ctx, view.held.and_then(crate::index::Held::address)).await?",
+     "",
+     "the out-of-range hold of a claim the cache shows unbound is given up without reading the claim"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
