@@ -122,17 +122,22 @@ impl State {
     }
 
     /// Whether the hold of the IPAddress `key` (`record`), gone from under its claim (a finalizer stripped, a
-    /// restore's garbage collection), stays for that claim: it lives, uses the pool, and is not being deleted, and the
-    /// address is no duplicate (a duplicate's claim gets another).
+    /// restore's garbage collection), stays for that claim: it lives, uses the pool, and is not being deleted, the
+    /// address is no duplicate (a duplicate's claim gets another), and it is the address the claim's condition names
+    /// when it names one (a late IPAddress of another address, withdrawn, is no machine's).
     fn keeps_hold_for_claim(&self, record: &AddressRecord, key: &ObjectKey) -> bool {
         // One moving away (clusterctl's, or left behind by a move) keeps its address reserved instead.
         if record.moving_away {
             return false;
         }
         let pool = &*record.pool;
+        let held = self.registry.held_by(pool, key).and_then(Held::address);
         self.claims.get(key).is_some_and(|c| {
-            c.deletion_timestamp.is_none() && c.uses_pool(pool.kind, &pool.namespace, &pool.name) && !c.moving_away
-        }) && self.registry.held_by(pool, key).is_some_and(|h| h.address().is_some())
+            c.deletion_timestamp.is_none()
+                && c.uses_pool(pool.kind, &pool.namespace, &pool.name)
+                && !c.moving_away
+                && c.bound_address.is_none_or(|bound| held == Some(bound))
+        }) && held.is_some()
             && self.registry.duplicate_of(pool, key).is_none()
     }
 

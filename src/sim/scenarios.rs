@@ -1216,3 +1216,48 @@ fn an_ipaddress_made_again_for_a_claim_the_cache_shows_unbound_is_kept_when_it_i
     let again = w.read(Kind::Address, &m0).expect("m0's IPAddress made again");
     assert_eq!(again["spec"]["address"], held, "{again}\n{}", w.trace_text());
 }
+
+/// The review of soak seed 20056794's fix found it: a deposed leader's late create of `b/m1` lands after a person
+/// deleted `b/m1`'s IPAddress, holding a free address rather than another claim's. `b/m1` is bound to the address its
+/// condition names, which its machine uses: the late one is withdrawn, not adopted, and `b/m1` makes its IPAddress
+/// again with its machine's address. Also when the answer to taking the withdrawn one's finalizer off is lost: the
+/// watch tells of the deletion, and the late one's address is no hold to keep for the claim.
+#[test]
+fn a_late_create_of_a_free_address_under_a_bound_claim_whose_ipaddress_a_person_deleted_is_withdrawn() {
+    for withdrawal in [Fate::Answered, Fate::AppliedAnswerLost] {
+        let mut w = World::scripted();
+        let gip = PoolId::Global;
+        w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3 });
+        let b = w.create_claim_named(1, "m1", gip);
+        w.begin_term();
+        w.deliver_all(&[]);
+        w.run_job(Job::Claim(b.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+        let own = w.read(Kind::Address, &b).expect("b/m1's IPAddress")["spec"]["address"].clone();
+        w.strip_ipaddress_of(b.clone());
+        w.deliver_all(&[]);
+        let uid = w.read(Kind::Claim, &b).expect("claim b/m1")["metadata"]["uid"].clone();
+        w.create(Kind::Address, global_ipaddress("b", "m1", &uid, &json!("10.1.0.3"), None));
+        w.deliver_all(&[]);
+        w.run_job(Job::Claim(b.clone()));
+        // Its finalizer comes off last.
+        let finalizer_off = |op: &Op| matches!(op, Op::PatchJson { kind: Kind::Address, .. });
+        while !w.answer_where(finalizer_off, withdrawal) {
+            assert!(w.answer_where(|op| !finalizer_off(op), Fate::Answered), "the late one is never withdrawn");
+        }
+        w.answer_everything();
+        w.deliver_all(&[]);
+        w.run_job(Job::Claim(b.clone()));
+        w.answer_everything();
+        w.deliver_all(&[]);
+        let result = w.finish();
+        fails(&w, result);
+        let again = w.read(Kind::Address, &b).expect("b/m1's IPAddress made again");
+        assert_eq!(again["spec"]["address"], own, "{withdrawal:?}:\n{}", w.trace_text());
+        let ready = w.read(Kind::Claim, &b).expect("b/m1")["status"]["conditions"][0]["message"].clone();
+        let names_own =
+            ready.as_str().is_some_and(|m| m.starts_with(&format!("allocated {} ", own.as_str().unwrap_or("?"))));
+        assert!(names_own, "{withdrawal:?}: {ready}");
+    }
+}

@@ -165,6 +165,14 @@ MUTATIONS = [
      "        && !bound_meanwhile_to(claim, ctx, view.held.and_then(crate::index::Held::address)).await?",
      "",
      "the out-of-range hold of a claim the cache shows unbound is given up without reading the claim"),
+    ("late-adopted-by-bound", "src/controllers/claim/adopt.rs",
+     "    if bound && !told_of(claim, view.held) {",
+     "    if false {",
+     "a bound claim adopts a late IPAddress of its name holding a free address other than its condition names"),
+    ("kept-hold-any-address", "src/index/addresses.rs",
+     "                && c.bound_address.is_none_or(|bound| held == Some(bound))",
+     "",
+     "the hold of a withdrawn late IPAddress is kept for a bound claim whose condition names another address"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

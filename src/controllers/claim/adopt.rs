@@ -24,8 +24,14 @@ pub(super) async fn adopt(
         let why = if record.deleting { LetGo::Deleting } else { LetGo::Duplicate };
         return let_go(ctx, key, pool_key, record.uid, why).await;
     }
-    let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
     let bound = claim.address_ref() == Some(&*key.name);
+    if bound && !told_of(claim, view.held) {
+        // Bound to the address its condition names, while this IPAddress of its name holds another: a deposed
+        // leader's late create, landed after a person deleted the claim's own. Its machine uses the address the
+        // condition names, which the claim makes its IPAddress again with; this one is withdrawn, never adopted.
+        return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
+    }
+    let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
     if record.deleting && !bound {
         // Being deleted, and the claim not bound to it: a delete of ours that did not finish (a withdrawn duplicate,
         // an orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address
