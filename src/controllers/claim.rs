@@ -217,6 +217,13 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         settle_own_uncertain_create(ctx, &pool_key, key).await?;
         return Ok(Next::After(Duration::ZERO));
     }
+    // Bound, and its IPAddress gone (a person deleted it): made again only for a claim that still lives bound, read
+    // live. The cache may still show one that is gone (a watch stalled by an API server restart), and a claim gone
+    // with its Cluster's move uses its address over there.
+    if claim.address_ref().is_some() && !lives_bound(claim, ctx).await? {
+        debug!(claim = %key, "the claim is gone or being deleted as the API server has it; its watch event follows");
+        return Ok(Next::AwaitChange);
+    }
     // Bound, and its IPAddress gone with what this process knew of it (deleted from under it before a restart or a
     // leader change): the address its condition names is the one its machine uses, and it gets it back while free.
     let previous = claim.bound_address.filter(|_| view.held.is_none()).map(|a| a.to_string());
@@ -350,6 +357,14 @@ async fn bound_meanwhile_to(claim: &Claim, ctx: &Context, address: Option<std::n
     let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
     Ok(live.is_some_and(|l| {
         l.claim.uid == claim.uid && l.claim.address_ref().is_some() && l.claim.bound_address == Some(address)
+    }))
+}
+
+/// Whether the claim, bound as cached, still lives bound as the API server has it (not deleted, not being deleted).
+async fn lives_bound(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
+    let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
+    Ok(live.is_some_and(|l| {
+        l.claim.uid == claim.uid && l.claim.address_ref().is_some() && l.claim.deletion_timestamp.is_none()
     }))
 }
 

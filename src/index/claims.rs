@@ -109,6 +109,7 @@ impl State {
             .is_some_and(|cluster| self.moved_clusters.contains(&ObjectKey::new(&key.namespace, cluster)));
         if claim.moving_away || moved_cluster {
             moved_away::claim_moved_away(self, key);
+            moved_away::kept_hold_moved_away(self, &claim);
         }
         if let Some(kind) = claim.pool_kind {
             let pool = PoolKey::new(kind, &key.namespace, &claim.pool_name);

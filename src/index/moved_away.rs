@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use super::registry::{Held, PoolKey, reservation_key};
 use super::{Notice, ObjectKey, State};
 use crate::api::{MOVED_AWAY_ANNOTATION, Pool};
-use crate::capi::IpAddressSpec;
+use crate::capi::{Claim, IpAddressSpec};
 use crate::compact::ResourceVersion;
 
 /// The changes to the pools' annotations our manager makes, per pool: those not written yet, and those written but not
@@ -259,6 +259,26 @@ pub fn claim_moved_away(index: &mut State, claim: &ObjectKey) {
     if let Some(held) = held.filter(|h| h.address().is_some()) {
         record_moved_away(index, &pool, claim, held);
     }
+}
+
+/// A bound claim of a global pool is gone for a move while its IPAddress was gone from under it (a person deleted it,
+/// and the Cluster's pause for the move kept the claim from making it again): its machine uses the address over
+/// there. The hold the claim kept for that address becomes a reservation, its entry naming the IPAddress the claim
+/// makes again over there (found by soak seed 80066535 and the scenario it led to).
+pub fn kept_hold_moved_away(index: &mut State, claim: &Claim) {
+    let key = &claim.key;
+    let Some(kind) = claim.pool_kind.filter(|k| k.is_global()) else { return };
+    if claim.address_ref().is_none() || index.addresses.get(key).is_some() {
+        return;
+    }
+    let pool = PoolKey::new(kind, &key.namespace, &claim.pool_name);
+    let Some(held) = index.registry.held_by(&pool, key) else { return };
+    let address = held.address();
+    if address.is_none() || claim.bound_address.is_some_and(|bound| address != Some(bound)) {
+        return;
+    }
+    record_moved_away(index, &pool, key, held);
+    moved_away(index, &pool, key);
 }
 
 /// An IPAddress of a global pool marked as moving away (its claim was deleted for a move, or it carries clusterctl's

@@ -1127,13 +1127,16 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// reservation lost; 20056794: a deposed leader's late create landed, under the name of a bound claim whose IPAddress a
 /// person deleted, with another claim's address, and was adopted; 70039910: a claim whose watch lagged behind our status write that bound it
 /// was taken for unbound, and its IPAddress made again (a pinned address its pool no longer allocates) was deleted;
-/// 70025494: settling took a failed run's longest backoff for a safety net. (A seed is a regression check only while the simulation draws the same numbers; the scenarios
-/// above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
+/// 70025494: settling took a failed run's longest backoff for a safety net; 80066535: a bound claim gone while its
+/// watch stalled made its IPAddress again from the cache, holding an address in use over there. (A seed is a
+/// regression check only while the simulation draws the same numbers; the scenarios above script the orders that
+/// matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
 fn seeds_the_soak_found_keep_every_invariant() {
-    for seed in
-        [20_006_318, 20_007_834, 20_033_858, 20_056_794, 20_057_241, 20_069_266, 70_025_494, 70_039_910, 80_006_453]
-    {
+    for seed in [
+        20_006_318, 20_007_834, 20_033_858, 20_056_794, 20_057_241, 20_069_266, 70_025_494, 70_039_910, 80_006_453,
+        80_066_535,
+    ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
         }
@@ -1260,4 +1263,51 @@ fn a_late_create_of_a_free_address_under_a_bound_claim_whose_ipaddress_a_person_
             ready.as_str().is_some_and(|m| m.starts_with(&format!("allocated {} ", own.as_str().unwrap_or("?"))));
         assert!(names_own, "{withdrawal:?}: {ready}");
     }
+}
+
+/// Soak seed 80066535 led here: a person deletes the IPAddress of a bound claim of Cluster `cl` while clusterctl moves
+/// `cl` away, and clusterctl then deletes the claim for the move. Its machine uses the address over there: the hold
+/// the claim kept for it must not end as free here.
+#[test]
+fn a_bound_claim_whose_ipaddress_a_person_deleted_during_its_clusters_move_keeps_its_address_reserved() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.strip_ipaddress_of(m0.clone());
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let entry = moved_away_entries(&w);
+    assert!(entry.contains(moved.as_str().unwrap_or("?")), "the entry is written: {entry:?}\n{}", w.trace_text());
+    // It outlives the manager.
+    w.end_this_term();
+    w.begin_term();
+    w.deliver_all(&[]);
+    new_claims_get_none_of(&mut w, &[moved]);
+}
+
+/// Soak seed 80066535: the claim watch stalls (an API server restart) while a bound claim whose IPAddress a person
+/// deleted is itself deleted. The claim, as cached, must not make its IPAddress again: it is gone (in the seed, with
+/// its Cluster's move, its address in use over there), and it is read live first.
+#[test]
+fn a_bound_claim_gone_while_its_watch_stalls_does_not_make_its_ipaddress_again() {
+    let (mut w, _, m0) = bound_claim_of_a_pool_of_two();
+    w.strip_ipaddress_of(m0.clone());
+    w.force_delete_claim(&m0);
+    w.deliver_all(&[Kind::Address]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    let made = w.read(Kind::Address, &m0);
+    assert!(made.is_none(), "made again for a claim that is gone: {made:?}\n{}", w.trace_text());
+    w.deliver_all(&[]);
+    let result = w.finish();
+    fails(&w, result);
 }

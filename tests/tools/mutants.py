@@ -173,6 +173,14 @@ MUTATIONS = [
      "                && c.bound_address.is_none_or(|bound| held == Some(bound))",
      "",
      "the hold of a withdrawn late IPAddress is kept for a bound claim whose condition names another address"),
+    ("remake-from-cache", "src/controllers/claim.rs",
+     "    if claim.address_ref().is_some() && !lives_bound(claim, ctx).await? {",
+     "    if false {",
+     "a bound claim as cached makes its IPAddress again without reading the claim (it may be gone, moved away)"),
+    ("kept-hold-not-reserved", "src/index/claims.rs",
+     "            moved_away::kept_hold_moved_away(self, &claim);\n",
+     "",
+     "a bound claim deleted for a move while its IPAddress was gone frees its kept address instead of reserving it"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
