@@ -84,11 +84,13 @@ pub async fn repair(
         ctx.index.remember_address(key, &live);
         return Ok(false);
     }
+    // The owner reference of a pool being deleted stays as it is (see `adopt`).
+    let pool = pool.filter(|p| !p.is_deleting());
     let mut owner_references: Vec<OwnerReference> = live
         .owner_references()
         .iter()
         .filter(|o| !(o.kind == "IPAddressClaim" && *o.name == *key.name))
-        .filter(|o| !(o.kind == pool_key.kind.kind() && *o.name == *pool_key.name))
+        .filter(|o| pool.is_none() || !(o.kind == pool_key.kind.kind() && *o.name == *pool_key.name))
         .cloned()
         .collect();
     owner_references.push(claim_owner(claim, ctx.capi().ipam));

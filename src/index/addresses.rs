@@ -58,7 +58,7 @@ impl State {
     /// before the watch delivered ours, and older than it: that object is gone already (ours could only be created
     /// once it was), and the watch, which delivers in order, has not caught up. One newer than our record (a relist
     /// after ours was deleted and another made, which a record from a read does not know of) is the news. The first
-    /// event of our own object marks it seen.
+    /// event of our own object marks it seen; an event of it older than our record is stale too.
     pub(super) fn is_stale(&mut self, key: &ObjectKey, event: &AddressRecord) -> bool {
         let addresses = &mut self.addresses;
         let Some(current) = addresses.get_mut(key) else { return false };
@@ -68,7 +68,10 @@ impl State {
         }
         current.seen = true;
         current.doubtful = false;
-        false
+        // An older event of the object than the one recorded from our own write or read (the watch catching up) is
+        // no news: our DELETE's answer, recorded as being deleted, must not be undone by the watch's Added event
+        // (soak seed 90039322: the claim was then bound to the IPAddress we had deleted).
+        current.revision != event.revision && current.revision.is_at_least(event.revision)
     }
 
     /// An IPAddress is gone (its watch's DELETED event, or a list that no longer holds it). Only the object `uid`:

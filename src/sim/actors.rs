@@ -3,16 +3,19 @@
 //! strip the finalizer of a bound claim's IPAddress and delete it, and pool edits that pass (or meet) the webhook's
 //! guard while allocations are in flight.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use super::model::{CLAIM_NAMES, Held, NAMESPACES, PoolId, Shape};
+use super::model::{CLAIM_NAMES, Held, NAMESPACES, POOLS, PoolId, Shape};
 use super::server::{Kind, key_of};
 use super::world::World;
 use crate::api::{GROUP, PROTECT_ADDRESS_FINALIZER, PoolSpec};
 use crate::index::ObjectKey;
 use crate::index::registry::PinnedTo;
+
+/// The finalizer the API server puts on an object deleted in the foreground; the garbage collector takes it off.
+const FOREGROUND_DELETION: &str = "foregroundDeletion";
 
 /// Another IPAM provider's group and kind (Metal3's).
 const FOREIGN_POOL: (&str, &str, &str) = ("ipam.metal3.io", "IPPool", "m3");
@@ -30,6 +33,9 @@ pub(super) struct Actors {
     /// The creates of IPAddresses seen sent, by name and address: a retry, or one made again for a claim that kept its
     /// hold, is judged once, when it was first sent.
     pub sent: std::collections::BTreeSet<(ObjectKey, String)>,
+    /// The choices of the actors added since the soak's seeds were recorded (foreground deletion), drawn apart from
+    /// the world's so that a seed in which they do not act plays the order it played before them.
+    pub rng: super::rng::Rng,
 }
 
 /// What of an object another provider's controllers own and ours must never write.
@@ -207,6 +213,97 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    // ---- The garbage collector's foreground deletion ----
+
+    /// A user deletes a claim or a pool in the foreground (`kubectl delete --cascade=foreground`): the API server
+    /// marks it with the `foregroundDeletion` finalizer, and the garbage collector deletes or unblocks its dependents
+    /// before it goes ([`World::collect_in_foreground`]).
+    pub(super) fn delete_in_foreground(&mut self, kind: Kind, key: &ObjectKey) -> bool {
+        let Some(object) = self.object(kind, key) else { return false };
+        if self.actors.foreign.contains_key(&(kind, key.clone())) || !object["metadata"]["deletionTimestamp"].is_null()
+        {
+            return false;
+        }
+        let mut finalizers = object["metadata"]["finalizers"].as_array().cloned().unwrap_or_default();
+        finalizers.push(json!(FOREGROUND_DELETION));
+        let revision = object["metadata"]["resourceVersion"].clone();
+        let marked = json!({"metadata": {"finalizers": finalizers, "resourceVersion": revision}});
+        if self.user_merge(kind, key, marked).is_err() {
+            return false;
+        }
+        self.note(|| format!("user deletes {} {key} in the foreground", kind.name()));
+        self.server_delete(kind, key).is_ok()
+    }
+
+    /// One step of the garbage collector for each object deleted in the foreground, as Kubernetes' does it: a
+    /// dependent IPAddress whose owner reference to it blocks its deletion loses that reference when it has another
+    /// owner that stays (a solid one), and is deleted otherwise; with no such dependent left, the
+    /// `foregroundDeletion` finalizer comes off. Whether it did anything.
+    pub(super) fn collect_in_foreground(&mut self) -> bool {
+        let pools = POOLS.map(PoolId::server_kind);
+        let kinds: BTreeSet<Kind> = std::iter::once(Kind::Claim).chain(pools).collect();
+        let mut owners: BTreeMap<String, (Kind, Value)> = BTreeMap::new();
+        for kind in &kinds {
+            for object in self.objects(*kind) {
+                if let Some(uid) = object["metadata"]["uid"].as_str() {
+                    owners.insert(uid.to_owned(), (*kind, object.clone()));
+                }
+            }
+        }
+        let waiting = |o: &Value| {
+            !o["metadata"]["deletionTimestamp"].is_null()
+                && o["metadata"]["finalizers"].as_array().is_some_and(|f| f.contains(&json!(FOREGROUND_DELETION)))
+        };
+        let mut did = false;
+        for (uid, (kind, owner)) in owners.iter().filter(|(_, (_, o))| waiting(o)) {
+            let blocks = |r: &Value| r["uid"].as_str() == Some(uid.as_str()) && r["blockOwnerDeletion"] == json!(true);
+            let dependents: Vec<Value> = self
+                .objects(Kind::Address)
+                .into_iter()
+                .filter(|a| a["metadata"]["ownerReferences"].as_array().is_some_and(|refs| refs.iter().any(blocks)))
+                .collect();
+            let owner_key = key_of(owner);
+            if dependents.is_empty() {
+                let finalizers: Vec<Value> = owner["metadata"]["finalizers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|f| **f != json!(FOREGROUND_DELETION))
+                    .cloned()
+                    .collect();
+                let revision = owner["metadata"]["resourceVersion"].clone();
+                let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": revision}});
+                self.note(|| format!("the garbage collector finishes the foreground deletion of {}", owner_key));
+                let _ = self.user_merge(*kind, &owner_key, patch);
+                did = true;
+                continue;
+            }
+            let Some(dependent) = dependents.iter().find(|d| d["metadata"]["deletionTimestamp"].is_null()) else {
+                // Being deleted already: they block until they are gone.
+                continue;
+            };
+            let key = key_of(dependent);
+            let refs = dependent["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+            let solid: Vec<Value> = refs
+                .into_iter()
+                .filter(|r| r["uid"].as_str().and_then(|u| owners.get(u)).is_some_and(|(_, o)| !waiting(o)))
+                .collect();
+            did = true;
+            if solid.is_empty() {
+                self.note(|| format!("the garbage collector deletes IPAddress {key}, a dependent of {owner_key}"));
+                let _ = self.server_delete(Kind::Address, &key);
+            } else {
+                self.note(|| {
+                    format!("the garbage collector unblocks {owner_key}: IPAddress {key} keeps its other owners")
+                });
+                let revision = dependent["metadata"]["resourceVersion"].clone();
+                let patch = json!({"metadata": {"ownerReferences": solid, "resourceVersion": revision}});
+                let _ = self.server_merge(Kind::Address, &key, patch);
+            }
+        }
+        did
     }
 
     // ---- People ----

@@ -1,7 +1,7 @@
 //! A small deterministic random number generator (SplitMix64): one seed fixes every choice of a run, and the same
 //! code gives the same numbers on every machine.
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Rng(u64);
 
 impl Rng {

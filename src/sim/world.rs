@@ -32,7 +32,7 @@ use crate::index::{Index, ObjectKey, PoolKey, Sink};
 use crate::leader::{SimulatedTerm, TermClock};
 use crate::metrics::Metrics;
 use crate::runtime::queue::{Next, QueueClock};
-use crate::runtime::retry::{Outcome, RECHECK, Retry};
+use crate::runtime::retry::{Outcome, RECHECK};
 use crate::runtime::{Work, WorkStreams};
 
 /// When the writes of a term that ended may still land.
@@ -312,8 +312,10 @@ impl Term {
 
 /// What a finished run asked for, as settling weighs it: a failed run's backoff is the retry it counts on, however
 /// long faults in a row made it, never a safety net.
+/// A failed run's requeue (a backoff, or the wait after a write admission refused) is a retry the claim counts on, never
+/// a safety net, however long.
 fn asked(outcome: Outcome, delay: Duration) -> Duration {
-    if matches!(outcome, Outcome::Failed(Retry::Backoff)) { Duration::ZERO } else { delay }
+    if matches!(outcome, Outcome::Failed(_)) { Duration::ZERO } else { delay }
 }
 
 /// A requeue this long or longer is a safety net (`RECHECK`, a pool's resync, the backoff at its longest) rather than
@@ -521,13 +523,13 @@ impl World {
                 .start_paused(true)
                 .build()
                 .expect("a tokio runtime for the fence's timers"),
-            actors: super::actors::Actors::default(),
+            actors: super::actors::Actors { rng: Rng::new(!seed), ..Default::default() },
             found: None,
             stats: Stats::default(),
         }
     }
 
-    fn note(&mut self, line: impl FnOnce() -> String) {
+    pub(super) fn note(&mut self, line: impl FnOnce() -> String) {
         if self.options.trace {
             let text = line();
             self.trace.push(format!("{:>4}: {text}", self.step));
@@ -624,7 +626,7 @@ impl World {
         created
     }
 
-    fn server_merge(&mut self, kind: Kind, key: &ObjectKey, patch: Value) -> Result<Value, ApiError> {
+    pub(super) fn server_merge(&mut self, kind: Kind, key: &ObjectKey, patch: Value) -> Result<Value, ApiError> {
         let patched = lock(&self.hub).server.patch_merge(kind, key, &patch, false);
         self.foreign_changed_by_user(kind, key);
         let shown = patch.to_string();
@@ -634,7 +636,7 @@ impl World {
         patched
     }
 
-    fn server_delete(&mut self, kind: Kind, key: &ObjectKey) -> Result<(), ApiError> {
+    pub(super) fn server_delete(&mut self, kind: Kind, key: &ObjectKey) -> Result<(), ApiError> {
         let deleted = lock(&self.hub).server.delete(kind, key, None, None);
         self.foreign_changed_by_user(kind, key);
         self.note(|| format!("user deletes {} {key}: {deleted:?}", kind.name()).chars().take(200).collect());
@@ -1280,7 +1282,12 @@ impl World {
             Some(4) => {
                 let pool = *self.rng.pick(&POOLS).unwrap_or(&PoolId::Global);
                 if self.object(pool.server_kind(), &pool.key()).is_some() {
-                    if self.server_delete(pool.server_kind(), &pool.key()).is_ok() && pool == PoolId::Global {
+                    let deleted = if self.actors.rng.chance(25) {
+                        self.delete_in_foreground(pool.server_kind(), &pool.key())
+                    } else {
+                        self.server_delete(pool.server_kind(), &pool.key()).is_ok()
+                    };
+                    if deleted && pool == PoolId::Global {
                         // Deleting the pool is how an operator stops allocating from it here: its reservations go
                         // with it (docs/operations.md), and a new pool of the name knows nothing of them.
                         for e in self.elsewhere.values_mut() {
@@ -1314,6 +1321,9 @@ impl World {
     /// pool), the dangling owner reference comes off (a dependent with a solid owner is kept); with none, it is
     /// deleted.
     pub(super) fn garbage_collect(&mut self) {
+        if self.actors.rng.chance(50) && self.collect_in_foreground() {
+            return;
+        }
         let mut owners: BTreeSet<String> = BTreeSet::new();
         let pools = [PoolId::Ip(0), PoolId::Global, PoolId::Prefix].map(PoolId::server_kind);
         for kind in std::iter::once(Kind::Claim).chain(pools) {
@@ -1387,7 +1397,9 @@ impl World {
         if self.in_a_move(&key) {
             return;
         }
-        let _ = self.server_delete(Kind::Claim, &key);
+        if !(self.actors.rng.chance(25) && self.delete_in_foreground(Kind::Claim, &key)) {
+            let _ = self.server_delete(Kind::Claim, &key);
+        }
     }
 
     fn in_a_move(&self, key: &ObjectKey) -> bool {
@@ -1826,6 +1838,12 @@ impl World {
             if !self.term.as_ref().is_some_and(Term::orphan_task_busy) {
                 self.start(Job::Sweep);
             }
+            // The garbage collector goes on with the foreground deletions.
+            for _ in 0..20 {
+                if !self.collect_in_foreground() {
+                    break;
+                }
+            }
             self.poll_tasks();
             self.drain()?;
             let pending = self.term.as_ref().and_then(Term::next_due).is_some();
@@ -2161,10 +2179,24 @@ impl World {
             }
             let Some(shape) = self.shapes.get(&pool).copied() else { continue };
             let allocatable = shape.allocatable(pool);
-            let reserved: Vec<Held> = entries_of(&object).iter().filter_map(|e| Held::of_entry(pool, e)).collect();
+            // An entry held by an IPAddress of the name it gives (or, a bare one, by any) is that IPAddress; held by
+            // one of another name, both count (the pool says the duplicate: an entry written after an operator freed
+            // the Cluster's addresses, while a claim here took one).
+            let entries: Vec<(Held, Option<ObjectKey>)> = entries_of(&object)
+                .iter()
+                .filter_map(|e| Held::of_entry(pool, e).map(|h| (h, entry_name(e))))
+                .collect();
+            let reserved: Vec<Held> = entries.iter().map(|(h, _)| *h).collect();
             let in_use: Vec<Held> = held.iter().filter(|(p, _, _)| *p == pool).map(|(_, h, _)| *h).collect();
-            let reservations: Vec<Held> =
-                reserved.iter().copied().filter(|r| !in_use.iter().any(|h| h.overlaps(*r))).collect();
+            let reservations: Vec<Held> = entries
+                .iter()
+                .filter(|(r, named)| {
+                    !held
+                        .iter()
+                        .any(|(p, h, key)| *p == pool && h.overlaps(*r) && named.as_ref().is_none_or(|n| n == key))
+                })
+                .map(|(r, _)| *r)
+                .collect();
             let out_of_range = in_use.iter().chain(&reservations).filter(|h| !allocatable.contains(h)).count();
             // A pinned address no IPAddress holds is held for its claim (and not free for others).
             let pinned = self
@@ -2403,6 +2435,12 @@ pub(super) fn pool_of_address(address: &Value) -> Option<PoolId> {
 fn is_marked_moved_away(address: &Value) -> bool {
     address.pointer("/metadata/annotations").and_then(|a| a.get(MOVED_AWAY_ANNOTATION)).and_then(Value::as_str)
         == Some(crate::api::MOVED_AWAY_MARK)
+}
+
+/// The IPAddress a moved-away entry names, if it names one (`<address>@<namespace>/<name>`).
+fn entry_name(entry: &str) -> Option<ObjectKey> {
+    let (namespace, name) = entry.split_once('@')?.1.split_once('/')?;
+    Some(ObjectKey::new(namespace, name))
 }
 
 fn entries_of(pool: &Value) -> Vec<String> {

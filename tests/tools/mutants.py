@@ -181,6 +181,22 @@ MUTATIONS = [
      "            moved_away::kept_hold_moved_away(self, &claim);\n",
      "",
      "a bound claim deleted for a move while its IPAddress was gone frees its kept address instead of reserving it"),
+    ("kept-address-unheld", "src/index/moved_away.rs",
+     "        (None, Some(bound)) => Held::Ip(Some(bound)),",
+     "        (None, Some(_)) => return,",
+     "a bound claim deleted for a move before this process held its address (watches still listing) reserves nothing"),
+    ("older-event-applied", "src/index/addresses.rs",
+     "        current.revision != event.revision && current.revision.is_at_least(event.revision)",
+     "        false",
+     "a watch event of an IPAddress older than our record of it (our DELETE's answer) overwrites the record"),
+    ("withdraw-unfenced", "src/controllers/claim/adopt.rs",
+     "    set_ready(&live.claim, ctx, ClaimReason::AllocationFailed, message, None).await?;\n    Ok(Ok(address))",
+     "    let _ = message;\n    Ok(Ok(address))",
+     "an IPAddress is withdrawn without first a status write conditioned on the claim as read"),
+    ("repair-deleting-pool", "src/controllers/ipaddress.rs",
+     "    let pool = pool.filter(|p| !p.is_deleting());",
+     "",
+     "the adoption puts back the owner reference of a pool being deleted (it fights the garbage collector)"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

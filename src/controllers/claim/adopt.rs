@@ -48,7 +48,9 @@ pub(super) async fn adopt(
         }
         return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
     }
-    let pool_uid = pool.and_then(|p| p.metadata.uid.clone());
+    // A pool being deleted is no owner to put back: deleted in the foreground, the garbage collector takes its owner
+    // reference off the IPAddresses its claims keep, and would again after every repair.
+    let pool_uid = pool.filter(|p| !p.is_deleting()).and_then(|p| p.metadata.uid.clone());
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
     let has_label = claim.cluster().is_none_or(|v| record.cluster_label.as_deref() == Some(v));
     let complete = has_claim_owner && has_pool_owner && record.protected && has_label && !record.marked_moved_away;
@@ -109,7 +111,7 @@ pub(super) async fn let_go(
     judged: Option<Uid>,
     why: LetGo,
 ) -> Result<Next, Error> {
-    let address = match unbound_ipaddress(ctx, key, pool_key, judged).await? {
+    let address = match unbound_ipaddress(ctx, key, pool_key, judged, why).await? {
         Ok(address) => address,
         Err(later) => return Ok(later),
     };
@@ -136,13 +138,14 @@ pub(super) async fn let_go(
 }
 
 /// The live IPAddress `key` that a claim never bound to it may let go: ours, of the pool, the object judged (`judged`),
-/// read after the live claim confirmed it is not bound (the cache may not show a status we wrote a moment ago).
-/// Otherwise when to look again.
+/// read after the live claim confirmed it is not bound (the cache may not show a status we wrote a moment ago), and
+/// after the claim was told so in a status write conditioned on the claim as read. Otherwise when to look again.
 pub(super) async fn unbound_ipaddress(
     ctx: &Context,
     key: &ObjectKey,
     pool_key: &PoolKey,
     judged: Option<Uid>,
+    why: LetGo,
 ) -> Result<Result<IpAddress, Next>, Error> {
     let Some(live) = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? else {
         // Gone: the claim's watch event brings it back.
@@ -161,6 +164,15 @@ pub(super) async fn unbound_ipaddress(
         // Bound to it after all (the cache is behind our status write): the claim's watch event brings it back.
         return Ok(Err(Next::AwaitChange));
     }
+    // A deposed leader's status write still in flight, made on the claim as read here, could bind it to this
+    // IPAddress after our read (soak seed 90280782). Written first, this one makes that one fail its precondition;
+    // landed first, that one makes this one fail, and the next look sees the claim bound.
+    let uid = address.metadata.uid.as_deref().unwrap_or_default();
+    let message = match why {
+        LetGo::Duplicate => format!("withdrawing IPAddress {key} (uid {uid}): another IPAddress holds its address"),
+        LetGo::Deleting => format!("letting IPAddress {key} (uid {uid}) go before allocating"),
+    };
+    set_ready(&live.claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
     Ok(Ok(address))
 }
 
