@@ -1374,3 +1374,39 @@ fn a_pool_deleted_in_the_foreground_keeps_its_bound_claims_without_a_fight_with_
     let claim = w.read(Kind::Claim, &m0).expect("m0");
     assert_eq!(claim["status"]["addressRef"]["name"], "m0", "still bound: {claim}");
 }
+
+/// Soak seed 100048737: a claim deleted in the foreground is released (its IPAddress deleted, our finalizer off), and
+/// then a deposed leader's create of its IPAddress lands. The garbage collector waits for that dependent before the
+/// claim goes, and the IPAddress waits for our finalizer: the claim, still there, releases it too.
+#[test]
+fn a_late_ipaddress_of_a_claim_deleted_in_the_foreground_is_released() {
+    let (mut w, _, m0) = bound_claim_of_a_pool_of_two();
+    let mut late = w.read(Kind::Address, &m0).expect("m0's IPAddress");
+    assert!(w.delete_in_foreground(Kind::Claim, &m0), "m0 is deleted in the foreground");
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    assert!(w.read(Kind::Address, &m0).is_none(), "released:\n{}", w.trace_text());
+    for field in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation"] {
+        if let Some(meta) = late["metadata"].as_object_mut() {
+            meta.remove(field);
+        }
+    }
+    late["spec"]["address"] = json!("10.0.0.2");
+    // Only the claim owns it (as when its pool is gone, in the seed): the collector deletes it rather than unblock.
+    let claim_owner: Vec<Value> = late["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|o| o["kind"] == "IPAddressClaim")
+        .cloned()
+        .collect();
+    late["metadata"]["ownerReferences"] = json!(claim_owner);
+    w.create(Kind::Address, late);
+    w.deliver_all(&[]);
+    let result = w.finish();
+    fails(&w, result);
+    assert!(w.read(Kind::Claim, &m0).is_none(), "m0 is gone:\n{}", w.trace_text());
+    assert!(w.read(Kind::Address, &m0).is_none(), "its late IPAddress is gone:\n{}", w.trace_text());
+}

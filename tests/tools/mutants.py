@@ -197,6 +197,10 @@ MUTATIONS = [
      "    let pool = pool.filter(|p| !p.is_deleting());",
      "",
      "the adoption puts back the owner reference of a pool being deleted (it fights the garbage collector)"),
+    ("release-once-only", "src/controllers/claim.rs",
+     "    if claim.release_finalizer_index.is_none() && view.record.is_none() {",
+     "    if claim.release_finalizer_index.is_none() {",
+     "a released claim still held by another finalizer leaves a late IPAddress of its name alone (both wait for good)"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
