@@ -435,6 +435,11 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
     }
     match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
         // Only an IPAddress of the claim's pool, made for this claim, is ours to delete.
+        // Released already (our finalizer off), only the IPAddress made for this claim (its owner reference) is
+        // released: after the claim goes, one of its name may be a new claim's (helper-7's review).
+        Some(address) if claim.release_finalizer_index.is_none() && !made_for(&address, claim) => {
+            debug!(claim = %key, "the IPAddress of this name was not made for this claim; leaving it alone");
+        }
         Some(address) if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) => {
             debug!(claim = %key, "the IPAddress of this name belongs to another provider; leaving it alone");
             // The name is taken: a create of ours that failed uncertainly did not happen, and its hold goes.
@@ -457,6 +462,12 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
             .await?;
     }
     Ok(Next::AwaitChange)
+}
+
+/// Whether `address` names `claim` (its UID) as its owner.
+fn made_for(address: &IpAddress, claim: &Claim) -> bool {
+    let uid = claim.uid.to_string();
+    address.metadata.owner_references.iter().flatten().any(|o| o.kind == "IPAddressClaim" && o.uid == uid)
 }
 
 /// How much longer a claim restored by Velero waits for its IPAddress before it is allocated a new one; `None` when

@@ -277,8 +277,13 @@ pub fn kept_hold_moved_away(index: &mut State, claim: &Claim) {
         (Some(held), bound) if held.address().is_some() && bound.is_none_or(|b| held.address() == Some(b)) => held,
         (Some(_), _) => return,
         // Not held here: its deletion came while the watches listed, before this process held the address its
-        // condition names (soak seed 90225114, after a leader change).
-        (None, Some(bound)) => Held::Ip(Some(bound)),
+        // condition names (soak seed 90225114, after a leader change). A prefix pool's condition names the child
+        // prefix's base only, not its length: nothing to reserve from it.
+        (None, Some(bound)) if !kind.is_prefix_pool() => Held::Ip(Some(bound)),
+        (None, Some(bound)) => {
+            warn!(claim = %key, pool = %pool, base = %bound, annotation = MOVED_AWAY_ANNOTATION, "a bound claim was deleted for a move while its IPAddress was gone and before this manager held its prefix: add the entry `<prefix>/<length>@<namespace>/<name>` to the annotation by hand");
+            return;
+        }
         (None, None) => return,
     };
     // clusterctl copies no status: with no IPAddress to adopt over there, the claim gets an address anew, and the

@@ -173,6 +173,16 @@ pub(super) async fn unbound_ipaddress(
         LetGo::Deleting => format!("letting IPAddress {key} (uid {uid}) go before allocating"),
     };
     set_ready(&live.claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
+    // `set_ready` conditions its write on a read of its own when the claim carries conditions of others: the claim
+    // as that write found it is read again, and still not bound to this IPAddress (helper-7's review).
+    let Some(fenced) = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? else {
+        return Ok(Err(Next::AwaitChange));
+    };
+    if fenced.claim.uid != live.claim.uid
+        || told_of(&fenced.claim, Some(crate::index::Held::of(pool_key.kind, &address.spec)))
+    {
+        return Ok(Err(Next::AwaitChange));
+    }
     Ok(Ok(address))
 }
 
