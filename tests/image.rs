@@ -200,9 +200,14 @@ fn crane_accepts_the_oci_layout_and_the_docker_tarball() {
     let _ = registry.wait();
 }
 
+/// The two entrypoint tests each register our webhooks at their manager (one configuration for the control plane):
+/// run together, the one that ends first leaves the other's requests calling a webhook that is gone.
+static ONE_ENTRYPOINT_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The entrypoint as a pod runs it: user 65532, no environment, its kubeconfig and certificates readable by it alone.
 #[tokio::test]
 async fn the_entrypoint_from_the_layer_binds_a_claim_against_the_real_api_server() {
+    let _alone = ONE_ENTRYPOINT_AT_A_TIME.lock().await;
     let image = take_apart(&image_dir());
     let command: Vec<OsString> =
         ["setpriv", "--reuid=65532", "--regid=65532", "--clear-groups", "--inh-caps=-all", "env", "-i"]
@@ -235,6 +240,8 @@ fn the_entrypoint_runs_from_a_checkout_under_a_private_folder() {
     if std::env::var_os("CAPI_IPAM_PRIVATE_CHECKOUT").is_some() {
         return; // The copy itself runs only the entrypoint test.
     }
+    // The copy's entrypoint test runs while this one holds the lock, never beside this binary's own.
+    let _alone = ONE_ENTRYPOINT_AT_A_TIME.blocking_lock();
     let root = repo_root();
     let private = tempfile_dir("private");
     std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod 0700");

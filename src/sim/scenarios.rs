@@ -20,9 +20,7 @@ fn bound_claim_of_a_pool_of_two() -> (World, PoolId, ObjectKey) {
     let m0 = w.create_claim_named(0, "m0", ip);
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     (w, ip, m0)
 }
 
@@ -35,9 +33,7 @@ fn two_claims_bound_in(pool: PoolId, first: (usize, &str), second: (usize, &str)
     w.begin_term();
     w.deliver_all(&[]);
     for claim in [&a, &b] {
-        w.run_job(Job::Claim(claim.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
+        w.run_to_rest(Job::Claim(claim.clone()));
     }
     (w, a, b)
 }
@@ -97,9 +93,7 @@ fn an_orphan_whose_release_was_interrupted_is_released_later() {
     let m0 = w.create_claim_named(0, "m0", PoolId::Ip(0));
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     // The claim is deleted with its finalizer stripped: only the orphan release can free its address.
     w.force_delete_claim(&m0);
     w.deliver_all(&[]);
@@ -143,9 +137,7 @@ fn an_orphan_release_leaves_an_ipaddress_adopted_meanwhile_alone() {
     let m0 = w.create_claim_named(0, "m0", PoolId::Ip(0));
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     w.force_delete_claim(&m0);
     w.deliver_all(&[Kind::Claim]);
     w.run_job(Job::Gone(m0.clone()));
@@ -250,9 +242,7 @@ fn claim_of_a_cluster_bound_in_the_global_pool() -> (World, PoolId, ObjectKey, O
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     let address = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
     (w, gip, cl, m0, address)
 }
@@ -275,9 +265,7 @@ fn an_orphan_whose_claim_owner_the_garbage_collector_took_off_is_released() {
     let m0 = w.create_claim_named(0, "m0", PoolId::Ip(0));
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     w.force_delete_claim(&m0);
     w.garbage_collect();
     let address = w.read(Kind::Address, &m0).expect("the orphan");
@@ -303,9 +291,7 @@ fn an_ipaddress_a_move_left_behind_is_not_adopted_by_a_new_claim_of_its_name() {
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     let moved = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
     // clusterctl moves cl away: paused, its claim marked and deleted with the finalizers stripped, the Cluster deleted.
     w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
@@ -313,9 +299,7 @@ fn an_ipaddress_a_move_left_behind_is_not_adopted_by_a_new_claim_of_its_name() {
     w.force_delete_claim(&m0);
     w.remove(Kind::Cluster, &cl);
     w.deliver_all(&[]);
-    w.run_job(Job::MovedAway(gip.pool_key()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
     assert!(w.read(Kind::Address, &m0).is_some(), "the IPAddress is left behind");
     // A user creates a claim m0 of the pool here.
     let m0 = w.create_claim_named(0, "m0", gip);
@@ -371,9 +355,7 @@ fn a_new_claim_lets_a_duplicate_being_deleted_under_its_name_go() {
     let a = w.create_claim_named(0, "m0", gip);
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(a.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(a.clone()));
     let taken = w.read(Kind::Address, &a).expect("a/m0's IPAddress")["spec"]["address"].clone();
     // The late create of a claim b/m0 that is gone: the same address, owned by a claim that no longer exists.
     let b = ObjectKey::new("b", "m0");
@@ -443,13 +425,9 @@ fn a_late_ipaddress_holding_a_reserved_address_under_another_name_is_not_adopted
     let m4 = w.create_claim_named(1, "m4", gip);
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m3.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m3.clone()));
     // The pool's one address is a/m3's: b/m4 waits.
-    w.run_job(Job::Claim(m4.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m4.clone()));
     let moved = w.read(Kind::Address, &m3).expect("a/m3's IPAddress")["spec"]["address"].clone();
     // clusterctl moves cl away; the IPAddress a/m3 left behind is released into a reservation.
     move_away_and_release(&mut w, &cl, &m3);
@@ -513,9 +491,7 @@ fn move_away_and_release(w: &mut World, cl: &ObjectKey, m0: &ObjectKey) {
     w.force_delete_claim(m0);
     w.remove(Kind::Cluster, cl);
     w.deliver_all(&[]);
-    w.run_job(Job::MovedAway(gip.pool_key()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
     w.sweep_after_the_delay();
     w.answer_everything();
     w.deliver_all(&[]);
@@ -549,12 +525,8 @@ fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
     let m1 = w.create_claim_named(1, "m1", gip);
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
-    w.run_job(Job::Claim(m1.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::Claim(m1.clone()));
     let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
     move_away_and_release(&mut w, &cl, &m0);
     // The late create of b/m1's IPAddress lands, and clusterctl brings cl back with a/m0 and its IPAddress.
@@ -572,9 +544,7 @@ fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
         assert!(w.answer_where(|op| !is_status_write(op), Fate::Answered), "a/m0 never wrote its status");
     }
     w.answer_everything();
-    w.run_job(Job::MovedAway(gip.pool_key()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
     w.run_job(Job::Claim(m0.clone()));
     w.answer_everything();
     w.run_job(Job::Claim(m1.clone()));
@@ -638,9 +608,7 @@ fn a_late_duplicate_of_a_bound_address_is_released_even_while_its_cluster_is_pau
     let m0 = w.create_claim_named(0, "m0", gip);
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     let taken = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
     // The late create of a gone claim a/m2 of Cluster cl lands with that address; cl is paused; a new claim a/m2 of
     // another pool appears.
@@ -689,9 +657,7 @@ fn a_claim_adopts_only_the_ipaddress_it_judged() {
     );
     // Only the claim watch is up to date: the index still shows the deleted IPAddress of m1.
     w.deliver_all(&[Kind::Claim]);
-    w.run_job(Job::Claim(m1.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m1.clone()));
     w.run_job(Job::Claim(m1.clone()));
     w.answer_everything();
     let result = w.finish();
@@ -719,9 +685,7 @@ fn a_move_too_large_for_the_annotation_loses_nothing_across_a_restart() {
     w.begin_term();
     w.deliver_all(&[]);
     for m in [&m0, &m1] {
-        w.run_job(Job::Claim(m.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
+        w.run_to_rest(Job::Claim(m.clone()));
     }
     let moved: Vec<Value> =
         [&m0, &m1].iter().map(|m| w.read(Kind::Address, m).expect("an IPAddress")["spec"]["address"].clone()).collect();
@@ -738,9 +702,7 @@ fn a_move_too_large_for_the_annotation_loses_nothing_across_a_restart() {
     }
     w.remove(Kind::Cluster, &cl);
     w.deliver_all(&[]);
-    w.run_job(Job::MovedAway(gip.pool_key()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
     w.sweep_after_the_delay();
     w.answer_everything();
     w.deliver_all(&[]);
@@ -835,9 +797,7 @@ fn the_reuse_grace_period_holds_an_address_whether_or_not_its_claim_went_through
         let m0 = w.create_claim_named(0, "m0", ip);
         w.begin_term();
         w.deliver_all(&[]);
-        w.run_job(Job::Claim(m0.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
+        w.run_to_rest(Job::Claim(m0.clone()));
         let held = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
         if stripped {
             w.force_delete_claim(&m0);
@@ -884,9 +844,7 @@ fn a_bound_claim_whose_ipaddress_a_person_deleted_keeps_its_address_across_a_lea
     // The waiting claim goes first, as at start-up.
     w.run_job(Job::Claim(m1.clone()));
     w.answer_everything();
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     let result = w.finish();
     fails(&w, result);
     let m1_address = w.read(Kind::Address, &m1).expect("m1's IPAddress")["spec"]["address"].clone();
@@ -911,9 +869,7 @@ fn an_uncertain_create_of_an_address_the_pool_stopped_allocating_is_found_out_be
     assert!(w.answer_where(is_create, Fate::ServerError), "the create fails, not applied");
     w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1 });
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     let result = w.finish();
     fails(&w, result);
     let address = w.read(Kind::Address, &m0).expect("m0's IPAddress");
@@ -951,9 +907,7 @@ fn left_behind_in_a_pool_made_again(collected: Collected) {
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     let moved = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
     // clusterctl moves cl away: the claim goes for the move, its IPAddress stays and is marked.
     w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
@@ -987,9 +941,7 @@ fn left_behind_in_a_pool_made_again(collected: Collected) {
     w.sweep_after_the_delay();
     w.answer_everything();
     w.deliver_all(&[]);
-    w.run_job(Job::MovedAway(gip.pool_key()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
     w.sweep_after_the_delay();
     w.answer_everything();
     w.deliver_all(&[]);
@@ -1021,9 +973,7 @@ fn an_ipaddress_left_behind_whose_release_a_new_term_finishes_keeps_its_address_
     w.answer_everything();
     w.remove(Kind::Cluster, &cl);
     w.deliver_all(&[]);
-    w.run_job(Job::MovedAway(gip.pool_key()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
     let entry = moved_away_entries(&w);
     assert!(entry.contains(moved.as_str().unwrap_or("?")), "the entry is written: {entry:?}");
     // The sweep deletes the IPAddress left behind; the request taking its finalizer off breaks, and the term ends.
@@ -1055,9 +1005,7 @@ fn new_claims_get_none_of(w: &mut World, moved: &[Value]) {
         ["x0", "x1", "x2"].iter().map(|n| w.create_claim_named(1, n, PoolId::Global)).collect();
     w.deliver_all(&[]);
     for x in &others {
-        w.run_job(Job::Claim(x.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
+        w.run_to_rest(Job::Claim(x.clone()));
     }
     let result = w.finish();
     fails(w, result);
@@ -1081,9 +1029,7 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
     let m0 = w.create_claim_named(0, "m0", ip);
     w.begin_term();
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     let taken = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
     // An IPAddress made by hand, of another name, holding m0's address: m0 is told of the duplicate, and that
     // status write is applied with its answer lost.
@@ -1102,9 +1048,7 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
     // The one made by hand goes: m0's status is what it was before, and must be written again.
     w.remove(Kind::Address, &ObjectKey::new(&m0.namespace, "by-hand"));
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     let result = w.finish();
     fails(&w, result);
     let ready = w.read(Kind::Claim, &m0).expect("m0")["status"]["conditions"][0].clone();
@@ -1169,12 +1113,8 @@ fn a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_is_withdra
         let uid = w.read(Kind::Claim, &b).expect("claim b/m1")["metadata"]["uid"].clone();
         w.create(Kind::Address, global_ipaddress("b", "m1", &uid, &taken, None));
         w.deliver_all(&[]);
-        w.run_job(Job::Claim(b.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
-        w.run_job(Job::Claim(b.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
+        w.run_to_rest(Job::Claim(b.clone()));
+        w.run_to_rest(Job::Claim(b.clone()));
         let result = w.finish();
         fails(&w, result);
         let again = w.read(Kind::Address, &b).expect("b/m1's IPAddress made again");
@@ -1215,9 +1155,7 @@ fn an_ipaddress_made_again_for_a_claim_the_cache_shows_unbound_is_kept_when_it_i
     w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1 });
     w.deliver_all(&[Kind::Address]);
     w.deliver_all(&[Kind::Pool(ip.kind())]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     let result = w.finish();
     fails(&w, result);
     let again = w.read(Kind::Address, &m0).expect("m0's IPAddress made again");
@@ -1238,9 +1176,7 @@ fn a_late_create_of_a_free_address_under_a_bound_claim_whose_ipaddress_a_person_
         let b = w.create_claim_named(1, "m1", gip);
         w.begin_term();
         w.deliver_all(&[]);
-        w.run_job(Job::Claim(b.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
+        w.run_to_rest(Job::Claim(b.clone()));
         let own = w.read(Kind::Address, &b).expect("b/m1's IPAddress")["spec"]["address"].clone();
         w.strip_ipaddress_of(b.clone());
         w.deliver_all(&[]);
@@ -1255,9 +1191,7 @@ fn a_late_create_of_a_free_address_under_a_bound_claim_whose_ipaddress_a_person_
         }
         w.answer_everything();
         w.deliver_all(&[]);
-        w.run_job(Job::Claim(b.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
+        w.run_to_rest(Job::Claim(b.clone()));
         let result = w.finish();
         fails(&w, result);
         let again = w.read(Kind::Address, &b).expect("b/m1's IPAddress made again");
@@ -1310,9 +1244,7 @@ fn kept_address_of_a_claim_deleted_for_a_move(leader_change: Option<Listed>) {
     w.answer_everything();
     w.remove(Kind::Cluster, &cl);
     w.deliver_all(&[]);
-    w.run_job(Job::MovedAway(gip.pool_key()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
     let entry = moved_away_entries(&w);
     assert!(entry.contains(moved.as_str().unwrap_or("?")), "the entry is written: {entry:?}\n{}", w.trace_text());
     // It outlives the manager.
@@ -1347,9 +1279,7 @@ fn a_bound_claim_gone_while_its_watch_stalls_does_not_make_its_ipaddress_again()
 fn a_pool_deleted_in_the_foreground_keeps_its_bound_claims_without_a_fight_with_the_garbage_collector() {
     let (mut w, ip, m0) = bound_claim_of_a_pool_of_two();
     // The pool's own finalizer keeps it while an IPAddress of it is left.
-    w.run_job(Job::Pool(ip.pool_key()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Pool(ip.pool_key()));
     assert!(w.delete_in_foreground(ip.server_kind(), &ip.key()), "the pool is deleted in the foreground");
     // The collector's steps, each followed by what the claim does about it: a few suffice, unless they fight.
     for _ in 0..8 {
@@ -1357,9 +1287,7 @@ fn a_pool_deleted_in_the_foreground_keeps_its_bound_claims_without_a_fight_with_
             break;
         }
         w.deliver_all(&[]);
-        w.run_job(Job::Claim(m0.clone()));
-        w.answer_everything();
-        w.deliver_all(&[]);
+        w.run_to_rest(Job::Claim(m0.clone()));
     }
     let result = w.finish();
     fails(&w, result);
@@ -1384,9 +1312,7 @@ fn a_late_ipaddress_of_a_claim_deleted_in_the_foreground_is_released() {
     let mut late = w.read(Kind::Address, &m0).expect("m0's IPAddress");
     assert!(w.delete_in_foreground(Kind::Claim, &m0), "m0 is deleted in the foreground");
     w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
     assert!(w.read(Kind::Address, &m0).is_none(), "released:\n{}", w.trace_text());
     for field in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation"] {
         if let Some(meta) = late["metadata"].as_object_mut() {

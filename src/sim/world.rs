@@ -1736,6 +1736,13 @@ impl World {
         self.poll_tasks();
     }
 
+    /// Runs `job` to its end: every request answered as it comes, then every event delivered.
+    pub(super) fn run_to_rest(&mut self, job: Job) {
+        self.run_job(job);
+        self.answer_everything();
+        self.deliver_all(&[]);
+    }
+
     /// Gives the first request in flight whose operation matches `which` the fate `fate`; false when none matches.
     pub(super) fn answer_where(&mut self, which: impl Fn(&Op) -> bool, fate: Fate) -> bool {
         let index = lock(&self.hub).pending.iter().position(|p| p.slot.is_some() && which(&p.op));
