@@ -84,8 +84,8 @@ pub async fn repair(
         ctx.index.remember_address(key, &live);
         return Ok(false);
     }
-    // The owner reference of a pool being deleted stays as it is (see `adopt`).
-    let pool = pool.filter(|p| !p.is_deleting());
+    // Without `pool` (the caller passes none for a pool being deleted: see `adopt`), the pool's owner reference
+    // stays as it is.
     let mut owner_references: Vec<OwnerReference> = live
         .owner_references()
         .iter()

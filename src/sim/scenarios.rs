@@ -1336,3 +1336,39 @@ fn a_late_ipaddress_of_a_claim_deleted_in_the_foreground_is_released() {
     assert!(w.read(Kind::Claim, &m0).is_none(), "m0 is gone:\n{}", w.trace_text());
     assert!(w.read(Kind::Address, &m0).is_none(), "its late IPAddress is gone:\n{}", w.trace_text());
 }
+
+/// Soak seed 90039322, scripted: the IPAddress a claim's create made is deleted at once (its pool was edited while the
+/// create was in flight), and the answer to taking our finalizer off is lost. The watch's Added event of it, older
+/// than our record of the deletion, arrives before the rest: it must not undo that record, or the claim is bound to
+/// an IPAddress that is gone.
+#[test]
+fn an_older_event_of_an_ipaddress_we_deleted_does_not_bring_it_back() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    assert!(w.answer_where(is_claim_patch("m0"), Fate::Answered), "the finalizer");
+    w.deliver_all(&[Kind::Claim]);
+    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1 });
+    w.deliver_all(&[Kind::Pool(ip.kind())]);
+    assert!(w.answer_where(is_create, Fate::Answered), "the create");
+    let finalizer_off = |op: &Op| matches!(op, Op::PatchJson { kind: Kind::Address, .. });
+    while !w.answer_where(finalizer_off, Fate::AppliedAnswerLost) {
+        assert!(w.answer_where(|op| !finalizer_off(op), Fate::Answered), "the IPAddress is never deleted");
+    }
+    w.answer_everything();
+    assert!(w.read(Kind::Address, &m0).is_none(), "deleted:\n{}", w.trace_text());
+    assert!(w.deliver_one(Kind::Address), "the Added event");
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    let result = w.check_now();
+    fails(&w, result);
+    w.deliver_all(&[]);
+    let result = w.finish();
+    fails(&w, result);
+    let address = w.read(Kind::Address, &m0).expect("m0's IPAddress");
+    assert_eq!(address["spec"]["address"], "10.0.0.2", "{address}\n{}", w.trace_text());
+}

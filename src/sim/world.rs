@@ -1719,6 +1719,17 @@ impl World {
         }
     }
 
+    /// Delivers the next event the watch of `kind` has; false when it has none.
+    pub(super) fn deliver_one(&mut self, kind: Kind) -> bool {
+        let watches = self.term.as_ref().map_or(0, |t| t.watches.len());
+        let next =
+            (0..watches).find(|&w| self.has_events(w) && self.term.as_ref().is_some_and(|t| t.watches[w].kind == kind));
+        let Some(w) = next else { return false };
+        self.deliver(w);
+        self.poll_tasks();
+        true
+    }
+
     /// The orphan sweep as the orphan task runs it: once, and again once the orphan release delay has passed (an
     /// IPAddress is released only after it was an orphan that long), each answered in full.
     pub(super) fn sweep_after_the_delay(&mut self) {

@@ -50,11 +50,12 @@ pub(super) async fn adopt(
     }
     // A pool being deleted is no owner to put back: deleted in the foreground, the garbage collector takes its owner
     // reference off the IPAddresses its claims keep, and would again after every repair.
-    let pool_uid = pool.filter(|p| !p.is_deleting()).and_then(|p| p.metadata.uid.clone());
+    let owning_pool = pool.filter(|p| !p.is_deleting());
+    let pool_uid = owning_pool.and_then(|p| p.metadata.uid.clone());
     let has_pool_owner = pool_uid.is_none_or(|uid| record.pool_owner == Some(Uid::of(&uid)));
     let has_label = claim.cluster().is_none_or(|v| record.cluster_label.as_deref() == Some(v));
     let complete = has_claim_owner && has_pool_owner && record.protected && has_label && !record.marked_moved_away;
-    if !complete && !record.deleting && !ipaddress::repair(ctx, claim, pool_key, pool, record.uid).await? {
+    if !complete && !record.deleting && !ipaddress::repair(ctx, claim, pool_key, owning_pool, record.uid).await? {
         // Gone, going or replaced already: the claim looks again at what was read (or at its watch event).
         return Ok(Next::After(Duration::from_millis(200)));
     }
