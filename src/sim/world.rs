@@ -354,6 +354,22 @@ struct Elsewhere {
     seen_absent: bool,
 }
 
+impl Elsewhere {
+    /// Whether IPAddress `address`, holding `held`, is this moved claim's reservation rather than a second user of
+    /// its address: the one clusterctl left behind, or one of the claim's name holding exactly that address that no
+    /// claim here is bound to (made again from a cache that still showed the claim, after it went with its move).
+    fn reserved_by(&self, address: &Value, held: Held, bound: bool) -> bool {
+        if address["metadata"]["uid"].as_str() == Some(&*self.left_behind) {
+            return true;
+        }
+        let key = key_of(address);
+        !bound
+            && *key.namespace == *NAMESPACES[self.namespace]
+            && *key.name == *self.claim
+            && Held::of_address(PoolId::Global, address) == Some(held)
+    }
+}
+
 /// Swarm testing (Groce et al.): each seed weighs the kinds of steps its own way (a watch that crawls, users who
 /// churn, an API server that fails often), so that the seeds between them reach orders an even mix rarely does.
 #[derive(Clone, Debug)]
@@ -2019,9 +2035,10 @@ impl World {
             // withdraws it, and only a bound one uses the address here.
             if pool == PoolId::Global
                 && (strict || bound_to(&key, h))
-                && let Some((e, where_)) = self.elsewhere.iter().find(|(e, w)| {
-                    w.protected && e.overlaps(h) && a["metadata"]["uid"].as_str() != Some(&*w.left_behind)
-                })
+                && let Some((e, where_)) = self
+                    .elsewhere
+                    .iter()
+                    .find(|(e, w)| w.protected && e.overlaps(h) && !w.reserved_by(a, **e, bound.contains(&key)))
             {
                 return Err(format!(
                     "DUPLICATE ACROSS MANAGEMENT CLUSTERS: IPAddress {key} holds {h}, which claim {}/{} of the moved \
@@ -2144,7 +2161,11 @@ impl World {
             // Nor across management clusters: a late create holding an address in use over there is withdrawn.
             if pool == PoolId::Global
                 && let Some((e, where_)) = self.elsewhere.iter().find(|(e, w)| {
-                    w.protected && e.overlaps(h) && a["metadata"]["uid"].as_str() != Some(&*w.left_behind)
+                    let bound = claims.iter().any(|c| {
+                        key_of(c).namespace == key.namespace
+                            && c.pointer("/status/addressRef/name").and_then(Value::as_str) == Some(&*key.name)
+                    });
+                    w.protected && e.overlaps(h) && !w.reserved_by(a, **e, bound)
                 })
             {
                 return Err(format!(
