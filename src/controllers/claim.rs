@@ -274,7 +274,7 @@ async fn create_address(
     // Fenced, it is uncertain whether it was created: the hold stays (this replica's state goes with its term).
     match ctx.api.create_address(&object).await {
         Ok(created) => {
-            let (record, latency) = ctx.index.address_created(claim, pool_key, &created);
+            let (_, latency) = ctx.index.address_created(claim, pool_key, &created);
             let held = ctx.index.held_by(pool_key, key);
             let out_of_range = held.is_some_and(|held| ctx.index.allocates(pool_key, held) == Some(false));
             // Only an address not handed out yet: a bound claim making its IPAddress again keeps its machine's.
@@ -296,12 +296,11 @@ async fn create_address(
             let message = format!("allocated {} from {pool_key}", assigned.address);
             match set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await {
                 // A DELETE that raced our finalizer can remove the claim anyway (the API server does not look at
-                // finalizers again when it retries a delete): give the address back at once.
+                // finalizers again when it retries a delete). Its IPAddress is the orphan path's (the claim's Delete
+                // event, or the sweep): released here, before that event can show a delete-for-move, a moved claim's
+                // address would be freed instead of reserved (soak seed 100031277).
                 Err(Error::Api { source: ApiError::NotFound, .. }) => {
-                    debug!(claim = %key, "the claim vanished while its address was being created; releasing it");
-                    if let Some(record) = &record {
-                        ipaddress::release_orphan(ctx, key, record).await?;
-                    }
+                    debug!(claim = %key, "the claim vanished while its address was being created; left to the orphan check");
                     Ok(Next::AwaitChange)
                 }
                 other => other.map(|()| Next::AwaitChange),

@@ -268,7 +268,12 @@ pub fn claim_moved_away(index: &mut State, claim: &ObjectKey) {
 pub fn kept_hold_moved_away(index: &mut State, claim: &Claim) {
     let key = &claim.key;
     let Some(kind) = claim.pool_kind.filter(|k| k.is_global()) else { return };
-    if claim.address_ref().is_none() || index.addresses.contains_key(key) {
+    // Being deleted before the move reached it (clusterctl marks the claims it deletes), it released its IPAddress,
+    // and its address may be another claim's now: it did not move (soak seed 100021395).
+    if claim.address_ref().is_none()
+        || index.addresses.contains_key(key)
+        || (claim.deletion_timestamp.is_some() && !claim.moving_away)
+    {
         return;
     }
     let pool = PoolKey::new(kind, &key.namespace, &claim.pool_name);

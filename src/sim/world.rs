@@ -445,6 +445,8 @@ pub struct World {
     pub(super) actors: super::actors::Actors,
     /// A violation found while the tasks ran (a create sent), reported by the next check.
     found: Option<String>,
+    /// The UIDs of IPAddresses a deposed leader's create made after its term ended.
+    late_created: BTreeSet<String>,
     pub stats: Stats,
 }
 
@@ -541,6 +543,7 @@ impl World {
                 .expect("a tokio runtime for the fence's timers"),
             actors: super::actors::Actors { rng: Rng::new(!seed), ..Default::default() },
             found: None,
+            late_created: BTreeSet::new(),
             stats: Stats::default(),
         }
     }
@@ -837,6 +840,13 @@ impl World {
             self.stats.late_writes += 1;
         }
         let result = if applied { Some(hub.apply(&pending.op)) } else { None };
+        if orphaned
+            && let Op::Create(Kind::Address, _) = &pending.op
+            && let Some(Ok(super::client::Answer::Object(Some(created)))) = &result
+            && let Some(uid) = created["metadata"]["uid"].as_str()
+        {
+            self.late_created.insert(uid.to_owned());
+        }
         drop(hub);
         if self.options.trace {
             let outcome = match &result {
@@ -2015,16 +2025,30 @@ impl World {
                 (ObjectKey::new(&key.namespace, name), address)
             })
             .collect();
+        // A deposed leader's late create landed under a claim being deleted (its machine going) is released by that
+        // claim's release; the address, freed here when the claim's own IPAddress went, is the other's alone.
+        let deleting: BTreeSet<ObjectKey> = claims
+            .iter()
+            .filter(|c| !c["metadata"]["deletionTimestamp"].is_null())
+            .filter_map(|c| {
+                let name = c.pointer("/status/addressRef/name").and_then(Value::as_str).filter(|n| !n.is_empty())?;
+                Some(ObjectKey::new(&key_of(c).namespace, name))
+            })
+            .collect();
+        let late_under_deleting = |a: &Value, key: &ObjectKey| {
+            deleting.contains(key) && a["metadata"]["uid"].as_str().is_some_and(|u| self.late_created.contains(u))
+        };
         let bound_to = |key: &ObjectKey, h: Held| {
             bound.contains(key) && (told.get(key).copied().flatten().is_none_or(|t| h.address() == t))
         };
-        let mut held: Vec<(PoolId, Held, ObjectKey)> = Vec::new();
+        let mut held: Vec<(PoolId, Held, ObjectKey, bool)> = Vec::new();
         for a in &addresses {
             let key = key_of(a);
             let Some(pool) = pool_of_address(a) else { continue };
             let Some(h) = Held::of_address(pool, a) else { continue };
-            for (p, other, other_key) in &held {
-                if *p == pool && other.overlaps(h) && (strict || (bound_to(&key, h) && bound_to(other_key, *other))) {
+            let used = bound_to(&key, h) && !late_under_deleting(a, &key);
+            for (p, other, other_key, other_used) in &held {
+                if *p == pool && other.overlaps(h) && (strict || (used && *other_used)) {
                     return Err(format!(
                         "DUPLICATE: IPAddresses {other_key} ({other}) and {key} ({h}) of pool {} hold the same address",
                         pool.pool_key()
@@ -2046,7 +2070,7 @@ impl World {
                     NAMESPACES[where_.namespace], where_.claim
                 ));
             }
-            held.push((pool, h, key));
+            held.push((pool, h, key, used));
         }
         for c in &claims {
             let key = key_of(c);
