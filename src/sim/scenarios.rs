@@ -1372,3 +1372,67 @@ fn an_older_event_of_an_ipaddress_we_deleted_does_not_bring_it_back() {
     let address = w.read(Kind::Address, &m0).expect("m0's IPAddress");
     assert_eq!(address["spec"]["address"], "10.0.0.2", "{address}\n{}", w.trace_text());
 }
+
+/// Soak seed 90280782, scripted: a deposed leader's create of `b/m1`'s IPAddress lands late, holding the address
+/// `a/m0` is bound to, and its status write binding `b/m1` to it is still in flight. The next term withdraws the
+/// duplicate, and the late status write lands after its reads of the claim. The withdrawal first writes the claim's
+/// status, conditioned on the claim as read: the late write then fails its own precondition, and `b/m1` is never told
+/// of `a/m0`'s address. Without that write, the late one binds `b/m1` to the IPAddress being withdrawn.
+#[test]
+fn a_late_status_write_that_would_bind_a_claim_cannot_land_once_its_duplicate_is_withdrawn() {
+    let mut w = World::scripted_with_writes_late_anytime();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", gip);
+    let m1 = w.create_claim_named(1, "m1", gip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let taken = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    w.run_job(Job::Claim(m1.clone()));
+    assert!(w.answer_where(is_claim_patch("m1"), Fate::Answered), "b/m1's finalizer");
+    assert!(w.hold_back_where(is_create).is_some(), "b/m1's create");
+    w.end_this_term();
+    // What the deposed leader sent: its create, landed, and its status write, in flight.
+    let claim = w.read(Kind::Claim, &m1).expect("b/m1");
+    w.create(Kind::Address, global_ipaddress("b", "m1", &claim["metadata"]["uid"], &taken, None));
+    let message = format!("allocated {} from GlobalInClusterIPPool gip", taken.as_str().unwrap_or_default());
+    let bind = Op::PatchMerge {
+        kind: Kind::Claim,
+        key: m1.clone(),
+        patch: json!({
+            "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+            "status": {"addressRef": {"name": "m1"}, "conditions": [{
+                "type": "Ready", "status": "True", "reason": "Allocated", "message": message,
+                "lastTransitionTime": "2023-11-14T22:13:20Z"}]},
+        }),
+        status: true,
+    };
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m1.clone()));
+    let is_claim_read = |op: &Op| matches!(op, Op::Get(Kind::Claim, _));
+    assert!(w.answer_where(is_claim_read, Fate::Answered), "the live read of b/m1:\n{}", w.trace_text());
+    assert!(w.answer_where(|op| matches!(op, Op::Get(Kind::Address, _)), Fate::Answered), "its IPAddress's");
+    // The conditioned status write (and its Event), then the read after it; the late write lands right after.
+    while !w.answer_where(is_claim_read, Fate::Answered) {
+        let is_status_or_event = |op: &Op| is_status_write("m1")(op) || matches!(op, Op::Event);
+        assert!(w.answer_where(is_status_or_event, Fate::Answered), "b/m1 is read again:\n{}", w.trace_text());
+    }
+    w.land_late(&bind);
+    let result = w.check_now();
+    fails(&w, result);
+    w.answer_everything();
+    w.deliver_all(&[]);
+    for claim in [&m1, &m0, &m1] {
+        w.run_to_rest(Job::Claim(claim.clone()));
+    }
+    let result = w.finish();
+    fails(&w, result);
+    let own = w.read(Kind::Address, &m1).expect("b/m1's IPAddress");
+    assert_ne!(own["spec"]["address"], taken, "{}", w.trace_text());
+}
+
+fn is_status_write(name: &'static str) -> impl Fn(&Op) -> bool {
+    move |op| matches!(op, Op::PatchMerge { kind: Kind::Claim, key, status: true, .. } if &*key.name == name)
+}

@@ -1671,6 +1671,12 @@ impl World {
         World::new(0, Options { replicas: 1, steps: 0, late: Late::BeforeNextTerm, trace: true })
     }
 
+    /// A scripted world whose invariants allow for a write of an ended term landing after the next term began (an
+    /// unbound duplicate may appear for a moment; two bound claims never share an address).
+    pub(super) fn scripted_with_writes_late_anytime() -> World {
+        World::new(0, Options { replicas: 1, steps: 0, late: Late::Anytime, trace: true })
+    }
+
     /// The room of the moved-away annotation (for the terms begun from now on), and the API server's limit on an
     /// object's annotations.
     pub(super) fn limit_annotations(&mut self, moved_away_room: usize, server_limit: usize) {
@@ -1788,6 +1794,26 @@ impl World {
         self.resolve_as(index, fate);
         self.poll_tasks();
         true
+    }
+
+    /// Takes the first request in flight whose operation matches `which` away from its task, unapplied (the task sees
+    /// the connection reset), and returns it: a script lands it later with [`World::land_late`], as the write of a
+    /// term that ended lands after the next one read.
+    pub(super) fn hold_back_where(&mut self, which: impl Fn(&Op) -> bool) -> Option<Op> {
+        let index = lock(&self.hub).pending.iter().position(|p| p.slot.is_some() && which(&p.op))?;
+        let op = lock(&self.hub).pending[index].op.clone();
+        self.step += 1;
+        self.resolve_as(index, Fate::NotApplied);
+        self.poll_tasks();
+        Some(op)
+    }
+
+    /// Applies a write held back by [`World::hold_back_where`] now.
+    pub(super) fn land_late(&mut self, op: &Op) {
+        let result = lock(&self.hub).apply(op);
+        self.note(|| {
+            format!("a held-back write lands late: {op} -> {}", if result.is_ok() { "ok" } else { "refused" })
+        });
     }
 
     /// Answers the newest request in flight; false when none is.
