@@ -338,7 +338,12 @@ async fn create_address(
             {
                 return adopt(claim, ctx, &ctx.index.claim_view(claim, pool_key.clone()), &record).await;
             }
-            ctx.index.abandon(pool_key, key);
+            // A bound claim making its IPAddress again keeps its hold: the address is its machine's, and a waiting
+            // claim must not get it while the API server refuses (soak seed 110141832).
+            let machines = claim.address_ref().is_some() && claim.bound_address.is_none_or(|b| b == assigned.address);
+            if !machines && !bound_meanwhile_to(claim, ctx, Some(assigned.address)).await? {
+                ctx.index.abandon(pool_key, key);
+            }
             let message = format!("creating IPAddress {key}: {}", refusal(&e));
             set_ready(claim, ctx, ClaimReason::AllocationFailed, message.clone(), None).await?;
             Err(Error::Rejected(message))

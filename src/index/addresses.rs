@@ -269,7 +269,12 @@ impl State {
         {
             let addresses = &self.addresses;
             match addresses.get(key).filter(|c| c.uid == record.uid) {
-                Some(current) => record.seen = current.seen,
+                Some(current) => {
+                    record.seen = current.seen;
+                    // What we read or wrote knows nothing of a move its claim's deletion told (no mark on it yet):
+                    // forgotten, the hold would stay for a new claim of the name (soak seed 110198788).
+                    record.moving_away |= current.moving_away;
+                }
                 // The watch delivered this version of it already, and it is not recorded: it was deleted since (what
                 // we read or wrote is older news than the watch's).
                 None if revision_of(&object.metadata).number().is_some_and(|r| r <= self.addresses_seen_until) => {

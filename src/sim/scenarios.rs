@@ -1436,3 +1436,41 @@ fn a_late_status_write_that_would_bind_a_claim_cannot_land_once_its_duplicate_is
 fn is_status_write(name: &'static str) -> impl Fn(&Op) -> bool {
     move |op| matches!(op, Op::PatchMerge { kind: Kind::Claim, key, status: true, .. } if &*key.name == name)
 }
+
+/// Soak seed 110141832, scripted: a person deletes the IPAddress of bound claim `m0`, and the API server refuses the
+/// create that makes it again (an admission webhook). The address is `m0`'s machine's: its hold stays, waiting claim
+/// `m1` does not get it, and `m0` gets it back once the create goes through.
+#[test]
+fn a_refused_create_of_a_bound_claims_ipaddress_keeps_its_address_held() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 1 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let own = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    let m1 = w.create_claim_named(0, "m1", ip);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m1.clone()));
+    w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
+    w.remove(Kind::Address, &m0);
+    w.deliver_all(&[Kind::Address]);
+    w.run_job(Job::Claim(m0.clone()));
+    while !w.answer_where(is_create, Fate::RefusedByAdmission) {
+        assert!(
+            w.answer_where(|op| !is_create(op), Fate::Answered),
+            "m0 never made its IPAddress again:\n{}",
+            w.trace_text()
+        );
+    }
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m1.clone()));
+    assert!(w.read(Kind::Address, &m1).is_none(), "m1 took m0's address:\n{}", w.trace_text());
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let result = w.finish();
+    fails(&w, result);
+    let again = w.read(Kind::Address, &m0).expect("m0's IPAddress made again");
+    assert_eq!(again["spec"]["address"], own, "{}", w.trace_text());
+}
