@@ -1076,14 +1076,39 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// Added event of an IPAddress we had deleted overwrote our record of its deletion, and the claim was bound to it;
 /// 90225114: a bound claim whose IPAddress a person deleted was deleted for a move while a new leader's watches
 /// listed, and its address was handed out here; 90280782: a deposed leader's status write bound a claim between our
-/// read of it and our withdrawal of its IPAddress. (A seed is a
+/// read of it and our withdrawal of its IPAddress; 100031277: a claim deleted for a move while its create was in
+/// flight had its new IPAddress released at once (its status write found it gone), before its Delete event could show
+/// the move; 100021395: a claim deleted (not for a move) before clusterctl moved its Cluster got a moved-away entry for
+/// the address it had released, which another claim of the Cluster held; 100033379 and 100059661 (the checker): an
+/// IPAddress made again under a moved claim's name from a stalled cache is that claim's reservation, and a late create
+/// under a claim being deleted is no second user; 110141832: a bound claim's create of its IPAddress again, refused by
+/// admission, gave up its machine's address to a waiting claim; 110198788: the answer of our DELETE of an IPAddress a
+/// move left behind replaced its record and forgot the move, and a new claim of its name got the address in use over
+/// there. (A seed is a
 /// regression check only while the simulation draws the same numbers; the scenarios above script the orders that
 /// matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
 fn seeds_the_soak_found_keep_every_invariant() {
     for seed in [
-        20_006_318, 20_007_834, 20_033_858, 20_056_794, 20_057_241, 20_069_266, 70_025_494, 70_039_910, 80_006_453,
-        80_066_535, 90_039_322, 90_225_114, 90_280_782,
+        20_006_318,
+        20_007_834,
+        20_033_858,
+        20_056_794,
+        20_057_241,
+        20_069_266,
+        70_025_494,
+        70_039_910,
+        80_006_453,
+        80_066_535,
+        90_039_322,
+        90_225_114,
+        90_280_782,
+        100_021_395,
+        100_031_277,
+        100_033_379,
+        100_059_661,
+        110_141_832,
+        110_198_788,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
