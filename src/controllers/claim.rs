@@ -274,7 +274,7 @@ async fn create_address(
     // Fenced, it is uncertain whether it was created: the hold stays (this replica's state goes with its term).
     match ctx.api.create_address(&object).await {
         Ok(created) => {
-            let (_, latency) = ctx.index.address_created(claim, pool_key, &created);
+            let (_, latency) = ctx.index.address_created(claim, &created);
             let held = ctx.index.held_by(pool_key, key);
             let out_of_range = held.is_some_and(|held| ctx.index.allocates(pool_key, held) == Some(false));
             // Only an address not handed out yet: a bound claim making its IPAddress again keeps its machine's.

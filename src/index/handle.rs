@@ -12,13 +12,8 @@ use crate::compact::{ResourceVersion, Uid};
 use crate::ipam::PoolCounts;
 
 impl Index {
-    pub fn address_created(
-        &self,
-        claim: &Claim,
-        pool: &PoolKey,
-        created: &IpAddress,
-    ) -> (Option<AddressRecord>, Option<Duration>) {
-        self.write(|s| s.address_created(claim, pool, created))
+    pub fn address_created(&self, claim: &Claim, created: &IpAddress) -> (Option<AddressRecord>, Option<Duration>) {
+        self.write(|s| s.address_created(claim, created))
     }
 
     pub fn apply_claim(&self, claim: Claim) {

@@ -21,15 +21,12 @@ impl State {
         self.registry.allocate(pool, &claim.key, requested)
     }
 
-    /// Our create of the claim's IPAddress succeeded: its hold is confirmed and the object recorded. Returns the
+    /// Our create of the claim's IPAddress succeeded: the object is recorded (its hold confirmed with it). Returns the
     /// record (`None` when a newer event already said it is gone) and the claim's allocation latency.
-    pub fn address_created(
-        &mut self,
-        claim: &Claim,
-        pool: &PoolKey,
-        created: &IpAddress,
-    ) -> (Option<AddressRecord>, Option<Duration>) {
-        self.registry.confirm(pool, &claim.key);
+    pub fn address_created(&mut self, claim: &Claim, created: &IpAddress) -> (Option<AddressRecord>, Option<Duration>) {
+        // Recorded, the hold is confirmed. Not (the watch showed it deleted already, or we deleted it), the hold stays
+        // unconfirmed: it goes the way an uncertain create's goes, and a confirmed hold with no IPAddress and no record
+        // would stay for the rest of the term (helper-11's review).
         let record = self.remember_address(&claim.key, created);
         (record, self.allocation_latency(claim))
     }

@@ -276,6 +276,32 @@ fn an_ipaddress_deleted_from_under_its_live_claim_keeps_its_address_for_that_cla
     assert!(sink.take_woken().contains(&key("w")), "now the waiter is woken");
 }
 
+/// helper-11's review: the watch shows the IPAddress our create made, and then its deletion (a person stripped its
+/// finalizer), before the create's answer arrives; the claim goes meanwhile. The answer must not confirm the hold: a
+/// confirmed hold with no record is released by nothing (no orphan check, no sweep) for the rest of the term.
+#[test]
+fn the_answer_of_a_create_whose_ipaddress_is_gone_already_leaves_its_hold_to_be_settled() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1", 1));
+    let a = claim("a");
+    index.apply_claim(a.clone());
+    assert_eq!(index.allocate(&a, &pool_key(), None).expect("free").address.to_string(), "10.0.0.1");
+    let mut created = ip_address("a", "10.0.0.1", &a);
+    created.metadata.resource_version = Some("5".to_owned());
+    index.apply_address(&created);
+    index.delete_address(&key("a"), None);
+    index.delete_claim(&key("a"));
+    let (record, _) = index.address_created(&a, &created);
+    assert!(record.is_none(), "gone already: not recorded");
+    assert_eq!(index.orphaned_hold(&key("a")), Some(pool_key()), "its worker settles the hold");
+    index.abandon_orphaned_hold(&pool_key(), &key("a"));
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 1);
+    let w = claim("w");
+    index.wait_for_address(&pool_key(), &key("w"));
+    sink.take_woken();
+    assert!(index.allocate(&w, &pool_key(), None).is_ok(), "the address is free again");
+}
+
 /// An IPAddress deleted while its claim is gone, or being deleted, frees its address at once.
 #[test]
 fn an_ipaddress_deleted_without_a_live_claim_frees_its_address() {

@@ -304,7 +304,7 @@ impl Registry {
         }
     }
 
-    /// Marks our hold confirmed once our create succeeded.
+    /// Marks a hold confirmed, as recording its IPAddress does (for tests that hold without an IPAddress object).
     pub fn confirm(&mut self, pool_key: &PoolKey, address: &ObjectKey) {
         if let Some(h) = self.pools.get_mut(pool_key).and_then(|p| p.holders.get_mut(address)) {
             h.confirmed = true;
