@@ -218,6 +218,9 @@ impl State {
             })
             .collect();
         for (pool, key, address) in lost {
+            if let Some(claim) = self.claims.get(&key) {
+                super::moved_away::reclaim_for_bound(self, &pool, &claim);
+            }
             if self.registry.held_by(&pool, &key).is_none()
                 && self.registry.allocate(&pool, &key, Some(&address)).is_ok()
             {

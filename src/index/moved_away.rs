@@ -349,6 +349,29 @@ pub fn came_back(index: &mut State, pool: &PoolKey, address: &ObjectKey, held: H
     }
 }
 
+/// A bound claim of a global IP pool whose IPAddress is gone, told of an address an entry reserves under the claim's
+/// own name: it came back with its Cluster, and the entry's removal was lost (written by a term that ended, soak seed
+/// 120037281). The address is its machine's: its hold takes the reservation over, as an uncertain create's hold until
+/// it makes its IPAddress again, and the entry goes.
+pub fn reclaim_for_bound(index: &mut State, pool: &PoolKey, claim: &Claim) {
+    if !pool.kind.is_global() || pool.kind.is_prefix_pool() || claim.address_ref() != Some(&*claim.key.name) {
+        return;
+    }
+    let Some(bound) = claim.bound_address else { return };
+    let (key, held) = (&claim.key, Held::Ip(Some(bound)));
+    if index.registry.held_by(pool, key).is_some()
+        || index.registry.held_by(pool, &reservation_key(held)).is_none()
+        || !is_named_holder(index, pool, key, held)
+    {
+        return;
+    }
+    if index.registry.transfer(pool, &reservation_key(held), key).is_some() {
+        index.registry.unconfirm(pool, key);
+        info!(claim = %key, pool = %pool, address = %held, "a bound claim that came back with its Cluster holds its reserved address again");
+        claim_back(index, pool, key, held);
+    }
+}
+
 /// A live claim of the pool is bound to its IPAddress `address`, holding `held`: if the address was reserved as moved
 /// away with that IPAddress, its Cluster came back with it and the reservation ends.
 pub fn claim_back(index: &mut State, pool: &PoolKey, address: &ObjectKey, held: Held) {

@@ -18,6 +18,9 @@ impl State {
         pool: &PoolKey,
         requested: Option<&str>,
     ) -> Result<Assigned, AllocateError> {
+        if claim.bound_address.is_some_and(|b| requested == Some(&*b.to_string())) {
+            moved_away::reclaim_for_bound(self, pool, claim);
+        }
         self.registry.allocate(pool, &claim.key, requested)
     }
 

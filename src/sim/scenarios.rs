@@ -1084,8 +1084,8 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// under a claim being deleted is no second user; 110141832: a bound claim's create of its IPAddress again, refused by
 /// admission, gave up its machine's address to a waiting claim; 110198788: the answer of our DELETE of an IPAddress a
 /// move left behind replaced its record and forgot the move, and a new claim of its name got the address in use over
-/// there. (A seed is a
-/// regression check only while the simulation draws the same numbers; the scenarios above script the orders that
+/// there; 120037281: a claim back from a move, whose entry's removal a leader change lost, could not make its
+/// IPAddress again after a person deleted it. (A seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders that
 /// matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
 fn seeds_the_soak_found_keep_every_invariant() {
@@ -1109,6 +1109,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         100_059_661,
         110_141_832,
         110_198_788,
+        120_037_281,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
@@ -1498,4 +1499,42 @@ fn a_refused_create_of_a_bound_claims_ipaddress_keeps_its_address_held() {
     fails(&w, result);
     let again = w.read(Kind::Address, &m0).expect("m0's IPAddress made again");
     assert_eq!(again["spec"]["address"], own, "{}", w.trace_text());
+}
+
+/// Soak seed 120037281, scripted: Cluster `cl` moves back with `a/m0` and its IPAddress, and `a/m0` is bound to it
+/// again. The removal of the entry that reserved its address is refused (the pool changed meanwhile), and the term ends
+/// before it is written again. A person deletes `a/m0`'s IPAddress. The next term finds `a/m0` bound, its IPAddress gone,
+/// and its address reserved under its own name: the address is its machine's, it makes its IPAddress again with it,
+/// and the entry goes.
+#[test]
+fn a_claim_back_from_a_move_whose_entry_outlived_a_leader_change_makes_its_ipaddress_again() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    move_away_and_release(&mut w, &cl, &m0);
+    assert_ne!(moved_away_entries(&w), "", "reserved while a/m0 is away:\n{}", w.trace_text());
+    cluster(&mut w, true);
+    let (_, back) = claim_of_cluster(&mut w, "m0");
+    w.create(Kind::Address, global_ipaddress("a", "m0", &back["metadata"]["uid"], &moved, Some("cl")));
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    assert_eq!(w.read(Kind::Claim, &m0).expect("a/m0")["status"]["addressRef"]["name"], "m0", "{}", w.trace_text());
+    // The writer's removal of the entry fails its precondition; the term ends before it writes again.
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    let is_pool_patch = |op: &Op| matches!(op, Op::PatchMerge { kind: Kind::Pool(_), status: false, .. });
+    while !w.answer_where(is_pool_patch, Fate::NotApplied) {
+        assert!(w.answer_where(|op| !is_pool_patch(op), Fate::Answered), "the writer never wrote:\n{}", w.trace_text());
+    }
+    w.answer_everything();
+    w.end_this_term();
+    w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
+    w.remove(Kind::Address, &m0);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let result = w.finish();
+    fails(&w, result);
+    let again = w.read(Kind::Address, &m0).expect("a/m0's IPAddress made again");
+    assert_eq!(again["spec"]["address"], moved, "{}", w.trace_text());
+    assert_eq!(moved_away_entries(&w), "", "the reservation outlived the move back:\n{}", w.trace_text());
 }
