@@ -284,6 +284,10 @@ pub fn kept_hold_moved_away(index: &mut State, claim: &Claim) {
         // Not held here: its deletion came while the watches listed, before this process held the address its
         // condition names (soak seed 90225114, after a leader change). A prefix pool's condition names the child
         // prefix's base only, not its length: nothing to reserve from it.
+        // One being deleted before that (clusterctl marks what it deletes, also a claim still held by a finalizer of
+        // another controller) released its IPAddress already, and its address may be another claim's: nothing to
+        // reserve (helper-11's review).
+        (None, Some(_)) if claim.deletion_timestamp.is_some() => return,
         (None, Some(bound)) if !kind.is_prefix_pool() => Held::Ip(Some(bound)),
         (None, Some(bound)) => {
             warn!(claim = %key, pool = %pool, base = %bound, annotation = MOVED_AWAY_ANNOTATION, "a bound claim was deleted for a move while its IPAddress was gone and before this manager held its prefix: add the entry `<prefix>/<length>@<namespace>/<name>` to the annotation by hand");

@@ -1538,3 +1538,36 @@ fn a_claim_back_from_a_move_whose_entry_outlived_a_leader_change_makes_its_ipadd
     assert_eq!(again["spec"]["address"], moved, "{}", w.trace_text());
     assert_eq!(moved_away_entries(&w), "", "the reservation outlived the move back:\n{}", w.trace_text());
 }
+
+/// helper-11's review: claim `a/m0` of Cluster `cl` is deleted while another controller's finalizer holds it; we
+/// release its IPAddress and take our finalizer off, and claim `a/m1` of the same pool gets the address. Then
+/// clusterctl moves `cl` away, marking and deleting `a/m0` too. Its machine is gone: its address, `a/m1`'s now, is
+/// not reserved as moved away.
+#[test]
+fn a_claim_released_before_its_cluster_moved_reserves_nothing() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let address = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    let finalizers = json!([crate::api::RELEASE_ADDRESS_FINALIZER, "example.com/hold"]);
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"finalizers": finalizers}}));
+    w.remove(Kind::Claim, &m0);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    assert!(w.read(Kind::Address, &m0).is_none(), "released:\n{}", w.trace_text());
+    let (m1, _) = claim_of_cluster(&mut w, "m1");
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m1.clone()));
+    assert_eq!(w.read(Kind::Address, &m1).expect("a/m1's IPAddress")["spec"]["address"], address);
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let result = w.check_now();
+    fails(&w, result);
+    assert!(!moved_away_entries(&w).contains("@a/m0"), "a/m0's released address reserved:\n{}", w.trace_text());
+}
