@@ -1085,7 +1085,7 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// admission, gave up its machine's address to a waiting claim; 110198788: the answer of our DELETE of an IPAddress a
 /// move left behind replaced its record and forgot the move, and a new claim of its name got the address in use over
 /// there; 120037281: a claim back from a move, whose entry's removal a leader change lost, could not make its
-/// IPAddress again after a person deleted it. (A seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders that
+/// IPAddress again after a person deleted it (120205854 too). (A seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders that
 /// matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
 fn seeds_the_soak_found_keep_every_invariant() {
@@ -1110,6 +1110,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         110_141_832,
         110_198_788,
         120_037_281,
+        120_205_854,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
