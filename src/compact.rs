@@ -42,7 +42,7 @@ impl std::fmt::Display for ObjectKey {
 
 /// An object UID in 16 bytes (byte-aligned, so an `Option<Uid>` takes 17). The API server's UIDs are UUIDs; anything else is kept as a 128-bit digest (equal
 /// strings stay equal, distinct ones differ but for a 2^-128 chance).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Uid([u8; 16]);
 
 impl Uid {

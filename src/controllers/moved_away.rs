@@ -74,7 +74,8 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
         return Ok(Written::All);
     };
     let stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
-    let (value, landed) = fit(stored, &changes, ctx.options.moved_away_max_bytes);
+    let unbacked = ctx.index.moved_away_unbacked(key);
+    let (value, landed) = fit(stored, &changes, ctx.options.moved_away_max_bytes, &unbacked);
     let full = landed.len() < changes.len();
     if full {
         warn!(
@@ -99,17 +100,23 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
     Ok(if full { Written::Full } else { Written::All })
 }
 
-/// The annotation's value once `changes` are applied to `stored`, removals first and additions while the value stays
-/// within `max_bytes`; and the changes that are in it.
+/// The annotation's value once `changes` are applied to `stored`, removals first, then the additions no IPAddress
+/// left behind backs (`unbacked`: the annotation is their only record), then the others while the value stays within
+/// `max_bytes`; and the changes that are in it.
 fn fit(
     mut stored: BTreeSet<String>,
     changes: &BTreeMap<String, bool>,
     max_bytes: usize,
+    unbacked: &BTreeSet<String>,
 ) -> (Option<String>, BTreeMap<String, bool>) {
     let mut landed = BTreeMap::new();
     for (entry, _) in changes.iter().filter(|(_, add)| !**add) {
         stored.remove(entry);
         landed.insert(entry.clone(), false);
+    }
+    for (entry, _) in changes.iter().filter(|(entry, add)| **add && unbacked.contains(*entry)) {
+        stored.insert(entry.clone());
+        landed.insert(entry.clone(), true);
     }
     // The joined length: every entry and a comma between two.
     let mut length = stored.iter().map(|e| e.len() + 1).sum::<usize>().saturating_sub(1);
@@ -145,18 +152,31 @@ mod tests {
             ("10.0.0.3@a/m3".to_owned(), true),
         ]
         .into();
-        let (value, landed) = fit(stored, &changes, 30);
+        let (value, landed) = fit(stored, &changes, 30, &BTreeSet::new());
         assert_eq!(value.as_deref(), Some("10.0.0.2@a/m2,10.0.0.3@a/m3"));
         assert_eq!(landed, changes);
-        let (value, landed) = fit(BTreeSet::new(), &changes, 20);
+        let (value, landed) = fit(BTreeSet::new(), &changes, 20, &BTreeSet::new());
         assert_eq!(value.as_deref(), Some("10.0.0.2@a/m2"), "what fits");
         assert_eq!(landed.len(), 2, "the removal and one addition: {landed:?}");
         assert!(!landed.contains_key("10.0.0.3@a/m3"));
         let many: BTreeMap<String, bool> = (0..20_000)
             .map(|i| (format!("10.{}.{}.{}@ns/machine-{i}", i / 65536, i / 256 % 256, i % 256), true))
             .collect();
-        let (value, landed) = fit(BTreeSet::new(), &many, MAX_BYTES);
+        let (value, landed) = fit(BTreeSet::new(), &many, MAX_BYTES, &BTreeSet::new());
         assert!(value.is_some_and(|v| v.len() <= MAX_BYTES));
         assert!(landed.len() > 4_000 && landed.len() < many.len(), "{}", landed.len());
+    }
+
+    /// Soak seed 120234571: an addition no IPAddress left behind backs (a kept hold whose IPAddress a person deleted)
+    /// lands even when the annotation has no room: it is its only record.
+    #[test]
+    fn an_addition_nothing_else_records_lands_without_room() {
+        let stored: BTreeSet<String> = ["10.0.0.2@a/m2".to_owned()].into();
+        let changes: BTreeMap<String, bool> =
+            [("10.0.0.1@b/m3".to_owned(), true), ("10.0.0.3@a/m3".to_owned(), true)].into();
+        let unbacked: BTreeSet<String> = ["10.0.0.1@b/m3".to_owned()].into();
+        let (value, landed) = fit(stored, &changes, 20, &unbacked);
+        assert_eq!(value.as_deref(), Some("10.0.0.1@b/m3,10.0.0.2@a/m2"));
+        assert_eq!(landed.keys().collect::<Vec<_>>(), ["10.0.0.1@b/m3"], "the backed one waits for room");
     }
 }

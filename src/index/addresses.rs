@@ -209,12 +209,15 @@ impl State {
             record.doubtful = true;
             doubtful.push(key.clone());
         }
+        // In order: the claims woken are queued in it (a hash map's order differs from one process to the next).
+        doubtful.sort_unstable();
         self.wake_all(doubtful);
         // Another manager's claims are looked at again (one may have gone while no manager served it).
         self.others_claims.clear();
         // The IPAddresses that blocked claims may have gone while the watch was away: no event will say so.
-        let blocked = std::mem::take(&mut self.blocked_elsewhere);
-        self.wake_all(blocked.into_iter().collect());
+        let mut blocked: Vec<ObjectKey> = std::mem::take(&mut self.blocked_elsewhere).into_iter().collect();
+        blocked.sort_unstable();
+        self.wake_all(blocked);
     }
 
     /// A doubtful record (see [`AddressRecord::doubtful`]) was read: `live` is what the API server holds now of that

@@ -58,8 +58,13 @@ impl ClaimCache {
     }
 
     /// The keys of the cached claims for which `predicate` holds.
+    /// The keys of the claims that match, in order: the claims they wake are queued in it, and a hash set's order
+    /// differs from one process to the next (the simulation's schedule followed it: seed 93 played two orders).
     pub fn keys_where(&self, predicate: impl Fn(&Claim) -> bool) -> Vec<ObjectKey> {
-        self.claims.iter().filter(|c| predicate(&c.0)).map(|c| c.0.key.clone()).collect()
+        let mut keys: Vec<ObjectKey> =
+            self.claims.iter().filter(|c| predicate(&c.0)).map(|c| c.0.key.clone()).collect();
+        keys.sort_unstable();
+        keys
     }
 }
 

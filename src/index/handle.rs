@@ -275,6 +275,10 @@ impl Index {
         self.read(|s| s.moved_away_pending(pool))
     }
 
+    pub fn moved_away_unbacked(&self, pool: &PoolKey) -> std::collections::BTreeSet<String> {
+        self.read(|s| s.moved_away_unbacked(pool))
+    }
+
     pub fn moved_away_written(
         &self,
         pool: &PoolKey,

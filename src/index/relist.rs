@@ -2,8 +2,7 @@
 //! forgotten, and a relist (the watch restarted, or expired with 410 Gone) forgets what the new list no longer holds.
 //! Synchronous: `crate::runtime::watch` feeds it from the stream, tests feed it by hand.
 
-use std::collections::HashSet;
-use std::hash::Hash;
+use std::collections::BTreeSet;
 
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
@@ -15,7 +14,7 @@ use crate::compact::Uid;
 
 /// One kind of object the index keeps.
 pub trait Feed<K> {
-    type Key: Clone + Eq + Hash;
+    type Key: Clone + Ord;
     /// Indexes the object; returns its key.
     fn apply(&self, object: K) -> Self::Key;
     fn delete(&self, object: &K);
@@ -32,8 +31,9 @@ pub trait Feed<K> {
 /// Where a watch is in its list-then-watch cycle.
 pub struct Relist<Key> {
     /// While a list is under way: the indexed keys not listed again yet (none at start-up, so the first list of
-    /// 100,000 objects builds no set).
-    unlisted: Option<HashSet<Key>>,
+    /// 100,000 objects builds no set). In order: a relist forgets in the same order in every process (the claims it
+    /// wakes are queued in it, and the simulation's schedule follows).
+    unlisted: Option<BTreeSet<Key>>,
 }
 
 impl<Key> Default for Relist<Key> {
@@ -42,7 +42,7 @@ impl<Key> Default for Relist<Key> {
     }
 }
 
-impl<Key: Clone + Eq + Hash> Relist<Key> {
+impl<Key: Clone + Ord> Relist<Key> {
     /// Feeds one event; returns true when it ended a list (the index holds everything the API server listed).
     pub fn on_event<K, F: Feed<K, Key = Key>>(&mut self, feed: &F, event: Event<K>) -> bool {
         match event {

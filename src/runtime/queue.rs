@@ -418,14 +418,6 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         state.parked.remove(key);
     }
 
-    /// The API server answers again: the keys parked while it did not are queued now.
-    pub fn unpark_all(&self) {
-        let parked: Vec<K> = self.state().parked.drain().collect();
-        for key in parked {
-            self.add(key);
-        }
-    }
-
     /// Moves delayed requeues to the queue when they are due; runs for as long as the queue is used.
     pub async fn run_timers(&self) {
         loop {
@@ -530,6 +522,18 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
 fn jitter<K: Hash>(key: &K) -> Duration {
     use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
     Duration::from_millis(BuildHasherDefault::<DefaultHasher>::default().hash_one(key) % 100)
+}
+
+impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
+    /// The API server answers again: the keys parked while it did not are queued now, in order (a hash set's order
+    /// differs from one process to the next, and the simulation's schedule follows the queue's).
+    pub fn unpark_all(&self) {
+        let mut parked: Vec<K> = self.state().parked.drain().collect();
+        parked.sort_unstable();
+        for key in parked {
+            self.add(key);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -36,6 +36,37 @@ pub(super) struct Actors {
     /// The choices of the actors added since the soak's seeds were recorded (foreground deletion), drawn apart from
     /// the world's so that a seed in which they do not act plays the order it played before them.
     pub rng: super::rng::Rng,
+    /// A Velero restore under way: what is left to restore, in Velero's order.
+    pub velero: Option<Restore>,
+}
+
+/// A Velero restore of one namespace after its objects were deleted: the objects of its backup, restored one per step
+/// in Velero's order (alphabetical by resource, Clusters last: claims before IPAddresses), each with Velero's label,
+/// without its status, UID or resourceVersion.
+pub(super) struct Restore {
+    namespace: usize,
+    pending: std::collections::VecDeque<(Kind, Value)>,
+}
+
+/// An object as Velero restores it: what the API server made of it (UID, resourceVersion, times, status) gone, and
+/// Velero's labels on it.
+fn restored(mut object: Value) -> Value {
+    if let Some(meta) = object["metadata"].as_object_mut() {
+        for field in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation", "managedFields"]
+        {
+            meta.remove(field);
+        }
+        let labels = meta.entry("labels").or_insert_with(|| json!({}));
+        if !labels.is_object() {
+            *labels = json!({});
+        }
+        labels[crate::api::VELERO_RESTORE_LABEL] = json!("restore-1");
+        labels["velero.io/backup-name"] = json!("backup-1");
+    }
+    if let Some(o) = object.as_object_mut() {
+        o.remove("status");
+    }
+    object
 }
 
 /// What of an object another provider's controllers own and ours must never write.
@@ -304,6 +335,113 @@ impl World {
             }
         }
         did
+    }
+
+    // ---- Velero ----
+
+    /// Velero restores namespace `n` from a backup taken a moment ago, after its objects were deleted (a person deleted
+    /// the namespace's objects, or the namespace: its claims and IPAddresses go with their finalizers stripped).
+    pub(super) fn velero_begins(&mut self, n: usize) {
+        if self.actors.velero.is_some() {
+            return;
+        }
+        let namespace = NAMESPACES[n];
+        let ours = |w: &World, kind: Kind, o: &Value| {
+            let key = key_of(o);
+            *key.namespace == *namespace
+                && o["metadata"]["deletionTimestamp"].is_null()
+                && !w.actors.foreign.contains_key(&(kind, key))
+        };
+        let claims: Vec<Value> = self.objects(Kind::Claim).into_iter().filter(|o| ours(self, Kind::Claim, o)).collect();
+        let addresses: Vec<Value> =
+            self.objects(Kind::Address).into_iter().filter(|o| ours(self, Kind::Address, o)).collect();
+        let cluster = self.object(Kind::Cluster, &ObjectKey::new(namespace, super::model::CLUSTER));
+        if claims.is_empty() {
+            return;
+        }
+        self.note(|| {
+            format!("Velero: the objects of namespace {namespace} are deleted; a restore from a backup begins")
+        });
+        for (kind, objects) in [(Kind::Address, &addresses), (Kind::Claim, &claims)] {
+            for object in objects {
+                let key = key_of(object);
+                let _ = self.server_merge(kind, &key, json!({"metadata": {"finalizers": null}}));
+                let _ = self.server_delete(kind, &key);
+                self.actors.lost.retain(|(k, _)| *k != key);
+            }
+        }
+        let mut pending: std::collections::VecDeque<(Kind, Value)> = std::collections::VecDeque::new();
+        pending.extend(claims.into_iter().map(|o| (Kind::Claim, restored(o))));
+        pending.extend(addresses.into_iter().map(|o| (Kind::Address, restored(o))));
+        if let Some(cluster) = cluster {
+            let _ = self.server_delete(Kind::Cluster, &key_of(&cluster));
+            pending.push_back((Kind::Cluster, restored(cluster)));
+        }
+        self.actors.velero = Some(Restore { namespace: n, pending });
+    }
+
+    /// Velero restores the next object; false when the restore is over.
+    pub(super) fn velero_continues(&mut self) -> bool {
+        let Some(restore) = self.actors.velero.as_mut() else { return false };
+        let Some((kind, object)) = restore.pending.pop_front() else {
+            self.actors.velero = None;
+            return false;
+        };
+        let n = restore.namespace;
+        let key = key_of(&object);
+        match self.server_create(kind, object.clone()) {
+            Ok(created) if kind == Kind::Address => self.restored_ipaddress(n, &created),
+            Ok(_) => {}
+            Err(e) if kind == Kind::Address => {
+                // Velero logs the failure and goes on: the claim made its own IPAddress before its own was restored,
+                // and the machine's address is free in the pool (finding 6 of issue 33).
+                if let Some(existing) = self.object(Kind::Address, &key)
+                    && self.object(Kind::Claim, &key).is_some_and(|c| {
+                        existing.pointer("/metadata/ownerReferences/0/uid") == c.pointer("/metadata/uid")
+                    })
+                {
+                    self.found.get_or_insert_with(|| {
+                        format!(
+                            "VELERO: claim {key} made an IPAddress of its own before its IPAddress was restored (the \
+                             restore failed: {e}), and its machine's address {} is free",
+                            object["spec"]["address"]
+                        )
+                    });
+                }
+            }
+            Err(_) => {}
+        }
+        true
+    }
+
+    /// A restored IPAddress's claim, restored before it, must end bound to it (its machine uses the address), unless
+    /// another claim holds the address by now (the namespace's deletion freed it: whichever came second gets another).
+    fn restored_ipaddress(&mut self, n: usize, created: &Value) {
+        let key = key_of(created);
+        let (Some(pool), Some(claim)) = (super::world::pool_of_address(created), self.object(Kind::Claim, &key)) else {
+            return;
+        };
+        let Some(held) = Held::of_address(pool, created) else { return };
+        if pool == PoolId::Prefix || *key.namespace != *NAMESPACES[n] {
+            return;
+        }
+        let address = created["spec"]["address"].as_str().unwrap_or_default().to_owned();
+        let taken_here = self.objects(Kind::Address).iter().any(|a| {
+            key_of(a) != key
+                && super::world::pool_of_address(a) == Some(pool)
+                && Held::of_address(pool, a).is_some_and(|h| h.overlaps(held))
+        });
+        let taken_in_index = self.live_index().is_none_or(|index| {
+            index
+                .holders(&pool.pool_key())
+                .iter()
+                .any(|(k, h, _)| *k != key && h.address().is_some_and(|a| a.to_string() == address))
+        });
+        if taken_here || taken_in_index {
+            return;
+        }
+        let uid = claim["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+        self.returned.push((uid, key, held));
     }
 
     // ---- People ----

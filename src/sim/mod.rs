@@ -88,9 +88,11 @@ mod tests {
         );
     }
 
+    /// Every hash map's order differs from the next one's (and from one process to the next): a schedule that follows
+    /// one (seed 93 followed the order of the claims a pool's change woke) is found by running seeds twice.
     #[test]
     fn a_seed_replays_the_same_schedule() {
-        for seed in [3, 17] {
+        for seed in [3, 17, 93, 128].into_iter().chain(100..160) {
             let options = Options { trace: true, ..Options::for_seed(seed) };
             let first = World::new(seed, options.clone()).run_traced();
             let second = World::new(seed, options).run_traced();

@@ -52,6 +52,9 @@ pub struct Options {
     pub late: Late,
     /// Keep a readable line per step (replays; a run that found nothing does not need one).
     pub trace: bool,
+    /// Velero restores a namespace now and then (`SIM_VELERO=1`): off in `make test` until what it finds is fixed
+    /// (docs/testing.md).
+    pub velero: bool,
 }
 
 impl Options {
@@ -63,6 +66,7 @@ impl Options {
             steps: 150 + rng.below(350),
             late: if rng.chance(25) { Late::Anytime } else { Late::BeforeNextTerm },
             trace: false,
+            velero: std::env::var_os("SIM_VELERO").is_some(),
         }
     }
 }
@@ -428,7 +432,7 @@ pub struct World {
     moves: [Move; 2],
     elsewhere: BTreeMap<Held, Elsewhere>,
     /// The claims clusterctl brought back, by UID, with the IPAddress and address they came back with.
-    returned: Vec<(String, ObjectKey, Held)>,
+    pub(super) returned: Vec<(String, ObjectKey, Held)>,
     trace: Vec<String>,
     step: usize,
     /// What the per-step check last saw (the server's revision, and the addresses of the other management cluster).
@@ -444,7 +448,7 @@ pub struct World {
     /// Pins, another provider, people (`super::actors`).
     pub(super) actors: super::actors::Actors,
     /// A violation found while the tasks ran (a create sent), reported by the next check.
-    found: Option<String>,
+    pub(super) found: Option<String>,
     /// The UIDs of IPAddresses a deposed leader's create made after its term ended.
     late_created: BTreeSet<String>,
     pub stats: Stats,
@@ -636,7 +640,7 @@ impl World {
 
     // ---- The server, as users and clusterctl reach it (at once, not through a term) ----
 
-    fn server_create(&mut self, kind: Kind, object: Value) -> Result<Value, ApiError> {
+    pub(super) fn server_create(&mut self, kind: Kind, object: Value) -> Result<Value, ApiError> {
         let created = lock(&self.hub).server.create(kind, object);
         if let Ok(o) = &created {
             let line = describe(kind, o);
@@ -1290,6 +1294,9 @@ impl World {
     // ---- Users and clusterctl ----
 
     fn user(&mut self) {
+        if self.actors.velero.is_some() && self.actors.rng.chance(50) && self.velero_continues() {
+            return;
+        }
         let n = self.rng.below(2);
         if let Move::Leaving(claims) = &self.moves[n]
             && self.rng.chance(50)
@@ -1327,6 +1334,9 @@ impl World {
             Some(5) => self.start_move_away(n),
             Some(6) => self.move_back(n),
             Some(7) => self.release_moved_away(n),
+            Some(8) if self.options.velero && self.moves[n] == Move::Home && self.actors.rng.chance(15) => {
+                self.velero_begins(n);
+            }
             Some(8) => self.create_or_delete_cluster(n),
             Some(9) => self.garbage_collect(),
             Some(10) => {
@@ -1668,13 +1678,13 @@ impl World {
 
     /// A world that does nothing by itself: the script creates, delivers and answers.
     pub(super) fn scripted() -> World {
-        World::new(0, Options { replicas: 1, steps: 0, late: Late::BeforeNextTerm, trace: true })
+        World::new(0, Options { replicas: 1, steps: 0, late: Late::BeforeNextTerm, trace: true, velero: false })
     }
 
     /// A scripted world whose invariants allow for a write of an ended term landing after the next term began (an
     /// unbound duplicate may appear for a moment; two bound claims never share an address).
     pub(super) fn scripted_with_writes_late_anytime() -> World {
-        World::new(0, Options { replicas: 1, steps: 0, late: Late::Anytime, trace: true })
+        World::new(0, Options { replicas: 1, steps: 0, late: Late::Anytime, trace: true, velero: false })
     }
 
     /// The room of the moved-away annotation (for the terms begun from now on), and the API server's limit on an
@@ -1871,7 +1881,8 @@ impl World {
     /// No more faults or users: every request is answered, every event delivered, every queue drained, until a full
     /// round changes nothing in the API server.
     fn settle(&mut self) -> Result<(), String> {
-        self.note(|| "settling: no more faults or users; clusterctl finishes what it began".to_owned());
+        self.note(|| "settling: no more faults or users; clusterctl and Velero finish what they began".to_owned());
+        while self.velero_continues() {}
         for n in 0..self.moves.len() {
             while let Move::Leaving(claims) = &self.moves[n] {
                 let claims = claims.clone();
@@ -2460,7 +2471,16 @@ impl World {
             }
             let address = addresses.iter().find(|a| key_of(a) == *key);
             let holds = address.and_then(|a| Held::of_address(pool, a)) == Some(*held);
-            if !holds {
+            // A person deleted its IPAddress while its Cluster is paused or gone: it waits with its address held (as
+            // in the bound claims' check), and makes it again once the Cluster is unpaused (seed 120260858).
+            let cluster = self.object(Kind::Cluster, &ObjectKey::new(&key.namespace, CLUSTER));
+            let waits = cluster.is_none_or(|c| c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true));
+            let lost_waiting =
+                address.is_none() && waits && self.actors.lost.iter().any(|(k, h)| k == key && *h == Some(*held));
+            if lost_waiting && addresses.iter().any(|a| Held::of_address(pool, a).is_some_and(|h| h.overlaps(*held))) {
+                return Err(format!("claim {key} waits for {held}, which another IPAddress holds"));
+            }
+            if !holds && !lost_waiting {
                 return Err(format!(
                     "claim {key} came back with {held}, and its IPAddress is gone or holds another address: {}",
                     address.map_or_else(|| "none".to_owned(), |a| describe(Kind::Address, a))

@@ -63,6 +63,8 @@ struct PoolState {
     pins: pins::Pins,
     /// A pin's placeholder took an address since the requesters were last woken: the pinned claim may wait for it.
     requesters_due: bool,
+    /// Its spec was removed (the pool deleted while IPAddresses of it stay): no spec will come to find duplicates.
+    spec_removed: bool,
 }
 
 /// The allocator state of all pools.
@@ -98,6 +100,7 @@ impl Registry {
             return Vec::new();
         }
         state.spec = Some(spec.clone());
+        state.spec_removed = false;
         let config = parse_config(spec);
         match config {
             Err(reason) => {
@@ -134,6 +137,7 @@ impl Registry {
     pub fn remove_spec(&mut self, key: &PoolKey) {
         if let Some(state) = self.pools.get_mut(key) {
             state.spec = None;
+            state.spec_removed = true;
             state.config_error = None;
             state.allocator = None;
             state.holders.retain(|k, _| !is_pin(k));

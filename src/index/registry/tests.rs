@@ -194,6 +194,20 @@ fn duplicates_recorded_before_the_pool_spec_are_found_when_it_arrives() {
     assert_eq!(found[0].holders, vec![obj("a"), obj("b")]);
 }
 
+/// Soak seed 120232318: a pool deleted while an IPAddress of it stays; a deposed leader's late create of the same
+/// address lands. No spec will come to find the duplicate: it is found as it is recorded.
+#[test]
+fn a_duplicate_recorded_after_the_pool_was_deleted_is_found_at_once() {
+    let mut r = Registry::new();
+    let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+    r.remove_spec(&pool());
+    let found = r.record(&pool(), &obj("b"), ip("10.0.0.1")).expect("a duplicate");
+    assert_eq!(found.holders, vec![obj("a"), obj("b")]);
+    assert_eq!(r.record(&pool(), &obj("c"), ip("10.0.0.2")), None, "another address is no duplicate");
+}
+
 #[test]
 fn prefix_pools() {
     let mut r = Registry::new();
