@@ -46,6 +46,8 @@ pub(super) struct Actors {
 pub(super) struct Restore {
     namespace: usize,
     pending: std::collections::VecDeque<(Kind, Value)>,
+    /// When each claim was restored (simulated milliseconds): it waits for its IPAddress that long at most.
+    claims_restored_at: BTreeMap<ObjectKey, i64>,
 }
 
 /// An object as Velero restores it: what the API server made of it (UID, resourceVersion, times, status) gone, and
@@ -377,7 +379,7 @@ impl World {
             let _ = self.server_delete(Kind::Cluster, &key_of(&cluster));
             pending.push_back((Kind::Cluster, restored(cluster)));
         }
-        self.actors.velero = Some(Restore { namespace: n, pending });
+        self.actors.velero = Some(Restore { namespace: n, pending, claims_restored_at: BTreeMap::new() });
     }
 
     /// Velero restores the next object; false when the restore is over.
@@ -389,13 +391,22 @@ impl World {
         };
         let n = restore.namespace;
         let key = key_of(&object);
+        let now = self.now_ms();
+        let waited = self.actors.velero.as_ref().and_then(|r| r.claims_restored_at.get(&key)).map(|at| now - at);
         match self.server_create(kind, object.clone()) {
             Ok(created) if kind == Kind::Address => self.restored_ipaddress(n, &created),
+            Ok(_) if kind == Kind::Claim => {
+                if let Some(restore) = self.actors.velero.as_mut() {
+                    restore.claims_restored_at.insert(key, now);
+                }
+            }
             Ok(_) => {}
             Err(e) if kind == Kind::Address => {
                 // Velero logs the failure and goes on: the claim made its own IPAddress before its own was restored,
-                // and the machine's address is free in the pool (finding 6 of issue 33).
-                if let Some(existing) = self.object(Kind::Address, &key)
+                // and the machine's address is free in the pool (finding 6 of issue 33). Only within the restore
+                // wait (120 s in the simulation): a restore slower than that is documented to lose the race.
+                if waited.is_some_and(|ms| ms < 115_000)
+                    && let Some(existing) = self.object(Kind::Address, &key)
                     && self.object(Kind::Claim, &key).is_some_and(|c| {
                         existing.pointer("/metadata/ownerReferences/0/uid") == c.pointer("/metadata/uid")
                     })
@@ -422,7 +433,13 @@ impl World {
             return;
         };
         let Some(held) = Held::of_address(pool, created) else { return };
-        if pool == PoolId::Prefix || *key.namespace != *NAMESPACES[n] {
+        // Its pool gone or made again, the garbage collector deletes it (every owner reference dangles): nothing to
+        // keep.
+        let pool_uid = self.object(pool.server_kind(), &pool.key()).map(|p| p["metadata"]["uid"].clone());
+        let solid = created["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|owners| owners.iter().any(|o| Some(&o["uid"]) == pool_uid.as_ref()));
+        if pool == PoolId::Prefix || *key.namespace != *NAMESPACES[n] || !solid {
             return;
         }
         let address = created["spec"]["address"].as_str().unwrap_or_default().to_owned();

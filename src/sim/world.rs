@@ -1220,6 +1220,11 @@ impl World {
     }
 
     /// The work queues' instant of now on the simulated clock.
+    /// The simulated clock, in milliseconds since the run began.
+    pub(super) fn now_ms(&self) -> i64 {
+        self.now_ms.load(Ordering::Relaxed)
+    }
+
     fn now(&self) -> Instant {
         self.epoch + Duration::from_millis(u64::try_from(self.now_ms.load(Ordering::Relaxed)).unwrap_or(0))
     }
@@ -2467,6 +2472,10 @@ impl World {
         for (uid, key, held) in &self.returned {
             let Some(claim) = claims.iter().find(|c| c["metadata"]["uid"].as_str() == Some(uid)) else { continue };
             if !claim["metadata"]["deletionTimestamp"].is_null() {
+                continue;
+            }
+            // Its pool deleted since, the garbage collector takes its IPAddress (every owner reference dangles).
+            if claim_pool(claim).is_none_or(|p| self.object(p.server_kind(), &p.key()).is_none()) {
                 continue;
             }
             let address = addresses.iter().find(|a| key_of(a) == *key);
