@@ -38,6 +38,8 @@ pub(super) struct Actors {
     pub rng: super::rng::Rng,
     /// A Velero restore under way: what is left to restore, in Velero's order.
     pub velero: Option<Restore>,
+    /// The UIDs of IPAddresses Velero restored holding an address handed out while they were gone.
+    pub velero_duplicates: BTreeSet<String>,
 }
 
 /// A Velero restore of one namespace after its objects were deleted: the objects of its backup, restored one per step
@@ -46,8 +48,9 @@ pub(super) struct Actors {
 pub(super) struct Restore {
     namespace: usize,
     pending: std::collections::VecDeque<(Kind, Value)>,
-    /// When each claim was restored (simulated milliseconds): it waits for its IPAddress that long at most.
-    claims_restored_at: BTreeMap<ObjectKey, i64>,
+    /// When each claim was restored (simulated milliseconds: it waits for its IPAddress that long at most), and its
+    /// UID.
+    claims_restored_at: BTreeMap<ObjectKey, (i64, String)>,
 }
 
 /// An object as Velero restores it: what the API server made of it (UID, resourceVersion, times, status) gone, and
@@ -392,12 +395,13 @@ impl World {
         let n = restore.namespace;
         let key = key_of(&object);
         let now = self.now_ms();
-        let waited = self.actors.velero.as_ref().and_then(|r| r.claims_restored_at.get(&key)).map(|at| now - at);
+        let waited = self.actors.velero.as_ref().and_then(|r| r.claims_restored_at.get(&key)).map(|(at, _)| now - at);
         match self.server_create(kind, object.clone()) {
             Ok(created) if kind == Kind::Address => self.restored_ipaddress(n, &created),
-            Ok(_) if kind == Kind::Claim => {
+            Ok(created) if kind == Kind::Claim => {
+                let uid = created["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
                 if let Some(restore) = self.actors.velero.as_mut() {
-                    restore.claims_restored_at.insert(key, now);
+                    restore.claims_restored_at.insert(key, (now, uid));
                 }
             }
             Ok(_) => {}
@@ -407,6 +411,7 @@ impl World {
                 // wait (120 s in the simulation): a restore slower than that is documented to lose the race.
                 if waited.is_some_and(|ms| ms < 115_000)
                     && let Some(existing) = self.object(Kind::Address, &key)
+                    && existing["spec"]["address"] != object["spec"]["address"]
                     && self.object(Kind::Claim, &key).is_some_and(|c| {
                         existing.pointer("/metadata/ownerReferences/0/uid") == c.pointer("/metadata/uid")
                     })
@@ -429,19 +434,8 @@ impl World {
     /// another claim holds the address by now (the namespace's deletion freed it: whichever came second gets another).
     fn restored_ipaddress(&mut self, n: usize, created: &Value) {
         let key = key_of(created);
-        let (Some(pool), Some(claim)) = (super::world::pool_of_address(created), self.object(Kind::Claim, &key)) else {
-            return;
-        };
+        let Some(pool) = super::world::pool_of_address(created) else { return };
         let Some(held) = Held::of_address(pool, created) else { return };
-        // Its pool gone or made again, the garbage collector deletes it (every owner reference dangles): nothing to
-        // keep.
-        let pool_uid = self.object(pool.server_kind(), &pool.key()).map(|p| p["metadata"]["uid"].clone());
-        let solid = created["metadata"]["ownerReferences"]
-            .as_array()
-            .is_some_and(|owners| owners.iter().any(|o| Some(&o["uid"]) == pool_uid.as_ref()));
-        if pool == PoolId::Prefix || *key.namespace != *NAMESPACES[n] || !solid {
-            return;
-        }
         let address = created["spec"]["address"].as_str().unwrap_or_default().to_owned();
         let taken_here = self.objects(Kind::Address).iter().any(|a| {
             key_of(a) != key
@@ -455,6 +449,23 @@ impl World {
                 .any(|(k, h, _)| *k != key && h.address().is_some_and(|a| a.to_string() == address))
         });
         if taken_here || taken_in_index {
+            self.actors.velero_duplicates.extend(created["metadata"]["uid"].as_str().map(str::to_owned));
+            return;
+        }
+        let Some(claim) = self.object(Kind::Claim, &key) else { return };
+        // Only a claim this restore made, of the IPAddress's pool (a user's claim of the name may have taken it).
+        let restored_uid =
+            self.actors.velero.as_ref().and_then(|r| r.claims_restored_at.get(&key)).map(|(_, u)| u.as_str());
+        if restored_uid != claim["metadata"]["uid"].as_str() || super::world::claim_pool(&claim) != Some(pool) {
+            return;
+        }
+        // Its pool gone or made again, the garbage collector deletes it (every owner reference dangles): nothing to
+        // keep.
+        let pool_uid = self.object(pool.server_kind(), &pool.key()).map(|p| p["metadata"]["uid"].clone());
+        let solid = created["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|owners| owners.iter().any(|o| Some(&o["uid"]) == pool_uid.as_ref()));
+        if pool == PoolId::Prefix || *key.namespace != *NAMESPACES[n] || !solid {
             return;
         }
         let uid = claim["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
