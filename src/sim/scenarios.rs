@@ -56,6 +56,16 @@ fn fails(world: &World, result: Result<(), String>) {
     }
 }
 
+/// Settles the world with every invariant holding; the claim `key` has made its IPAddress again, holding `address`
+/// (its machine's).
+fn settles_with_ipaddress_made_again(w: &mut World, key: &ObjectKey, address: &Value) {
+    let result = w.finish();
+    fails(w, result);
+    let again =
+        w.read(Kind::Address, key).unwrap_or_else(|| panic!("{key}'s IPAddress made again:\n{}", w.trace_text()));
+    assert_eq!(again["spec"]["address"], *address, "{again}\n{}", w.trace_text());
+}
+
 /// Hole 2: a create applied without an answer is retried, gets 409, and reads the IPAddress it made; meanwhile the
 /// pool's other claim is allocated. Its address must not be the one the first claim's IPAddress holds.
 #[test]
@@ -1142,10 +1152,7 @@ fn a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_is_withdra
         w.deliver_all(&[]);
         w.run_to_rest(Job::Claim(b.clone()));
         w.run_to_rest(Job::Claim(b.clone()));
-        let result = w.finish();
-        fails(&w, result);
-        let again = w.read(Kind::Address, &b).expect("b/m1's IPAddress made again");
-        assert_eq!(again["spec"]["address"], own, "leader change {leader_change}:\n{}", w.trace_text());
+        settles_with_ipaddress_made_again(&mut w, &b, &own);
         let ready = w.read(Kind::Claim, &b).expect("b/m1")["status"]["conditions"][0]["message"].clone();
         assert!(
             ready.as_str().is_some_and(|m| m.starts_with(&format!("allocated {} ", own.as_str().unwrap_or("?")))),
@@ -1183,10 +1190,7 @@ fn an_ipaddress_made_again_for_a_claim_the_cache_shows_unbound_is_kept_when_it_i
     w.deliver_all(&[Kind::Address]);
     w.deliver_all(&[Kind::Pool(ip.kind())]);
     w.run_to_rest(Job::Claim(m0.clone()));
-    let result = w.finish();
-    fails(&w, result);
-    let again = w.read(Kind::Address, &m0).expect("m0's IPAddress made again");
-    assert_eq!(again["spec"]["address"], held, "{again}\n{}", w.trace_text());
+    settles_with_ipaddress_made_again(&mut w, &m0, &held);
 }
 
 /// The review of soak seed 20056794's fix found it: a deposed leader's late create of `b/m1` lands after a person
@@ -1219,10 +1223,7 @@ fn a_late_create_of_a_free_address_under_a_bound_claim_whose_ipaddress_a_person_
         w.answer_everything();
         w.deliver_all(&[]);
         w.run_to_rest(Job::Claim(b.clone()));
-        let result = w.finish();
-        fails(&w, result);
-        let again = w.read(Kind::Address, &b).expect("b/m1's IPAddress made again");
-        assert_eq!(again["spec"]["address"], own, "{withdrawal:?}:\n{}", w.trace_text());
+        settles_with_ipaddress_made_again(&mut w, &b, &own);
         let ready = w.read(Kind::Claim, &b).expect("b/m1")["status"]["conditions"][0]["message"].clone();
         let names_own =
             ready.as_str().is_some_and(|m| m.starts_with(&format!("allocated {} ", own.as_str().unwrap_or("?"))));
@@ -1496,10 +1497,7 @@ fn a_refused_create_of_a_bound_claims_ipaddress_keeps_its_address_held() {
     w.run_to_rest(Job::Claim(m1.clone()));
     assert!(w.read(Kind::Address, &m1).is_none(), "m1 took m0's address:\n{}", w.trace_text());
     w.run_to_rest(Job::Claim(m0.clone()));
-    let result = w.finish();
-    fails(&w, result);
-    let again = w.read(Kind::Address, &m0).expect("m0's IPAddress made again");
-    assert_eq!(again["spec"]["address"], own, "{}", w.trace_text());
+    settles_with_ipaddress_made_again(&mut w, &m0, &own);
 }
 
 /// Soak seed 120037281, scripted: Cluster `cl` moves back with `a/m0` and its IPAddress, and `a/m0` is bound to it
@@ -1533,10 +1531,7 @@ fn a_claim_back_from_a_move_whose_entry_outlived_a_leader_change_makes_its_ipadd
     w.deliver_all(&[]);
     w.run_to_rest(Job::Claim(m0.clone()));
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
-    let result = w.finish();
-    fails(&w, result);
-    let again = w.read(Kind::Address, &m0).expect("a/m0's IPAddress made again");
-    assert_eq!(again["spec"]["address"], moved, "{}", w.trace_text());
+    settles_with_ipaddress_made_again(&mut w, &m0, &moved);
     assert_eq!(moved_away_entries(&w), "", "the reservation outlived the move back:\n{}", w.trace_text());
 }
 
