@@ -40,6 +40,8 @@ pub(super) struct Actors {
     pub velero: Option<Restore>,
     /// The UIDs of IPAddresses Velero restored holding an address handed out while they were gone.
     pub velero_duplicates: BTreeSet<String>,
+    /// The IPAddresses Velero restored (by UID: name, pool, address), for the creates sent after them.
+    pub velero_restored: BTreeMap<String, (ObjectKey, PoolId, Held)>,
 }
 
 /// A Velero restore of one namespace after its objects were deleted: the objects of its backup, restored one per step
@@ -157,6 +159,24 @@ impl World {
         let Some(term_pool) = super::world::pool_of_address(object) else { return Ok(()) };
         let Some(held) = Held::of_address(term_pool, object) else { return Ok(()) };
         let claim = key_of(object);
+        // Velero restored an IPAddress after the index freed its address, and the index hands the address out before
+        // its watch shows that IPAddress: the conflict `restored_ipaddress` marks, met the other way round. (Had the
+        // index recorded it, this create would be a duplicate of ours, and stays a violation.)
+        let unseen: Vec<String> = self
+            .actors
+            .velero_restored
+            .iter()
+            .filter(|(uid, (key, pool, h))| {
+                *pool == term_pool
+                    && h.overlaps(held)
+                    && self.live_index().is_none_or(|index| {
+                        index.address(key).and_then(|r| r.uid) != Some(crate::compact::Uid::of(uid))
+                    })
+                    && self.objects(Kind::Address).iter().any(|a| a["metadata"]["uid"].as_str() == Some(uid))
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        self.actors.velero_duplicates.extend(unseen);
         if !self.actors.sent.insert((claim.clone(), held.to_string())) {
             return Ok(());
         }
@@ -451,6 +471,9 @@ impl World {
         if taken_here || taken_in_index {
             self.actors.velero_duplicates.extend(created["metadata"]["uid"].as_str().map(str::to_owned));
             return;
+        }
+        if let Some(uid) = created["metadata"]["uid"].as_str() {
+            self.actors.velero_restored.insert(uid.to_owned(), (key.clone(), pool, held));
         }
         let Some(claim) = self.object(Kind::Claim, &key) else { return };
         // Only a claim this restore made, of the IPAddress's pool (a user's claim of the name may have taken it).
