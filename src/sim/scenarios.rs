@@ -328,6 +328,42 @@ fn an_ipaddress_a_move_left_behind_is_not_adopted_by_a_new_claim_of_its_name() {
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the reservation is gone");
 }
 
+/// Soak seed 110198788, scripted: as above, and the answer to taking our finalizer off the IPAddress let go is lost,
+/// so the watch's Deleted event releases it. The answer of the DELETE before it (the object, being deleted, as the
+/// API server returned it) must not make the index forget that it was left behind by a move: forgotten, its hold
+/// stayed for the new claim of its name, which made its IPAddress with the address in use over there.
+#[test]
+fn an_ipaddress_a_move_left_behind_and_let_go_by_a_new_claim_of_its_name_keeps_its_address_reserved() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let moved = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[Kind::Claim]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let m0 = w.create_claim_named(0, "m0", gip);
+    w.deliver_all(&[Kind::Claim]);
+    w.run_job(Job::Claim(m0.clone()));
+    let is_finalizer_off = |op: &Op| matches!(op, Op::PatchJson { kind: Kind::Address, .. });
+    while !w.answer_where(is_finalizer_off, Fate::AppliedAnswerLost) {
+        assert!(w.answer_where(|op| !is_finalizer_off(op), Fate::Answered), "never let go:\n{}", w.trace_text());
+    }
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let result = w.finish();
+    fails(&w, result);
+    let made = w.read(Kind::Address, &m0).expect("the new claim's IPAddress");
+    assert_ne!(made["spec"]["address"], moved, "the new claim took the address in use over there:\n{}", w.trace_text());
+    assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the reservation is gone");
+}
+
 /// A second review found it: Cluster `cl` comes back with claim `m0` and its IPAddress, whose address is reserved
 /// here as moved away, and the claim is deleted before it was bound again. The address is in use nowhere now: the
 /// reservation ends (kept, it would be lost here and over there for good).
@@ -1566,4 +1602,40 @@ fn a_claim_released_before_its_cluster_moved_reserves_nothing() {
     let result = w.check_now();
     fails(&w, result);
     assert!(!moved_away_entries(&w).contains("@a/m0"), "a/m0's released address reserved:\n{}", w.trace_text());
+}
+
+/// Soak seed 100021395, scripted: a person deletes the IPAddress of bound claim `a/m0` while its Cluster is paused (the
+/// claim keeps its address held, not made again while paused). Then a user deletes `a/m0`, strips its finalizers, and
+/// the Cluster is deleted while paused (as a move leaves it). `a/m0` was not deleted for a move: its machine is gone,
+/// and the address it kept is free, not reserved as in use over there.
+#[test]
+fn a_claim_a_user_deleted_before_its_paused_cluster_went_reserves_nothing() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.deliver_all(&[]);
+    w.strip_ipaddress_of(m0.clone());
+    w.deliver_all(&[]);
+    w.remove(Kind::Claim, &m0);
+    w.deliver_all(&[]);
+    w.force_delete_claim(&m0);
+    w.remove(Kind::Cluster, &cl);
+    // The Cluster's deletion is seen first (it went while paused: moved, as far as anyone here can tell).
+    w.deliver_all(&[Kind::Cluster]);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    assert!(!moved_away_entries(&w).contains("@a/m0"), "a/m0's address reserved:\n{}", w.trace_text());
+    let (m1, _) = claim_of_cluster(&mut w, "m1");
+    cluster(&mut w, false);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m1.clone()));
+    let result = w.finish();
+    fails(&w, result);
+    assert!(w.read(Kind::Address, &m1).is_some(), "a/m1 got the free address:\n{}", w.trace_text());
 }
