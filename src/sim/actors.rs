@@ -349,6 +349,9 @@ impl World {
             did = true;
             if solid.is_empty() {
                 self.note(|| format!("the garbage collector deletes IPAddress {key}, a dependent of {owner_key}"));
+                // One Velero restored and no claim adopted yet (its owner reference names the backup's claim UID):
+                // its address goes with its pool (seed 140006186, helper-18).
+                self.returned.retain(|(_, k, _)| *k != key);
                 let _ = self.server_delete(Kind::Address, &key);
             } else {
                 self.note(|| {
@@ -403,6 +406,11 @@ impl World {
             pending.push_back((Kind::Cluster, restored(cluster)));
         }
         self.actors.velero = Some(Restore { namespace: n, pending, claims_restored_at: BTreeMap::new() });
+    }
+
+    /// Whether Velero is restoring namespace `n` (no one moves a namespace's Cluster while its restore runs).
+    pub(super) fn restoring(&self, n: usize) -> bool {
+        self.actors.velero.as_ref().is_some_and(|r| r.namespace == n)
     }
 
     /// Velero restores the next object; false when the restore is over.

@@ -1507,7 +1507,7 @@ impl World {
     /// clusterctl move, on the source: pause the Cluster, copy (the addresses of the global pool are in use over
     /// there from now on), then delete each claim for the move and the Cluster.
     fn start_move_away(&mut self, n: usize) {
-        if self.moves[n] != Move::Home {
+        if self.moves[n] != Move::Home || self.restoring(n) {
             return;
         }
         let cluster = ObjectKey::new(NAMESPACES[n], CLUSTER);
@@ -2105,7 +2105,7 @@ impl World {
             // An IPAddress no claim is bound to may be a late create of a deposed leader (as above): the claim
             // withdraws it, and only a bound one uses the address here.
             if pool == PoolId::Global
-                && (strict || bound_to(&key, h))
+                && ((strict && !restored_duplicate(a)) || bound_to(&key, h))
                 && let Some((e, where_)) = self
                     .elsewhere
                     .iter()
