@@ -42,6 +42,8 @@ pub(super) struct Actors {
     pub velero_duplicates: BTreeSet<String>,
     /// The IPAddresses Velero restored (by UID: name, pool, address), for the creates sent after them.
     pub velero_restored: BTreeMap<String, (ObjectKey, PoolId, Held)>,
+    /// The restored claims expected to keep their restored IPAddress: claim UID to IPAddress UID.
+    pub velero_returned: BTreeMap<String, String>,
 }
 
 /// A Velero restore of one namespace after its objects were deleted: the objects of its backup, restored one per step
@@ -500,6 +502,9 @@ impl World {
             return;
         }
         let uid = claim["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+        if let Some(restored) = created["metadata"]["uid"].as_str() {
+            self.actors.velero_returned.insert(uid.clone(), restored.to_owned());
+        }
         self.returned.push((uid, key, held));
     }
 
