@@ -74,7 +74,7 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
         return Ok(Written::All);
     };
     let stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
-    let unbacked = ctx.index.moved_away_unbacked(key);
+    let unbacked = ctx.index.moved_away_unbacked(key, &changes);
     let (value, landed) = fit(stored, &changes, ctx.options.moved_away_max_bytes, &unbacked);
     let full = landed.len() < changes.len();
     if full {

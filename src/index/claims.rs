@@ -57,14 +57,9 @@ impl ClaimCache {
         self.claims.len()
     }
 
-    /// The keys of the cached claims for which `predicate` holds.
-    /// The keys of the claims that match, in order: the claims they wake are queued in it, and a hash set's order
-    /// differs from one process to the next (the simulation's schedule followed it: seed 93 played two orders).
+    /// The keys of the cached claims for which `predicate` holds, in the set's (per-process) order.
     pub fn keys_where(&self, predicate: impl Fn(&Claim) -> bool) -> Vec<ObjectKey> {
-        let mut keys: Vec<ObjectKey> =
-            self.claims.iter().filter(|c| predicate(&c.0)).map(|c| c.0.key.clone()).collect();
-        keys.sort_unstable();
-        keys
+        self.claims.iter().filter(|c| predicate(&c.0)).map(|c| c.0.key.clone()).collect()
     }
 }
 
@@ -142,7 +137,11 @@ impl State {
     }
 
     pub(super) fn wake_claims_where(&mut self, predicate: impl Fn(&Claim) -> bool) {
-        self.wake_all(self.claims.keys_where(predicate));
+        // In key order: the claims are queued in it, and a hash set's order differs from one process to the next (the
+        // simulation's schedule followed it: seed 93 played two orders).
+        let mut keys = self.claims.keys_where(predicate);
+        keys.sort_unstable();
+        self.wake_all(keys);
     }
 
     /// The copy of `key` the index holds already, if any: a claim and its IPAddress (and the IPAddress's hold in the
@@ -209,7 +208,7 @@ impl State {
     /// under it while a former leader held its address for it) has the address its condition names held again, while
     /// it is free, so that no claim waiting for an address takes the one its machine uses.
     pub fn hold_bound_addresses(&mut self) {
-        let lost: Vec<(PoolKey, ObjectKey, String)> = self
+        let mut lost: Vec<(PoolKey, ObjectKey, String)> = self
             .claims
             .keys_where(|c| {
                 c.address_ref() == Some(&*c.key.name) && c.deletion_timestamp.is_none() && c.bound_address.is_some()
@@ -222,6 +221,8 @@ impl State {
                 Some((pool, key, claim.bound_address?.to_string()))
             })
             .collect();
+        // In key order, as every wake (two lost claims may name one address).
+        lost.sort_unstable_by(|a, b| a.1.cmp(&b.1));
         for (pool, key, address) in lost {
             if let Some(claim) = self.claims.get(&key) {
                 super::moved_away::reclaim_for_bound(self, &pool, &claim);

@@ -275,8 +275,12 @@ impl Index {
         self.read(|s| s.moved_away_pending(pool))
     }
 
-    pub fn moved_away_unbacked(&self, pool: &PoolKey) -> std::collections::BTreeSet<String> {
-        self.read(|s| s.moved_away_unbacked(pool))
+    pub fn moved_away_unbacked(
+        &self,
+        pool: &PoolKey,
+        changes: &BTreeMap<String, bool>,
+    ) -> std::collections::BTreeSet<String> {
+        self.read(|s| s.moved_away_unbacked(pool, changes))
     }
 
     pub fn moved_away_written(

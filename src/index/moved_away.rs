@@ -102,18 +102,19 @@ impl State {
         self.moved_away.pools.get(pool).map(|l| l.pending.clone()).unwrap_or_default()
     }
 
-    /// The pending additions no IPAddress left behind here backs (a bound claim's kept hold, its IPAddress deleted by
-    /// a person before the move): the annotation is their only record, so they do not wait for its room (soak seed
-    /// 120234571: one waited, known to this process only).
-    pub fn moved_away_unbacked(&self, pool: &PoolKey) -> BTreeSet<String> {
-        self.moved_away_pending(pool)
-            .into_iter()
+    /// Of `changes` (the pending ones the writer read), the additions no IPAddress left behind here backs (a bound
+    /// claim's kept hold, its IPAddress deleted by a person before the move): the annotation is their only record, so
+    /// they do not wait for its room (soak seed 120234571: one waited, known to this process only).
+    pub fn moved_away_unbacked(&self, pool: &PoolKey, changes: &BTreeMap<String, bool>) -> BTreeSet<String> {
+        changes
+            .iter()
             .filter(|(text, add)| {
-                *add && parse(pool, text)
-                    .and_then(|e| e.address)
-                    .is_some_and(|name| !self.addresses.get(&name).is_some_and(|r| r.moving_away))
+                **add
+                    && parse(pool, text)
+                        .and_then(|e| e.address)
+                        .is_some_and(|name| !self.addresses.get(&name).is_some_and(|r| r.moving_away))
             })
-            .map(|(text, _)| text)
+            .map(|(text, _)| text.clone())
             .collect()
     }
 

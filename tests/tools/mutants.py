@@ -222,7 +222,7 @@ MUTATIONS = [
      "            (None, _) if false => {",
      "a late IPAddress recorded in a pool deleted meanwhile is not found to duplicate a bound claim's address"),
     ("unbacked-waits-for-room", "src/controllers/moved_away.rs",
-     "    let unbacked = ctx.index.moved_away_unbacked(key);\n",
+     "    let unbacked = ctx.index.moved_away_unbacked(key, &changes);\n",
      "    let unbacked = std::collections::BTreeSet::new();\n",
      "a moved-away entry that only the annotation can record waits for room in it (known to this process only)"),
     ("release-once-only", "src/controllers/claim.rs",
