@@ -204,9 +204,25 @@ async fn check_invariants(
     let duplicates: Vec<_> = by_address.iter().filter(|(_, holders)| holders.len() > 1).collect();
     assert!(duplicates.is_empty(), "{} addresses handed out twice: {duplicates:?}", duplicates.len());
     let claim_names: HashSet<String> = claims_list.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
-    let leaked: Vec<_> =
+    let mut leaked: Vec<_> =
         addresses.items.iter().filter_map(|a| a.metadata.name.clone()).filter(|n| !claim_names.contains(n)).collect();
-    assert!(leaked.is_empty(), "IPAddresses without a claim: {leaked:?}");
+    // An IPAddress whose claim vanished while it was created is the orphan check's (released after
+    // `--orphan-release-delay`, 2 s here): it must be gone within a few delays.
+    let mut addresses = addresses;
+    for _ in 0..50 {
+        if leaked.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        addresses = addresses_api.list(&Default::default()).await.expect("IPAddresses");
+        leaked = addresses
+            .items
+            .iter()
+            .filter_map(|a| a.metadata.name.clone())
+            .filter(|n| !claim_names.contains(n))
+            .collect();
+    }
+    assert!(leaked.is_empty(), "IPAddresses without a claim after 10 s: {leaked:?}");
     assert_eq!(addresses.items.len(), claims, "one IPAddress per claim");
     for c in &claims_list.items {
         let name = c.metadata.name.clone().unwrap_or_default();
