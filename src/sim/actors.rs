@@ -30,6 +30,9 @@ pub(super) struct Actors {
     /// Claims whose IPAddress a person deleted with its finalizer stripped (and the address it held), while it is not
     /// made again.
     pub lost: Vec<(ObjectKey, Option<Held>)>,
+    /// The IPAddresses a person deleted from under a bound claim (and the address each held) since the claim came
+    /// back with its Cluster or a restore: kept once they are made again, unlike `lost`.
+    pub stripped: BTreeSet<(ObjectKey, Held)>,
     /// The creates of IPAddresses seen sent, by name and address: a retry, or one made again for a claim that kept its
     /// hold, is judged once, when it was first sent.
     pub sent: std::collections::BTreeSet<(ObjectKey, String)>,
@@ -505,7 +508,7 @@ impl World {
         if let Some(restored) = created["metadata"]["uid"].as_str() {
             self.actors.velero_returned.insert(uid.clone(), restored.to_owned());
         }
-        self.returned.push((uid, key, held));
+        self.came_back(uid, key, held);
     }
 
     // ---- People ----
@@ -538,6 +541,9 @@ impl World {
             .and_then(|a| super::world::pool_of_address(&a).and_then(|pool| Held::of_address(pool, &a)));
         let _ = self.user_merge(Kind::Address, &key, json!({"metadata": {"finalizers": null}}));
         self.user_delete(Kind::Address, &key);
+        if let Some(held) = held {
+            self.actors.stripped.insert((key.clone(), held));
+        }
         self.actors.lost.push((key, held));
     }
 

@@ -1157,6 +1157,8 @@ fn seeds_the_soak_found_keep_every_invariant() {
         110_198_788,
         120_037_281,
         120_205_854,
+        150_050_407,
+        150_126_055,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

@@ -1615,7 +1615,7 @@ impl World {
             let Ok(claim) = self.server_create(Kind::Claim, claim) else { continue };
             let uid = claim["metadata"]["uid"].clone();
             let key = ObjectKey::new(NAMESPACES[n], &name);
-            self.returned.push((uid.as_str().unwrap_or_default().to_owned(), key, held));
+            self.came_back(uid.as_str().unwrap_or_default().to_owned(), key, held);
             let address = json!({
                 "apiVersion": format!("{GROUP}/v1beta2"),
                 "kind": "IPAddress",
@@ -2480,6 +2480,13 @@ impl World {
         self.check_returned(&claims, &addresses)
     }
 
+    /// The claim `key` (UID `uid`) came back with its Cluster or a restore, holding `held`: checked by
+    /// [`Self::check_returned`] from now on.
+    pub(super) fn came_back(&mut self, uid: String, key: ObjectKey, held: Held) {
+        self.actors.stripped.retain(|(k, _)| *k != key);
+        self.returned.push((uid, key, held));
+    }
+
     /// A claim that came back with its Cluster, still here (the same UID), keeps the IPAddress it came back with (its
     /// machine uses that address), and once bound to it, the address is no longer reserved as moved away.
     fn check_returned(&self, claims: &[Value], addresses: &[Value]) -> Result<(), String> {
@@ -2514,7 +2521,13 @@ impl World {
             if lost_waiting && addresses.iter().any(|a| Held::of_address(pool, a).is_some_and(|h| h.overlaps(*held))) {
                 return Err(format!("claim {key} waits for {held}, which another IPAddress holds"));
             }
-            if !holds && !lost_waiting {
+            // A person deleted its IPAddress, and its address is no longer the pool's (an edit the webhook did not
+            // see, or admitted once that IPAddress was gone): it is made again with another address (seeds 150050407,
+            // 150126055).
+            let stranded = self.actors.stripped.contains(&(key.clone(), *held))
+                && claim_pool(claim)
+                    .is_some_and(|p| !self.shapes.get(&p).is_some_and(|s| s.allocatable(p).contains(held)));
+            if !holds && !lost_waiting && !stranded {
                 return Err(format!(
                     "claim {key} came back with {held}, and its IPAddress is gone or holds another address: {}",
                     address.map_or_else(|| "none".to_owned(), |a| describe(Kind::Address, a))
