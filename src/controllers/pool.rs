@@ -52,7 +52,7 @@ const OUT_OF_RANGE_SHOWN: usize = 5;
 pub fn desired_status(index: &Index, key: &PoolKey) -> DesiredStatus {
     let ((counts, spec_error), duplicates, reservations, out_of_range) = index.read(|s| {
         let out_of_range = s.out_of_range(key, OUT_OF_RANGE_SHOWN);
-        (s.pool_counts(key), s.duplicates(key), s.reservations(key).len(), out_of_range)
+        (s.status_counts(key), s.duplicates(key), s.reservations(key).len(), out_of_range)
     });
     let addresses = PoolAddressesStatus::from(counts);
     let (ready, reason, message) = match (spec_error, duplicates.as_slice()) {

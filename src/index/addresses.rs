@@ -31,8 +31,10 @@ impl State {
         self.replacing(&key, uid);
         let held = Held::of(record.pool.kind, &address.spec);
         let pool = record.pool.clone();
-        let moving_away = pool.kind.is_global()
-            && (record.moving_away || self.addresses.get(&key).is_some_and(|r| r.moving_away && r.uid == uid));
+        let current = self.addresses.get(&key).filter(|r| r.uid == uid);
+        let kept = current.is_some_and(|r| self.keeps_moving_away(r));
+        record.moving_away_noticed = kept && current.is_some_and(|r| r.moving_away_noticed);
+        let moving_away = pool.kind.is_global() && (record.moving_away || kept);
         record.moving_away = moving_away;
         if pool.kind.is_global() {
             // It holds a reserved address now (one that came back, or one a move left behind: never free between).
@@ -276,7 +278,10 @@ impl State {
                     record.seen = current.seen;
                     // What we read or wrote knows nothing of a move its claim's deletion told (no mark on it yet):
                     // forgotten, the hold would stay for a new claim of the name (soak seed 110198788).
-                    record.moving_away |= current.moving_away;
+                    if self.keeps_moving_away(current) {
+                        record.moving_away = true;
+                        record.moving_away_noticed = current.moving_away_noticed;
+                    }
                 }
                 // The watch delivered this version of it already, and it is not recorded: it was deleted since (what
                 // we read or wrote is older news than the watch's).

@@ -265,6 +265,7 @@ pub fn claim_moved_away(index: &mut State, claim: &ObjectKey) {
         match addresses.get_mut(claim) {
             Some(record) if record.pool.kind.is_global() => {
                 record.moving_away = true;
+                record.moving_away_noticed = true;
                 let pool = (*record.pool).clone();
                 let held = index.registry.held_by(&pool, claim);
                 (pool, held)

@@ -129,6 +129,23 @@ impl State {
         self.pools.get(pool).and_then(|p| p.shard()).is_none_or(|shard| Some(shard) == self.shard.as_deref())
     }
 
+    /// Whether this manager watches every claim that may use the pool: it has no `--watch-filter`, or the pool is
+    /// labelled for its shard. A manager with a filter does not see the claims other managers serve on a pool without
+    /// the label, and the moves of their IPAddresses are theirs to record (the simulation's second manager found the
+    /// two rewriting each other's marks and entries for ever).
+    pub fn sees_claims_of(&self, pool: &PoolKey) -> bool {
+        self.shard.is_none()
+            || self.pools.get(pool).and_then(|p| p.shard()).is_some_and(|s| Some(s) == self.shard.as_deref())
+    }
+
+    /// Whether the record's move stays known when the object does not say it: noticed by this manager, or, seen from
+    /// the object (its mark, clusterctl's annotation), for a manager that watches every claim of the pool (what its
+    /// claim's deletion told is not on the object yet: soak seed 110198788). A manager that does not see the claim
+    /// follows the object: the claim's manager took the mark off (the claim came back).
+    pub(super) fn keeps_moving_away(&self, record: &AddressRecord) -> bool {
+        record.moving_away && (record.moving_away_noticed || self.sees_claims_of(&record.pool))
+    }
+
     /// The IPAddress `key` (`uid`) of a pool without a shard belongs to a live claim this manager does not watch
     /// (another `--watch-filter`): not an orphan of ours, and a sign that two managers allocate from one pool, which can
     /// hand an address out twice (docs/operations.md: label the pool for one of them).

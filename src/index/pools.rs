@@ -31,6 +31,12 @@ impl State {
         // unconfirmed: it goes the way an uncertain create's goes, and a confirmed hold with no IPAddress and no record
         // would stay for the rest of the term (helper-11's review).
         let record = self.remember_address(&claim.key, created);
+        // The claim's Delete event came while the create was in flight, and its orphan check found no IPAddress yet:
+        // checked again now that there is one (else only the sweep releases it, after `--orphan-release-delay`; the
+        // chaos suite's churn found it).
+        if record.is_some() && self.claims.get(&claim.key).is_none_or(|c| c.uid != claim.uid) {
+            self.notices.push(Notice::ClaimGone(claim.key.clone()));
+        }
         (record, self.allocation_latency(claim))
     }
 
@@ -72,6 +78,12 @@ impl State {
     /// The D4 counts of the pool, and its spec error if any.
     pub fn pool_counts(&self, pool: &PoolKey) -> (PoolCounts, Option<String>) {
         self.registry.counts(pool)
+    }
+
+    /// The counts the pool's status says, and its spec error if any: the D4 counts of its IPAddresses, reservations
+    /// and pins, as every manager that watches the pool sees them (no hold only this one knows of).
+    pub fn status_counts(&self, pool: &PoolKey) -> (PoolCounts, Option<String>) {
+        (self.registry.status_counts(pool), self.registry.counts(pool).1)
     }
 
     /// Whether the pool's spec allocates `held` (`None` before a valid spec is loaded).
@@ -206,6 +218,7 @@ impl State {
                         && r.cluster_label.as_deref() == Some(&*key.name)
                         && !r.moving_away
                         && self.claims.get(k).is_none()
+                        && self.sees_claims_of(&r.pool)
                 })
                 .map(|(k, _)| k.clone())
                 .collect();

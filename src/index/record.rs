@@ -35,6 +35,9 @@ pub struct AddressRecord {
     pub deleting: bool,
     /// clusterctl is deleting it for a move (`moved_away`).
     pub moving_away: bool,
+    /// This manager noticed the move itself (its claim's deletion for a move, or its Cluster gone while paused), not
+    /// from the object: kept when the object does not say it (yet).
+    pub moving_away_noticed: bool,
     /// It carries clusterctl's `delete-for-move` itself.
     pub delete_for_move: bool,
     /// It carries our mark of an IPAddress a move left behind (`MOVED_AWAY_MARK`): it moved away for good, also after
@@ -72,6 +75,7 @@ impl AddressRecord {
             deleting: object.metadata.deletion_timestamp.is_some(),
             delete_for_move: annotation(DELETE_FOR_MOVE_ANNOTATION).is_some(),
             moving_away: annotation(DELETE_FOR_MOVE_ANNOTATION).is_some() || marked_moved_away,
+            moving_away_noticed: false,
             marked_moved_away,
             pool,
         })

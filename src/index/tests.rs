@@ -302,6 +302,47 @@ fn the_answer_of_a_create_whose_ipaddress_is_gone_already_leaves_its_hold_to_be_
     assert!(index.allocate(&w, &pool_key(), None).is_ok(), "the address is free again");
 }
 
+/// A claim deleted while the create of its IPAddress was in flight: its Delete event's orphan check found no
+/// IPAddress yet, so the answer of the create asks for that check again (else only the sweep released it, after
+/// `--orphan-release-delay`: the chaos suite's churn found it). A claim still here asks for nothing.
+#[test]
+fn the_answer_of_a_create_for_a_claim_gone_meanwhile_has_its_ipaddress_checked_again() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let (a, b) = (claim("a"), claim("b"));
+    index.apply_claim(a.clone());
+    index.apply_claim(b.clone());
+    index.allocate(&a, &pool_key(), None).expect("free");
+    index.allocate(&b, &pool_key(), None).expect("free");
+    index.delete_claim(&key("a"));
+    assert_eq!(sink.gone.lock().drain(..).collect::<Vec<_>>(), vec![key("a")], "the Delete event's check");
+    let (record, _) = index.address_created(&a, &ip_address("a", "10.0.0.1", &a));
+    assert!(record.is_some(), "recorded");
+    assert_eq!(sink.gone.lock().drain(..).collect::<Vec<_>>(), vec![key("a")], "checked again, now with a record");
+    let (record, _) = index.address_created(&b, &ip_address("b", "10.0.0.2", &b));
+    assert!(record.is_some(), "recorded");
+    assert!(sink.gone.lock().is_empty(), "a claim still here is no orphan");
+    assert!(index.orphans().iter().any(|(k, _)| *k == key("a")), "and the sweep would find it too");
+}
+
+/// The pool's status counts what every manager watching the pool sees (its IPAddresses, reservations and pins), not a
+/// hold only this one knows of (a create in flight): two managers of different shards sharing a pool without the
+/// label would otherwise rewrite each other's status for ever (the simulation's second manager found it). Allocation
+/// still counts that hold.
+#[test]
+fn the_status_counts_leave_out_a_hold_no_ipaddress_confirms() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let a = claim("a");
+    index.apply_claim(a.clone());
+    index.allocate(&a, &pool_key(), None).expect("free");
+    let status = |index: &Index| index.read(|s| s.status_counts(&pool_key()).0);
+    assert_eq!((status(&index).used, status(&index).free), (0, 2), "in flight: not in the status");
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 1, "but not free to allocate");
+    index.address_created(&a, &ip_address("a", "10.0.0.1", &a));
+    assert_eq!((status(&index).used, status(&index).free), (1, 1), "created: in the status");
+}
+
 /// An IPAddress deleted while its claim is gone, or being deleted, frees its address at once.
 #[test]
 fn an_ipaddress_deleted_without_a_live_claim_frees_its_address() {

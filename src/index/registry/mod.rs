@@ -412,7 +412,7 @@ impl Registry {
         let mut found: Vec<(ObjectKey, Held)> = state
             .holders
             .iter()
-            .filter(|(k, h)| !is_placeholder(k) && self.allocates(pool_key, h.held) == Some(false))
+            .filter(|(k, h)| h.confirmed && !is_placeholder(k) && self.allocates(pool_key, h.held) == Some(false))
             .map(|(k, h)| (k.clone(), h.held))
             .collect();
         found.sort_by(|a, b| a.0.cmp(&b.0));
@@ -426,6 +426,11 @@ impl Registry {
             Some(state) => (state.counts(), state.config_error.clone()),
             None => (PoolCounts::default(), None),
         }
+    }
+
+    /// The counts of a pool its status says (see `PoolState::status_counts`).
+    pub fn status_counts(&self, key: &PoolKey) -> PoolCounts {
+        self.pools.get(key).map(PoolState::status_counts).unwrap_or_default()
     }
 
     /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0; reservations and pins do not count,

@@ -138,6 +138,35 @@ impl PoolState {
         }
     }
 
+    /// The counts the pool's status says: those of what every manager that watches the pool sees alike, its
+    /// IPAddresses, its reservations and its pins. A hold no IPAddress confirms (a create in flight, the address of a
+    /// bound claim whose IPAddress went) is this manager's knowledge alone: counted, two managers of different shards
+    /// sharing a pool without the label would rewrite each other's status for ever (the simulation's second manager
+    /// found it).
+    pub(super) fn status_counts(&self) -> PoolCounts {
+        let all = self.counts();
+        let (mut unconfirmed, mut unconfirmed_out) = (0_i64, 0_i64);
+        for (key, holding) in self.holders.iter().filter(|(_, h)| !h.confirmed) {
+            // Sharing its address with another holder, or pinned (its placeholder holds it without the claim), the
+            // address is in use either way.
+            if self.duplicates.iter().any(|(_, members)| members.contains(key))
+                || self.pins.owner(holding.held).is_some()
+            {
+                continue;
+            }
+            unconfirmed += 1;
+            if self.allocator.is_some() && !self.allocates(holding.held) {
+                unconfirmed_out += 1;
+            }
+        }
+        if unconfirmed == 0 {
+            return all;
+        }
+        let used = (all.used - unconfirmed).max(0);
+        let out_of_range = (all.out_of_range - unconfirmed_out).max(0);
+        PoolCounts { used, out_of_range, free: (all.total - (used - out_of_range)).max(0), ..all }
+    }
+
     /// Whether the pool's spec allocates `held` (false without a valid spec).
     pub(super) fn allocates(&self, held: Held) -> bool {
         match (&self.allocator, held) {
