@@ -22,7 +22,7 @@ use super::rng::Rng;
 use super::server::{Change, Kind, key_of};
 use crate::api::{
     CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, GROUP, MOVED_AWAY_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind,
-    REQUESTED_ADDRESS_ANNOTATION, v1alpha2,
+    REQUESTED_ADDRESS_ANNOTATION, WATCH_FILTER_LABEL, v1alpha2,
 };
 use crate::apiserver::ApiError;
 use crate::capi::{CapiApis, CapiVersion, ClaimResource, Cluster, IpAddress};
@@ -54,7 +54,16 @@ pub struct Options {
     pub trace: bool,
     /// Velero restores a namespace now and then (`SIM_VELERO=0` turns it off, to replay a seed found before it).
     pub velero: bool,
+    /// A second manager of ours runs beside the first, with `--watch-filter` [`SHARD`]: pool `b/ip` is its shard's,
+    /// and most claims on it carry its label (`SIM_SHARDS=0` turns it off).
+    pub sharded: bool,
 }
+
+/// The `--watch-filter` of the second manager, and the label of its shard's pool and claims.
+pub const SHARD: &str = "shard-b";
+
+/// The pool of the second manager's shard.
+pub const SHARD_POOL: PoolId = PoolId::Ip(1);
 
 impl Options {
     /// The options of a seed: its own number of replicas, length and kind of lateness.
@@ -66,6 +75,8 @@ impl Options {
             late: if rng.chance(25) { Late::Anytime } else { Late::BeforeNextTerm },
             trace: false,
             velero: std::env::var("SIM_VELERO").map_or(true, |v| v != "0"),
+            // Drawn last, so that the draws above stay those of the seeds recorded before it.
+            sharded: rng.chance(30) && std::env::var("SIM_SHARDS").map_or(true, |v| v != "0"),
         }
     }
 }
@@ -228,6 +239,12 @@ struct Task {
 
 /// A replica's leader term: a fresh index and controllers, as `crate::manager::lead` starts them: the manager's own
 /// work queues (on the simulated clock) and the real fence of a term that is renewed, lost or left to run out.
+/// The second manager: its term, and its own choices of when it acts (so that a seed without it plays as before).
+struct Shard {
+    term: Option<Term>,
+    rng: Rng,
+}
+
 struct Term {
     id: u64,
     replica: usize,
@@ -426,6 +443,10 @@ pub struct World {
     options: Options,
     hub: Arc<Mutex<Hub>>,
     term: Option<Term>,
+    /// The second manager (`Options::sharded`), while the first one's term is the live one.
+    shard: Option<Shard>,
+    /// The `--watch-filter` of the manager whose term is the live one.
+    serving: Option<&'static str>,
     next_term: u64,
     shapes: BTreeMap<PoolId, Shape>,
     moves: [Move; 2],
@@ -517,6 +538,7 @@ impl World {
     pub fn new(seed: u64, options: Options) -> World {
         let mut rng = Rng::new(seed);
         let swarm = Swarm::new(&mut rng);
+        let sharded = options.sharded;
         let hub: Arc<Mutex<Hub>> = Arc::default();
         if swarm.moved_away_max_bytes < controllers::moved_away::MAX_BYTES {
             // An API server whose annotation limit a move would exceed, as 4,000 addresses moved away do a real one.
@@ -529,6 +551,8 @@ impl World {
             options,
             hub,
             term: None,
+            shard: sharded.then(|| Shard { term: None, rng: Rng::new(seed ^ 0x5A4D_5EED) }),
+            serving: None,
             next_term: 0,
             shapes: BTreeMap::new(),
             moves: [Move::Home, Move::Home],
@@ -615,7 +639,7 @@ impl World {
             }
             let _ = n;
         }
-        self.start_term();
+        self.each_manager(Self::start_term);
     }
 
     fn random_shape(&mut self, pool: PoolId) -> Shape {
@@ -632,6 +656,9 @@ impl World {
         self.choose_pin(pool, shape);
         let mut object = pool_object(pool, shape);
         object["spec"] = self.spec_with_pin(pool, shape);
+        if self.options.sharded && pool == SHARD_POOL {
+            object["metadata"]["labels"] = json!({ WATCH_FILTER_LABEL: SHARD });
+        }
         if self.server_create(pool.server_kind(), object).is_ok() {
             self.shapes.insert(pool, shape);
         }
@@ -677,6 +704,25 @@ impl World {
         let _ = self.server_delete(kind, key);
     }
 
+    /// Runs `f` with the second manager's term as the live one (every step of a manager reads `self.term`); `None`
+    /// when the seed runs one manager.
+    fn as_shard<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> Option<R> {
+        let mut shard = self.shard.take()?;
+        std::mem::swap(&mut self.term, &mut shard.term);
+        self.serving = Some(SHARD);
+        let result = f(self);
+        self.serving = None;
+        std::mem::swap(&mut self.term, &mut shard.term);
+        self.shard = Some(shard);
+        Some(result)
+    }
+
+    /// Runs `f` for each manager, the first one and the second one if it runs.
+    fn each_manager(&mut self, mut f: impl FnMut(&mut Self)) {
+        f(self);
+        self.as_shard(f);
+    }
+
     /// The live term's index, if a term lives.
     pub(super) fn live_index(&self) -> Option<&crate::index::Index> {
         self.term.as_ref().map(|t| &*t.ctx.index)
@@ -699,7 +745,7 @@ impl World {
         self.next_term += 1;
         self.stats.terms += 1;
         let id = self.next_term;
-        let replica = self.rng.below(self.options.replicas);
+        let replica = self.rng.below(self.options.replicas) + if self.serving.is_some() { 10 } else { 0 };
         let (fence, lease) = SimulatedTerm::begin(TermClock::Simulated(self.now_ms.clone()), RENEW_DEADLINE);
         let api = Arc::new(SimApi { hub: self.hub.clone(), term: id, fence, version: CapiVersion::V1Beta2 });
         let metrics = Arc::new(Metrics::new());
@@ -711,7 +757,7 @@ impl World {
         let (synced_tx, synced) = watch::channel(false);
         let options = ControllerOptions {
             namespace: None,
-            watch_filter: None,
+            watch_filter: self.serving.map(str::to_owned),
             capi: CapiApis { ipam: CapiVersion::V1Beta2, cluster: Some(CapiVersion::V1Beta2) },
             concurrency: 4,
             orphan_release_delay: Duration::from_secs(1),
@@ -889,8 +935,17 @@ impl World {
     fn deliver(&mut self, w: usize) -> bool {
         let Some(term) = self.term.as_mut() else { return false };
         let index = term.ctx.index.clone();
+        let filter = term.ctx.options.watch_filter.clone();
         let watch = &mut term.watches[w];
         let kind = watch.kind;
+        // The claim watch of a manager with `--watch-filter` selects by the label (the selector is the API server's).
+        let selected = |object: &Value| {
+            kind != Kind::Claim
+                || filter.as_deref().is_none_or(|f| {
+                    object.pointer("/metadata/labels").and_then(|l| l.get(WATCH_FILTER_LABEL)).and_then(Value::as_str)
+                        == Some(f)
+                })
+        };
         let mut line = None;
         let trace = self.options.trace;
         match &mut watch.state {
@@ -903,7 +958,7 @@ impl World {
             }
             WatchState::Requested => {
                 let hub = lock(&self.hub);
-                let items = hub.server.list(kind);
+                let items: Vec<Value> = hub.server.list(kind).into_iter().filter(|o| selected(o)).collect();
                 watch.cursor = hub.server.log(kind).len();
                 drop(hub);
                 if trace {
@@ -932,6 +987,9 @@ impl World {
                 let Some(logged) = hub.server.log(kind).get(watch.cursor).cloned() else { return false };
                 drop(hub);
                 watch.cursor += 1;
+                if !selected(&logged.object) {
+                    return true;
+                }
                 if trace {
                     line =
                         Some(format!("{} watch: {:?} {}", kind.name(), logged.change, describe(kind, &logged.object)));
@@ -1082,7 +1140,20 @@ impl World {
 
     // ---- Choosing the next step ----
 
+    /// One step of the first manager, the world, or now and then of the second manager.
     fn act(&mut self) {
+        if self.shard.as_mut().is_some_and(|s| s.rng.chance(35)) {
+            self.as_shard(|w| {
+                w.act_here();
+                w.poll_tasks();
+            });
+            return;
+        }
+        self.act_here();
+    }
+
+    /// One step of the live term's manager or of the world.
+    fn act_here(&mut self) {
         self.retire_ended_term();
         let pending = lock(&self.hub).pending.len();
         let orphaned = lock(&self.hub).pending.iter().filter(|p| p.slot.is_none()).count();
@@ -1232,7 +1303,8 @@ impl World {
     /// A term that is renewed stays valid as time passes.
     fn advance(&mut self, ms: i64) {
         // Renewed all along the stretch (every retry period), so valid for the renew deadline past its end.
-        if let Some(term) = self.term.as_ref().filter(|t| t.renewing) {
+        let terms = [self.term.as_ref(), self.shard.as_ref().and_then(|s| s.term.as_ref())];
+        for term in terms.into_iter().flatten().filter(|t| t.renewing) {
             term.lease.renew(RENEW_DEADLINE + Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
         }
         let now = self.now_ms.fetch_add(ms, Ordering::Relaxed) + ms;
@@ -1285,7 +1357,8 @@ impl World {
                 *slot.lock() = Some(Err(ApiError::Unreachable("the API server went away".into())));
             }
         }
-        if let Some(term) = self.term.as_mut() {
+        let terms = [self.term.as_mut(), self.shard.as_mut().and_then(|s| s.term.as_mut())];
+        for term in terms.into_iter().flatten() {
             for watch in &mut term.watches {
                 if matches!(watch.state, WatchState::Watching) {
                     watch.state = WatchState::Start;
@@ -1419,6 +1492,13 @@ impl World {
             } else {
                 object["metadata"]["labels"] = json!({ CLUSTER_NAME_LABEL: CLUSTER });
             }
+        }
+        // Most claims on the second manager's pool carry its label; one without is served by no manager, and says so.
+        if let Some(shard) = self.shard.as_mut()
+            && pool == SHARD_POOL
+            && shard.rng.chance(85)
+        {
+            object["metadata"]["labels"] = json!({ WATCH_FILTER_LABEL: SHARD });
         }
         if pool != PoolId::Prefix && self.rng.chance(8) {
             let shape = self.shapes.get(&pool).copied().unwrap_or(Shape { v6: false, offset: 0, size: 2 });
@@ -1682,13 +1762,19 @@ impl World {
 
     /// A world that does nothing by itself: the script creates, delivers and answers.
     pub(super) fn scripted() -> World {
-        World::new(0, Options { replicas: 1, steps: 0, late: Late::BeforeNextTerm, trace: true, velero: false })
+        World::new(
+            0,
+            Options { replicas: 1, steps: 0, late: Late::BeforeNextTerm, trace: true, velero: false, sharded: false },
+        )
     }
 
     /// A scripted world whose invariants allow for a write of an ended term landing after the next term began (an
     /// unbound duplicate may appear for a moment; two bound claims never share an address).
     pub(super) fn scripted_with_writes_late_anytime() -> World {
-        World::new(0, Options { replicas: 1, steps: 0, late: Late::Anytime, trace: true, velero: false })
+        World::new(
+            0,
+            Options { replicas: 1, steps: 0, late: Late::Anytime, trace: true, velero: false, sharded: false },
+        )
     }
 
     /// The room of the moved-away annotation (for the terms begun from now on), and the API server's limit on an
@@ -1893,13 +1979,17 @@ impl World {
                 self.continue_move_away(n, claims);
             }
         }
-        if self.term.as_ref().is_some_and(|t| !t.renewing) {
-            self.end_term();
-        }
+        self.each_manager(|w| {
+            if w.term.as_ref().is_some_and(|t| !t.renewing) {
+                w.end_term();
+            }
+        });
         self.land_orphaned_writes();
-        if self.term.is_none() {
-            self.start_term();
-        }
+        self.each_manager(|w| {
+            if w.term.is_none() {
+                w.start_term();
+            }
+        });
         // A round drains everything, lets time pass (a second and a half, or up to the next requeue a decision counts
         // on: a retry, a grace period, the restore wait; never a safety net such as RECHECK, so that a claim that
         // waits only for one is found out), fires what is due and the periodic work (the orphan sweep, a look at
@@ -1910,53 +2000,68 @@ impl World {
             self.drain()?;
             let before = lock(&self.hub).server.revision();
             let now = self.now();
-            let next = self.term.as_ref().and_then(Term::next_due);
+            let next = self.next_due();
             let wait = next.map_or(1500, |due| due.saturating_duration_since(now).as_millis().clamp(1, 1500));
             self.advance(i64::try_from(wait).unwrap_or(1500));
             let now = self.now();
-            if let Some(term) = self.term.as_ref() {
-                term.fire_due_but_safety_nets(now);
-                for pool in POOLS {
-                    term.work.pool_changed(pool.pool_key());
+            self.each_manager(|w| {
+                if let Some(term) = w.term.as_ref() {
+                    term.fire_due_but_safety_nets(now);
+                    for pool in POOLS {
+                        term.work.pool_changed(pool.pool_key());
+                    }
                 }
-            }
-            if !self.term.as_ref().is_some_and(Term::orphan_task_busy) {
-                self.start(Job::Sweep);
-            }
+                if !w.term.as_ref().is_some_and(Term::orphan_task_busy) {
+                    w.start(Job::Sweep);
+                }
+            });
             // The garbage collector goes on with the foreground deletions.
             for _ in 0..20 {
                 if !self.collect_in_foreground() {
                     break;
                 }
             }
-            self.poll_tasks();
+            self.each_manager(Self::poll_tasks);
             self.drain()?;
-            let pending = self.term.as_ref().and_then(Term::next_due).is_some();
+            let pending = self.next_due().is_some();
             quiet = if lock(&self.hub).server.revision() == before && !pending { quiet + 1 } else { 0 };
             if quiet >= 4 {
                 return Ok(());
             }
         }
+        let terms = [self.term.as_ref(), self.shard.as_ref().and_then(|s| s.term.as_ref())];
         let tasks: Vec<String> =
-            self.term.as_ref().map(|t| t.tasks.iter().map(|t| t.job.to_string()).collect()).unwrap_or_default();
+            terms.into_iter().flatten().flat_map(|t| t.tasks.iter().map(|t| t.job.to_string())).collect();
         let pending: Vec<String> = lock(&self.hub).pending.iter().map(|p| p.op.to_string()).collect();
         Err(format!(
-            "the system does not settle: something is written again and again (running: {tasks:?}; in flight: {pending:?})"
+            "the system does not settle: something is written again and again (running: {tasks:?}; in flight: \
+             {pending:?}); {}",
+            self.indexes_view()
         ))
+    }
+
+    /// The next requeue either manager counts on.
+    fn next_due(&self) -> Option<Instant> {
+        let terms = [self.term.as_ref(), self.shard.as_ref().and_then(|s| s.term.as_ref())];
+        terms.into_iter().flatten().filter_map(Term::next_due).min()
     }
 
     /// Settles until nothing is left to do: every request answered, every event delivered, every queue drained.
     fn drain(&mut self) -> Result<(), String> {
         for _ in 0..20_000 {
             self.step += 1;
-            let busy = self.settle_step();
-            self.poll_tasks();
+            let mut busy = false;
+            self.each_manager(|w| {
+                busy |= w.settle_step();
+                w.poll_tasks();
+                busy |= w.term.as_ref().is_some_and(|t| !t.tasks.is_empty());
+            });
             self.check_always()?;
-            if !busy && self.term.as_ref().is_none_or(|t| t.tasks.is_empty()) {
+            if !busy {
                 return Ok(());
             }
         }
-        Err("settling never runs out of work".to_owned())
+        Err(format!("settling never runs out of work; {}", self.indexes_view()))
     }
 
     /// One step of settling; false when there was nothing to do.
@@ -2018,7 +2123,8 @@ impl World {
         if let Some(found) = self.found.take() {
             return Err(found);
         }
-        if let Some(term) = &self.term {
+        let terms = [self.term.as_ref(), self.shard.as_ref().and_then(|s| s.term.as_ref())];
+        for term in terms.into_iter().flatten() {
             term.ctx.index.check_consistency()?;
         }
         // What the API server holds is checked again only when it changed (most steps deliver or poll).
@@ -2176,6 +2282,18 @@ impl World {
     }
 
     /// What the live term's index holds of a pool, for a violation's message.
+    /// What each manager's index holds of every pool.
+    fn indexes_view(&mut self) -> String {
+        let views: Vec<String> = POOLS
+            .iter()
+            .map(|&p| {
+                let second = self.as_shard(|w| format!(" / second manager: {}", w.index_view(p))).unwrap_or_default();
+                format!("{}: {}{second}", p.pool_key(), self.index_view(p))
+            })
+            .collect();
+        format!("the indexes: {}", views.join("; "))
+    }
+
     fn index_view(&self, pool: PoolId) -> String {
         let Some(term) = &self.term else { return "nothing (no term)".into() };
         let key = pool.pool_key();
@@ -2417,6 +2535,15 @@ impl World {
                 }
                 continue;
             }
+            if self.options.sharded
+                && claim_pool(c) == Some(SHARD_POOL)
+                && self.object(SHARD_POOL.server_kind(), &SHARD_POOL.key()).is_some()
+            {
+                check_served_by_its_shard(c)?;
+                if watch_filter_of(c) != Some(SHARD) {
+                    continue;
+                }
+            }
             let bound = c.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
             // A bound claim whose IPAddress a person deleted and that has none again yet waits for an address like an
             // unbound one (a former leader knew its address, this one reads it from the claim's condition).
@@ -2573,6 +2700,41 @@ fn cluster_of(claim: &Value) -> Option<&str> {
 
 fn belongs_to_cluster(claim: &Value) -> bool {
     cluster_of(claim) == Some(CLUSTER)
+}
+
+/// The claim's `cluster.x-k8s.io/watch-filter` label.
+fn watch_filter_of(claim: &Value) -> Option<&str> {
+    claim.pointer("/metadata/labels").and_then(|l| l.get(WATCH_FILTER_LABEL)).and_then(Value::as_str)
+}
+
+/// A claim on the second manager's pool without that manager's label is served by no manager: it is bound to nothing,
+/// and says why (docs/operations.md, sharded managers).
+fn check_served_by_its_shard(claim: &Value) -> Result<(), String> {
+    if watch_filter_of(claim) == Some(SHARD) {
+        return Ok(());
+    }
+    let key = key_of(claim);
+    // A finalizer it got while its pool was not known yet stays: its deletion is finished by whoever sees it.
+    let bound = claim.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    let ready = claim
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready");
+    let said = ready.is_some_and(|r| {
+        r["status"] == "False"
+            && r["reason"] == "PoolNotReady"
+            && r["message"].as_str().is_some_and(|m| m.contains(SHARD))
+    });
+    if bound || !said {
+        return Err(format!(
+            "claim {key}, of no manager's shard on pool {} (shard {SHARD}), is bound {bound}, and says {}",
+            SHARD_POOL.pool_key(),
+            ready.map_or_else(|| "nothing".to_owned(), ToString::to_string)
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn claim_pool(claim: &Value) -> Option<PoolId> {
