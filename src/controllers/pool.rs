@@ -52,7 +52,7 @@ const OUT_OF_RANGE_SHOWN: usize = 5;
 pub fn desired_status(index: &Index, key: &PoolKey) -> DesiredStatus {
     let ((counts, spec_error), duplicates, reservations, out_of_range) = index.read(|s| {
         let out_of_range = s.out_of_range(key, OUT_OF_RANGE_SHOWN);
-        (s.status_counts(key), s.duplicates(key), s.reservations(key).len(), out_of_range)
+        (s.status_counts(key), s.duplicates(key), s.reserved_in_annotation(key).len(), out_of_range)
     });
     let addresses = PoolAddressesStatus::from(counts);
     let (ready, reason, message) = match (spec_error, duplicates.as_slice()) {
@@ -124,7 +124,7 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
             .map_err(Error::api("adding a finalizer"))?;
     }
     let desired = desired_status(&ctx.index, key);
-    ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, ctx.index.pool_counts(key).0);
+    ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, ctx.index.read(|s| s.status_counts(key).0));
     ctx.metrics.set_pool_duplicated(key.kind, &key.namespace, &key.name, ctx.index.duplicates(key).len());
     if desired.is_current(pool) {
         return Ok(Next::After(RESYNC));

@@ -108,7 +108,14 @@ impl State {
             .cluster()
             .is_some_and(|cluster| self.moved_clusters.contains(&ObjectKey::new(&key.namespace, cluster)));
         if claim.moving_away || moved_cluster {
-            moved_away::claim_moved_away(self, key);
+            if !self.addresses.contains_key(key)
+                && claim.pool_kind.is_some_and(|kind| {
+                    self.registry.holds_unconfirmed(&PoolKey::new(kind, &key.namespace, &claim.pool_name), key)
+                })
+            {
+                self.moved_before_created.insert(key.clone());
+            }
+            moved_away::claim_moved_away(self, key, true);
             moved_away::kept_hold_moved_away(self, &claim);
         }
         if let Some(kind) = claim.pool_kind {

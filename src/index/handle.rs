@@ -259,6 +259,14 @@ impl Index {
         self.write(|s| s.apply_cluster(key, paused))
     }
 
+    /// A Cluster with its `cluster.x-k8s.io/watch-filter` label, as its watch delivers it.
+    pub fn apply_cluster_of_shard(&self, key: ObjectKey, paused: bool, shard: Option<&str>) {
+        self.write(|s| {
+            s.cluster_of_shard(&key, shard);
+            s.apply_cluster(key, paused);
+        })
+    }
+
     pub fn delete_cluster(&self, key: &ObjectKey) {
         self.write(|s| s.delete_cluster(key))
     }

@@ -81,6 +81,12 @@ pub struct State {
     /// Clusters deleted while paused (moved away by clusterctl, which deletes them last): claims of theirs that go
     /// later, with or without their `delete-for-move`, went with them.
     moved_clusters: HashSet<ObjectKey>,
+    /// Claims gone for a move while the create of their IPAddress was in flight (no record to mark yet): the create's
+    /// answer records the move.
+    moved_before_created: HashSet<ObjectKey>,
+    /// Clusters labelled for no shard of this manager's (`cluster.x-k8s.io/watch-filter`), for a manager with one:
+    /// the claims of their IPAddresses are another manager's.
+    clusters_of_other_shards: HashSet<ObjectKey>,
     moved_away: moved_away::Ledger,
     /// Claims an IPAddress of their name of another pool or provider blocks (`blocked_elsewhere`).
     blocked_elsewhere: HashSet<ObjectKey>,
@@ -112,6 +118,8 @@ impl State {
             addresses_seen_until: 0,
             listing_until: None,
             moved_clusters: HashSet::new(),
+            moved_before_created: HashSet::new(),
+            clusters_of_other_shards: HashSet::new(),
             moved_away: moved_away::Ledger::default(),
             blocked_elsewhere: HashSet::new(),
             shard: None,

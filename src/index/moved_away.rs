@@ -228,6 +228,11 @@ fn entry_text(held: Held, address: &ObjectKey) -> String {
 
 /// An entry as the address it holds in a pool of `key`'s kind, and the IPAddress it names; `None` when it is not
 /// one.
+/// The addresses an annotation of the pool `key` reserves (entries that are not addresses of the pool left out).
+pub fn reserved_by(key: &PoolKey, annotation: Option<&str>) -> std::collections::HashSet<Held> {
+    entries(annotation).iter().filter_map(|e| parse(key, e)).map(|e| e.held).collect()
+}
+
 fn parse(key: &PoolKey, entry: &str) -> Option<Entry> {
     let (reserved, address) = match entry.split_once('@') {
         Some((reserved, named)) => {
@@ -259,13 +264,17 @@ pub fn moved_away(index: &mut State, pool: &PoolKey, address: &ObjectKey) {
 /// A claim is gone for a move. clusterctl leaves the IPAddresses of a global pool on the source (they hang below a
 /// cluster-scoped object), so the claim's deletion is the signal: its IPAddress's address is recorded in the pool's
 /// annotation now, and when the IPAddress, an orphan, is deleted later, its hold becomes a reservation.
-pub fn claim_moved_away(index: &mut State, claim: &ObjectKey) {
+///
+/// `noticed`: this manager knows the move itself (it saw the claim's deletion, or it watches every claim of the pool),
+/// and keeps it when the object does not say it; a manager that does not see the claim follows the object once the
+/// claim's own manager wrote on it (`State::keeps_moving_away`).
+pub fn claim_moved_away(index: &mut State, claim: &ObjectKey, noticed: bool) {
     let (pool, held) = {
         let addresses = &mut index.addresses;
         match addresses.get_mut(claim) {
             Some(record) if record.pool.kind.is_global() => {
                 record.moving_away = true;
-                record.moving_away_noticed = true;
+                record.moving_away_noticed |= noticed;
                 let pool = (*record.pool).clone();
                 let held = index.registry.held_by(&pool, claim);
                 (pool, held)

@@ -31,6 +31,12 @@ impl State {
         // unconfirmed: it goes the way an uncertain create's goes, and a confirmed hold with no IPAddress and no record
         // would stay for the rest of the term (helper-11's review).
         let record = self.remember_address(&claim.key, created);
+        // Gone for a move before there was a record to mark: the move is recorded now, before the orphan check below
+        // could free an address the moved machine uses (helper-23's review).
+        if self.moved_before_created.remove(&claim.key) && record.is_some() {
+            moved_away::claim_moved_away(self, &claim.key, true);
+        }
+        let record = record.and_then(|_| self.addresses.get(&claim.key).cloned());
         // The claim's Delete event came while the create was in flight, and its orphan check found no IPAddress yet:
         // checked again now that there is one (else only the sweep releases it, after `--orphan-release-delay`; the
         // chaos suite's churn found it).
@@ -83,7 +89,15 @@ impl State {
     /// The counts the pool's status says, and its spec error if any: the D4 counts of its IPAddresses, reservations
     /// and pins, as every manager that watches the pool sees them (no hold only this one knows of).
     pub fn status_counts(&self, pool: &PoolKey) -> (PoolCounts, Option<String>) {
-        (self.registry.status_counts(pool), self.registry.counts(pool).1)
+        let reserved = self.reserved_in_annotation(pool);
+        (self.registry.status_counts(pool, |held| reserved.contains(&held)), self.registry.counts(pool).1)
+    }
+
+    /// The addresses the pool's moved-away annotation reserves, as every manager watching the pool reads them (the
+    /// pool's status says how many: a count of this manager's own would differ from another's).
+    pub fn reserved_in_annotation(&self, pool: &PoolKey) -> std::collections::HashSet<Held> {
+        let annotation = self.pools.get(pool).and_then(|p| p.annotation(crate::api::MOVED_AWAY_ANNOTATION));
+        moved_away::reserved_by(pool, annotation)
     }
 
     /// Whether the pool's spec allocates `held` (`None` before a valid spec is loaded).
@@ -193,6 +207,16 @@ impl State {
 
     /// A Cluster as its watch delivers it: one that appears, or is unpaused, wakes its claims (docs/compatibility.md
     /// D9).
+    /// Notes whether a Cluster is of this manager's shard (its `cluster.x-k8s.io/watch-filter` label): a manager with
+    /// `--watch-filter` does not see the claims of another's.
+    pub fn cluster_of_shard(&mut self, key: &ObjectKey, shard: Option<&str>) {
+        if self.shard.is_some() && shard != self.shard.as_deref() {
+            self.clusters_of_other_shards.insert(key.clone());
+        } else {
+            self.clusters_of_other_shards.remove(key);
+        }
+    }
+
     pub fn apply_cluster(&mut self, key: ObjectKey, paused: bool) {
         self.moved_clusters.remove(&key);
         let was = self.clusters.insert(key.clone(), paused);
@@ -207,6 +231,10 @@ impl State {
     /// deletion for the move was not seen (a relist, a restart).
     pub fn delete_cluster(&mut self, key: &ObjectKey) {
         let Some(paused) = self.clusters.remove(key) else { return };
+        // Another shard's Cluster: on a pool this manager does not watch every claim of, the claims of its IPAddresses
+        // are that shard manager's, alive or gone for the move, and theirs to record (the simulation's second manager
+        // reserved the address of a live bound claim it could not see).
+        let others = self.clusters_of_other_shards.remove(key);
         if paused {
             self.moved_clusters.insert(key.clone());
             let left_behind: Vec<ObjectKey> = self
@@ -218,12 +246,13 @@ impl State {
                         && r.cluster_label.as_deref() == Some(&*key.name)
                         && !r.moving_away
                         && self.claims.get(k).is_none()
-                        && self.sees_claims_of(&r.pool)
+                        && !(others && !self.sees_claims_of(&r.pool))
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
             for address in &left_behind {
-                moved_away::claim_moved_away(self, address);
+                let noticed = self.addresses.get(address).is_some_and(|r| self.sees_claims_of(&r.pool));
+                moved_away::claim_moved_away(self, address, noticed);
             }
         }
         self.wake_claims_where(|claim| claim.key.namespace == key.namespace && claim.cluster() == Some(&*key.name));

@@ -129,7 +129,8 @@ impl Feed<Cluster> for Index {
     type Key = ObjectKey;
     fn apply(&self, object: Cluster) -> ObjectKey {
         let key = object_key(&object);
-        self.apply_cluster(key.clone(), object.is_paused());
+        let shard = object.metadata.labels.as_ref().and_then(|l| l.get(crate::api::WATCH_FILTER_LABEL));
+        self.apply_cluster_of_shard(key.clone(), object.is_paused(), shard.map(String::as_str));
         key
     }
     fn delete(&self, object: &Cluster) {

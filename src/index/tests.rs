@@ -776,3 +776,84 @@ fn a_pool_of_another_shard_is_served_by_that_shards_manager_only() {
     index.claim_of_another_manager(&key("x"), index.address(&key("x")).and_then(|r| r.uid), Some("b"));
     assert!(index.orphans().is_empty(), "a live claim of another manager: never read again by the sweep");
 }
+
+/// helper-23's review: a status left out of an in-flight hold must be written again once the hold is confirmed (the
+/// status counts it then): confirming marks the pool changed, as does a hold that goes back to unconfirmed.
+#[test]
+fn a_hold_confirmed_or_unconfirmed_changes_the_pool_status() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let a = claim("a");
+    index.apply_claim(a.clone());
+    index.allocate(&a, &pool_key(), None).expect("free");
+    index.take_changed_pools(usize::MAX);
+    let address = ip_address("a", "10.0.0.1", &a);
+    index.address_created(&a, &address);
+    assert_eq!(index.take_changed_pools(usize::MAX), vec![pool_key()], "confirmed: the status counts it now");
+    index.delete_address(&key("a"), None);
+    assert_eq!(index.take_changed_pools(usize::MAX), vec![pool_key()], "unconfirmed again: it does not");
+}
+
+/// A claim of a global pool `g`, with Cluster `k`, and the IPAddress its create made.
+fn claim_of_global_pool_with_cluster(name: &str) -> (Claim, crate::capi::IpAddress) {
+    let mut c = incarnation(name, 1);
+    c.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
+    c.pool_name = intern("g");
+    c.cluster = Some(intern("k"));
+    let mut address = ip_address_uid(name, "10.1.0.1", &c, 1);
+    address.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    address.spec.pool_ref.name = "g".to_owned();
+    address.metadata.labels = Some([(crate::api::CLUSTER_NAME_LABEL.to_owned(), "k".to_owned())].into());
+    (c, address)
+}
+
+/// helper-23's review: clusterctl deletes a claim for a move while the create of its IPAddress is in flight (no record
+/// to mark yet). The create's answer records the move before the orphan check it asks for could free the address the
+/// moved machine uses.
+#[test]
+fn a_claim_gone_for_a_move_before_its_create_answered_keeps_its_address_reserved() {
+    let (index, _sink) = index();
+    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+    Relist::default().on_event(
+        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
+        Event::Apply(global_pool(10, None)),
+    );
+    let (mut x, address) = claim_of_global_pool_with_cluster("x");
+    index.apply_claim(x.clone());
+    index.allocate(&x, &global, None).expect("free");
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.delete_claim(&key("x"));
+    let (record, _) = index.address_created(&x, &address);
+    assert!(record.is_some_and(|r| r.moving_away), "the move is recorded with the IPAddress");
+    assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
+}
+
+/// helper-23's review: a manager with `--watch-filter` on a pool without the label still records the move of an
+/// IPAddress whose claim's deletion it did not see (a relist, a new term) when its shard's Cluster goes while paused;
+/// it only follows the object instead of keeping the move when that object says otherwise. A Cluster of another shard
+/// is not its to record: the claims of its IPAddresses may well live (the simulation's second manager reserved a live
+/// bound claim's address).
+#[test]
+fn a_filtered_manager_records_the_move_of_a_cluster_gone_while_paused() {
+    let recorder = Arc::new(Recorder::default());
+    let index = Index::of_shard(recorder, Arc::new(Metrics::new()), Some("a"));
+    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+    Relist::default().on_event(
+        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
+        Event::Apply(global_pool(10, None)),
+    );
+    let (_, address) = claim_of_global_pool_with_cluster("x");
+    index.apply_cluster_of_shard(key("k"), true, None);
+    index.apply_address(&address);
+    index.delete_cluster(&key("k"));
+    assert!(!index.moved_away_unwritten(&global, &key("x")), "another shard's Cluster: nothing recorded");
+    index.apply_cluster_of_shard(key("k"), true, Some("a"));
+    index.delete_cluster(&key("k"));
+    assert!(index.moved_away_unwritten(&global, &key("x")), "the left-behind address is queued for the annotation");
+    // The claim's own manager saw it come back and wrote on the IPAddress (no mark): this manager follows.
+    let mut adopted = address.clone();
+    adopted.metadata.resource_version = Some("99".to_owned());
+    index.apply_address(&adopted);
+    assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "not kept against the object");
+}

@@ -151,7 +151,10 @@ impl Registry {
         let state = self.pools.entry(pool_key.clone()).or_default();
         match state.holders.get_mut(address) {
             Some(h) if h.held == held => {
-                h.confirmed = true;
+                // Confirmed, it counts in the pool's status now (`PoolState::status_counts`).
+                if !std::mem::replace(&mut h.confirmed, true) {
+                    self.dirty.mark(pool_key);
+                }
                 return None;
             }
             Some(_) => {
@@ -303,8 +306,10 @@ impl Registry {
     /// The IPAddress `address` is gone while its claim keeps its hold: unconfirmed again, as the hold of a create not
     /// known to have happened, until the claim's new IPAddress is created or seen.
     pub fn unconfirm(&mut self, pool_key: &PoolKey, address: &ObjectKey) {
-        if let Some(h) = self.pools.get_mut(pool_key).and_then(|p| p.holders.get_mut(address)) {
-            h.confirmed = false;
+        if let Some(h) = self.pools.get_mut(pool_key).and_then(|p| p.holders.get_mut(address))
+            && std::mem::replace(&mut h.confirmed, false)
+        {
+            self.dirty.mark(pool_key);
         }
     }
 
@@ -429,8 +434,8 @@ impl Registry {
     }
 
     /// The counts of a pool its status says (see `PoolState::status_counts`).
-    pub fn status_counts(&self, key: &PoolKey) -> PoolCounts {
-        self.pools.get(key).map(PoolState::status_counts).unwrap_or_default()
+    pub fn status_counts(&self, key: &PoolKey, seen_by_all: impl Fn(Held) -> bool) -> PoolCounts {
+        self.pools.get(key).map(|p| p.status_counts(seen_by_all)).unwrap_or_default()
     }
 
     /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0; reservations and pins do not count,

@@ -143,7 +143,10 @@ impl PoolState {
     /// bound claim whose IPAddress went) is this manager's knowledge alone: counted, two managers of different shards
     /// sharing a pool without the label would rewrite each other's status for ever (the simulation's second manager
     /// found it).
-    pub(super) fn status_counts(&self) -> PoolCounts {
+    ///
+    /// `seen_by_all`: whether an address is reserved where every manager sees it (the pool's moved-away annotation): a
+    /// hold that took such a reservation over counts, as the reservation did.
+    pub(super) fn status_counts(&self, seen_by_all: impl Fn(Held) -> bool) -> PoolCounts {
         let all = self.counts();
         let (mut unconfirmed, mut unconfirmed_out) = (0_i64, 0_i64);
         for (key, holding) in self.holders.iter().filter(|(_, h)| !h.confirmed) {
@@ -151,6 +154,7 @@ impl PoolState {
             // address is in use either way.
             if self.duplicates.iter().any(|(_, members)| members.contains(key))
                 || self.pins.owner(holding.held).is_some()
+                || seen_by_all(holding.held)
             {
                 continue;
             }
