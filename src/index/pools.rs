@@ -246,7 +246,7 @@ impl State {
                         && r.cluster_label.as_deref() == Some(&*key.name)
                         && !r.moving_away
                         && self.claims.get(k).is_none()
-                        && !(others && !self.sees_claims_of(&r.pool))
+                        && (!others || self.sees_claims_of(&r.pool))
                 })
                 .map(|(k, _)| k.clone())
                 .collect();

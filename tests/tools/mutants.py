@@ -242,7 +242,7 @@ MUTATIONS = [
      "                let _ = noticed;",
      "a Cluster gone while paused leaves the moves of the claims whose deletion was not seen unrecorded"),
     ("left-behind-other-shard", "src/index/pools.rs",
-     "                        && !(others && !self.sees_claims_of(&r.pool))",
+     "                        && (!others || self.sees_claims_of(&r.pool))",
      "",
      "a manager with --watch-filter records as moved away the IPAddresses of another shard's Cluster gone while paused"),
     ("moved-before-created", "src/index/pools.rs",
