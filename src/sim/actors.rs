@@ -30,8 +30,9 @@ pub(super) struct Actors {
     /// Claims whose IPAddress a person deleted with its finalizer stripped (and the address it held), while it is not
     /// made again.
     pub lost: Vec<(ObjectKey, Option<Held>)>,
-    /// The IPAddresses a person deleted from under a bound claim (and the address each held) since the claim came
-    /// back with its Cluster or a restore: kept once they are made again, unlike `lost`.
+    /// The IPAddresses a person (or the garbage collector, every owner gone) deleted from under a claim (and the
+    /// address each held) since the claim came back with its Cluster or a restore: kept once they are made again,
+    /// unlike `lost`.
     pub stripped: BTreeSet<(ObjectKey, Held)>,
     /// The creates of IPAddresses seen sent, by name and address: a retry, or one made again for a claim that kept its
     /// hold, is judged once, when it was first sent.
@@ -58,6 +59,8 @@ pub(super) struct Restore {
     /// When each claim was restored (simulated milliseconds: it waits for its IPAddress that long at most), and its
     /// UID.
     claims_restored_at: BTreeMap<ObjectKey, (i64, String)>,
+    /// The claims of the backup: whether each was bound, and its UID (before the restore).
+    backed_up: BTreeMap<ObjectKey, (bool, String)>,
 }
 
 /// An object as Velero restores it: what the API server made of it (UID, resourceVersion, times, status) gone, and
@@ -403,6 +406,13 @@ impl World {
                 self.actors.lost.retain(|(k, _)| *k != key);
             }
         }
+        let backed_up = claims
+            .iter()
+            .map(|c| {
+                let bound = c.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+                (key_of(c), (bound, c["metadata"]["uid"].as_str().unwrap_or_default().to_owned()))
+            })
+            .collect();
         let mut pending: std::collections::VecDeque<(Kind, Value)> = std::collections::VecDeque::new();
         pending.extend(claims.into_iter().map(|o| (Kind::Claim, restored(o))));
         pending.extend(addresses.into_iter().map(|o| (Kind::Address, restored(o))));
@@ -410,7 +420,7 @@ impl World {
             let _ = self.server_delete(Kind::Cluster, &key_of(&cluster));
             pending.push_back((Kind::Cluster, restored(cluster)));
         }
-        self.actors.velero = Some(Restore { namespace: n, pending, claims_restored_at: BTreeMap::new() });
+        self.actors.velero = Some(Restore { namespace: n, pending, claims_restored_at: BTreeMap::new(), backed_up });
     }
 
     /// Whether Velero is restoring namespace `n` (no one moves a namespace's Cluster while its restore runs).
@@ -493,6 +503,16 @@ impl World {
         let restored_uid =
             self.actors.velero.as_ref().and_then(|r| r.claims_restored_at.get(&key)).map(|(_, u)| u.as_str());
         if restored_uid != claim["metadata"]["uid"].as_str() || super::world::claim_pool(&claim) != Some(pool) {
+            return;
+        }
+        // Only an IPAddress the backed-up claim was bound to, or owned (its create landed, its status write did not),
+        // can be a machine's: one it never told of is let go like any IPAddress a claim was not told of (seed
+        // 330044805: an IPAddress left behind by a move, restored beside an unbound claim of its name).
+        let owners = created["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+        let told = self.actors.velero.as_ref().and_then(|r| r.backed_up.get(&key)).is_some_and(|(bound, uid)| {
+            *bound || owners.iter().any(|o| o["kind"] == "IPAddressClaim" && o["uid"].as_str() == Some(uid))
+        });
+        if !told {
             return;
         }
         // Its pool gone or made again, the garbage collector deletes it (every owner reference dangles): nothing to

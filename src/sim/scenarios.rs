@@ -1159,6 +1159,15 @@ fn seeds_the_soak_found_keep_every_invariant() {
         120_205_854,
         150_050_407,
         150_126_055,
+        300_000_110,
+        300_000_376,
+        310_006_725,
+        310_032_691,
+        320_030_977,
+        320_051_137,
+        330_000_784,
+        330_044_805,
+        330_088_935,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
