@@ -227,6 +227,11 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     // Bound, and its IPAddress gone with what this process knew of it (deleted from under it before a restart or a
     // leader change): the address its condition names is the one its machine uses, and it gets it back while free.
     let previous = claim.bound_address.filter(|_| view.held.is_none()).map(|a| a.to_string());
+    // The pool's label may have given it to another shard's manager while this run awaited (the view is from its
+    // start): that manager cannot see our hold, so nothing is taken from it (the simulation's second manager met it).
+    if !ctx.index.serves_pool(&pool_key) {
+        return Ok(Next::After(Duration::ZERO));
+    }
     match allocate(claim, &pool_key, previous.as_deref(), &ctx.index) {
         Ok(assigned) => create_address(claim, ctx, &pool_key, &pool, &assigned).await,
         Err(AllocateError::Exhausted { .. }) => {

@@ -1168,6 +1168,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         330_000_784,
         330_044_805,
         330_088_935,
+        340_056_375,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
