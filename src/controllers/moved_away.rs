@@ -83,6 +83,7 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
     let (value, landed) = fit(stored, &changes, ctx.options.moved_away_max_bytes, &unbacked);
     let full = landed.len() < changes.len();
     if full {
+        ctx.index.moved_away_left_out(key, changes.keys().filter(|e| !landed.contains_key(*e)).cloned().collect());
         warn!(
             pool = %key,
             annotation = MOVED_AWAY_ANNOTATION,

@@ -66,8 +66,9 @@ impl ClaimCache {
 /// What the controllers keep about one claim (by UID) while it is reconciled; forgotten with the claim.
 #[derive(Default)]
 pub(super) struct ClaimBook {
-    /// A digest of the Ready state we last wrote: a stale cached claim does not trigger a second write.
-    written: Option<u64>,
+    /// A digest of the Ready state we last wrote, and the claim's resourceVersion our write was based on: a stale
+    /// cached claim does not trigger a second write, a newer one (another writer's) does.
+    written: Option<(u64, crate::compact::ResourceVersion)>,
     /// When it was first seen without an address (the allocation latency).
     pub(super) first_seen: Option<Instant>,
 }
@@ -175,15 +176,20 @@ impl State {
         Some(result)
     }
 
-    /// Whether the Ready state `digest` is the one we last wrote for the claim.
+    /// Whether the Ready state `digest` is the one we last wrote for the claim, and the cached claim is not newer than
+    /// what that write was based on. Newer, it shows what is stored since: another writer's status (a manager of
+    /// another shard, a term before this one's answer) is not hidden by our digest (seed 400222993).
     pub fn already_written(&mut self, claim: &Claim, digest: u64) -> bool {
-        self.book(claim, |b| b.written == Some(digest)).unwrap_or(false)
+        let newer = |before: crate::compact::ResourceVersion| {
+            claim.resource_version.is_at_least(before) && claim.resource_version != before
+        };
+        self.book(claim, |b| b.written.is_some_and(|(d, before)| d == digest && !newer(before))).unwrap_or(false)
     }
 
-    /// What we wrote last: `None` while a write is in flight, whose answer may be lost although it was applied (the
-    /// digest of an earlier write would then hide that the status changed since).
+    /// What we wrote last, on the claim as cached: `None` while a write is in flight, whose answer may be lost although
+    /// it was applied (the digest of an earlier write would then hide that the status changed since).
     pub fn remember_written(&mut self, claim: &Claim, digest: Option<u64>) {
-        self.book(claim, |b| b.written = digest);
+        self.book(claim, |b| b.written = digest.map(|d| (d, claim.resource_version)));
     }
 
     /// Notes when the claim was first seen without an address.

@@ -157,6 +157,14 @@ impl Index {
         self.read(|s| s.moved_away_unwritten(pool, key))
     }
 
+    pub fn moved_away_left_out(&self, pool: &PoolKey, left_out: Vec<String>) {
+        self.write(|s| s.moved_away_left_out(pool, left_out))
+    }
+
+    pub fn moved_away_no_room(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.read(|s| s.moved_away_no_room(pool, key))
+    }
+
     pub fn orphaned_hold(&self, key: &ObjectKey) -> Option<PoolKey> {
         self.read(|s| s.orphaned_hold(key))
     }

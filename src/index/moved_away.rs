@@ -40,6 +40,9 @@ struct PoolLedger {
     /// Written, at `written_at` (the resourceVersion our last write returned).
     written: BTreeMap<String, bool>,
     written_at: ResourceVersion,
+    /// Pending additions the writer found no room for: their claims of the name say so, rather than look again every
+    /// second (soak seed 400090733).
+    left_out: BTreeSet<String>,
 }
 
 impl PoolLedger {
@@ -60,7 +63,7 @@ impl PoolLedger {
     }
 
     fn is_empty(&self) -> bool {
-        self.pending.is_empty() && self.written.is_empty()
+        self.pending.is_empty() && self.written.is_empty() && self.left_out.is_empty()
     }
 }
 
@@ -79,6 +82,18 @@ impl State {
         self.moved_away_pending(pool)
             .iter()
             .any(|(entry, add)| *add && !stored.contains(entry) && parse(pool, entry).is_some_and(|e| e.held == held))
+    }
+
+    /// The writer found no room in the pool's annotation for these pending additions.
+    pub fn moved_away_left_out(&mut self, pool: &PoolKey, left_out: impl IntoIterator<Item = String>) {
+        let ledger = self.moved_away.pools.entry(pool.clone()).or_default();
+        ledger.left_out.extend(left_out.into_iter().filter(|entry| ledger.pending.get(entry) == Some(&true)));
+    }
+
+    /// Whether the address the IPAddress `key` holds waits for room in the pool's annotation (the writer left it out).
+    pub fn moved_away_no_room(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        let Some(held) = self.registry.held_by(pool, key) else { return false };
+        self.moved_away.pools.get(pool).is_some_and(|l| l.left_out.contains(&entry_text(held, key)))
     }
 
     /// The IPAddress `address`, left behind by a move and waiting for room in the pool's annotation, is deleted by an
@@ -133,7 +148,9 @@ impl State {
             if ledger.pending.get(entry) == Some(add) {
                 ledger.pending.remove(entry);
             }
+            ledger.left_out.remove(entry);
         }
+        ledger.left_out.retain(|entry| ledger.pending.get(entry) == Some(&true));
         match revision {
             Some(revision) => {
                 for (entry, add) in changes {
@@ -149,6 +166,12 @@ impl State {
                     pools.remove(pool);
                 }
             }
+        }
+        // A claim of the name may wait for its entry: it lets the IPAddress left behind go once it is recorded.
+        let named: Vec<ObjectKey> =
+            changes.iter().filter(|(_, add)| **add).filter_map(|(entry, _)| parse(pool, entry)?.address).collect();
+        for key in named {
+            self.wake(key);
         }
     }
 

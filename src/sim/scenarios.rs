@@ -1169,6 +1169,13 @@ fn seeds_the_soak_found_keep_every_invariant() {
         330_044_805,
         330_088_935,
         340_056_375,
+        400_062_764,
+        400_067_100,
+        400_090_733,
+        400_163_327,
+        400_167_895,
+        400_222_993,
+        400_344_446,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

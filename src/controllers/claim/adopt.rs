@@ -44,6 +44,18 @@ pub(super) async fn adopt(
         // address is in use on the other management cluster. Never adopted: it is let go once its address is
         // recorded as moved away (so that the address stays reserved), and this claim gets another.
         if view.moved_away_unwritten {
+            // No room for its entry (operations.md: the IPAddress keeps the address until room is made): said, and
+            // looked at again when the entry lands (its write wakes the claim of the name).
+            if ctx.index.moved_away_no_room(pool_key, key) {
+                let message = format!(
+                    "IPAddress {key}, left behind by a move, keeps its address for the other management cluster, and \
+                     {pool_key}'s annotation {} has no room to record it: make room \
+                     (docs/operations.md) for this claim to get an address",
+                    crate::api::MOVED_AWAY_ANNOTATION
+                );
+                set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
+                return Ok(Next::After(crate::runtime::retry::RECHECK));
+            }
             return Ok(Next::After(Duration::from_secs(1)));
         }
         return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
