@@ -1658,3 +1658,22 @@ fn a_claim_a_user_deleted_before_its_paused_cluster_went_reserves_nothing() {
     fails(&w, result);
     assert!(w.read(Kind::Address, &m1).is_some(), "a/m1 got the free address:\n{}", w.trace_text());
 }
+
+/// A pool labelled for another shard's manager while a claim's run awaited its finalizer write: the run's view (served
+/// here) is from its start, and the other manager cannot see our hold. Nothing is allocated from the pool (seed
+/// 340056375: the two managers created one address at once).
+#[test]
+fn a_pool_labelled_for_another_shard_while_a_claim_awaited_is_not_allocated_from() {
+    let mut w = World::scripted();
+    w.create_pool_shaped(PoolId::Ip(1), Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(1, "m0", PoolId::Ip(1));
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0));
+    let pool = PoolId::Ip(1);
+    let labels = json!({"metadata": {"labels": {crate::api::WATCH_FILTER_LABEL: "shard-b"}}});
+    w.server_merge(pool.server_kind(), &pool.key(), labels).expect("the pool is labelled");
+    w.deliver_all(&[pool.server_kind()]);
+    assert!(w.answer_where(is_claim_patch("m0"), Fate::Answered), "the finalizer write");
+    assert!(!w.answer_where(is_create, Fate::Answered), "no IPAddress is created:\n{}", w.trace_text());
+}
