@@ -89,7 +89,15 @@ impl State {
     /// The counts the pool's status says, and its spec error if any: the D4 counts of its IPAddresses, reservations
     /// and pins, as every manager that watches the pool sees them (no hold only this one knows of).
     pub fn status_counts(&self, pool: &PoolKey) -> (PoolCounts, Option<String>) {
-        let reserved = self.reserved_in_annotation(pool);
+        self.status_counts_with(pool, &self.reserved_in_annotation(pool))
+    }
+
+    /// [`State::status_counts`], the annotation's reservations already read (it may be large: read once per status).
+    pub fn status_counts_with(
+        &self,
+        pool: &PoolKey,
+        reserved: &std::collections::HashSet<Held>,
+    ) -> (PoolCounts, Option<String>) {
         (self.registry.status_counts(pool, |held| reserved.contains(&held)), self.registry.counts(pool).1)
     }
 
