@@ -12,7 +12,7 @@ use super::{
 use crate::api::v1alpha2::PoolStatus;
 use crate::api::{MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK, Pool};
 use crate::capi::status::ClaimStatusPatch;
-use crate::capi::{CapiApis, ClaimResource, IpAddress};
+use crate::capi::{CapiApis, ClaimResource, Cluster, IpAddress};
 use crate::error::is_transport;
 use crate::index::{ObjectKey, PoolKey};
 use crate::leader::Fence;
@@ -209,6 +209,14 @@ impl ApiServer for KubeApi {
                 Some(object) => typed_pool(key, object).map(Some),
                 None => Ok(None),
             }
+        })
+    }
+
+    fn get_cluster<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<Cluster>> {
+        Box::pin(async move {
+            let Some(version) = self.capi.cluster else { return Ok(None) };
+            let api: Api<Cluster> = Api::namespaced_with(self.client.clone(), &key.namespace, &version);
+            not_found_is_none(api.get(&key.name).await)
         })
     }
 

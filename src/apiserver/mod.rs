@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::api::Pool;
 use crate::api::v1alpha2::PoolStatus;
 use crate::capi::status::ClaimStatusPatch;
-use crate::capi::{ClaimResource, IpAddress};
+use crate::capi::{ClaimResource, Cluster, IpAddress};
 use crate::index::{ObjectKey, PoolKey};
 use crate::leader::Fenced;
 
@@ -178,6 +178,8 @@ pub trait ApiServer: Send + Sync {
     ) -> Call<'a, Deleted>;
 
     fn get_pool<'a>(&'a self, key: &'a PoolKey) -> Call<'a, Option<Pool>>;
+    /// The Cluster `key` as the API server has it now; `None` when it does not exist or Clusters are not served.
+    fn get_cluster<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<Cluster>>;
     fn add_pool_finalizer<'a>(&'a self, key: &'a PoolKey, finalizer: &'a str, read: &'a Read) -> Call<'a, ()>;
     fn patch_pool_status<'a>(&'a self, key: &'a PoolKey, status: &'a PoolStatus) -> Call<'a, ()>;
     /// Sets (or, with `None`, removes) one annotation if the pool's resourceVersion is still `resource_version`;

@@ -179,6 +179,11 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         }
         _ => {}
     }
+    // As a paused Cluster keeps its addresses (`Index::keeps_orphan`): not a late duplicate of a bound claim's.
+    let kept_for_the_pause = !record.moving_away && !ctx.index.duplicates_a_bound_one(&record.pool, key);
+    if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record).await? {
+        return Ok(());
+    }
     delete(ctx, &address, "deleting an orphaned IPAddress").await?;
     let value = &address.spec.address;
     if record.moving_away {
@@ -189,6 +194,24 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         ctx.metrics.orphan_released(record.pool.kind);
     }
     Ok(())
+}
+
+/// Whether the Cluster of an IPAddress whose claim is gone is paused, read live: a move may be under way that the
+/// Cluster watch has not shown (it relisted past the pause: seed 420069014), the address in use on the target. Kept
+/// as a paused Cluster's, and the index learns of the pause, so that the Cluster's deletion is a move. A Cluster gone
+/// that the index still holds is waited for too: its watch's Delete event says whether it went paused.
+async fn cluster_paused_now(ctx: &Context, namespace: &str, record: &AddressRecord) -> Result<bool, Error> {
+    let Some(name) = record.cluster_label.as_deref() else { return Ok(false) };
+    let key = ObjectKey::new(namespace, name);
+    match ctx.api.get_cluster(&key).await.map_err(Error::api("reading the Cluster of a claim gone"))? {
+        Some(live) if live.is_paused() => {
+            let revision = crate::compact::ResourceVersion::of(live.metadata.resource_version.as_deref().unwrap_or(""));
+            ctx.index.cluster_read_paused(key, revision);
+            Ok(true)
+        }
+        Some(_) => Ok(false),
+        None => Ok(ctx.options.capi.cluster.is_some() && ctx.index.cluster_paused(namespace, name).is_some()),
+    }
 }
 
 /// Who an IPAddress of another provider belongs to, for the claim's status.

@@ -106,6 +106,9 @@ impl State {
                 _ => None,
             }
         };
+        if let Some(record) = &record {
+            self.claims_seen_gone.remove(&(key.clone(), record.uid));
+        }
         let Some(record) = record else {
             // Not ours (another provider's, or gone already): a claim of its name that it blocked may go on now.
             if self.claims.get(key).is_some() {
@@ -321,6 +324,8 @@ impl State {
         }
         self.release_hold(pool, key);
         self.metrics.released(pool.kind);
-        self.addresses.remove(key);
+        if let Some(record) = self.addresses.remove(key) {
+            self.claims_seen_gone.remove(&(key.clone(), record.uid));
+        }
     }
 }

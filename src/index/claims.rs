@@ -88,6 +88,7 @@ impl State {
             // Another claim of the name: the one cached was deleted while no watch event said so (a relist).
             self.delete_claim(&key);
         }
+        self.claims_seen_gone.retain(|(k, _)| *k != key);
         if claim.pool_kind.is_some() {
             // At start-up every claim is queued: those waiting for an address go before the bound ones, which are
             // only checked.
@@ -99,16 +100,41 @@ impl State {
         }
     }
 
+    /// A claim's deletion as its watch event shows it, in its last state: it was deleted for a move only if clusterctl
+    /// marked it so. A paused Cluster's claims deleted without the mark (a namespace wiped before a Velero restore,
+    /// their finalizers stripped) are gone for good, and their addresses with them (seeds 400110884, 410017715: taken
+    /// for moved, the addresses stayed reserved, and the restored claims were refused the IPAddresses they came back
+    /// with).
+    pub fn claim_deleted(&mut self, last: &Claim) {
+        self.remove_claim(&last.key, Some(last.moving_away));
+    }
+
+    /// A claim is gone without its deletion seen (a relist no longer holds it, or another of its name replaced it):
+    /// deleted by `clusterctl move` if it was marked when last seen, or if its Cluster went while paused (as clusterctl
+    /// deletes it, last).
+    pub fn delete_claim(&mut self, key: &ObjectKey) {
+        self.remove_claim(key, None);
+    }
+
     /// A claim is gone: everything kept for it goes, and an IPAddress we made for it is checked. Deleted by
     /// `clusterctl move`, an address of a global pool stays reserved here.
-    pub fn delete_claim(&mut self, key: &ObjectKey) {
+    fn remove_claim(&mut self, key: &ObjectKey, seen_marked: Option<bool>) {
         let Some(claim) = self.claims.remove(key) else { return };
         self.books.remove(&claim.uid.uid());
         self.blocked_elsewhere.remove(key);
-        let moved_cluster = claim
-            .cluster()
-            .is_some_and(|cluster| self.moved_clusters.contains(&ObjectKey::new(&key.namespace, cluster)));
-        if claim.moving_away || moved_cluster {
+        let moved_cluster = || {
+            claim
+                .cluster()
+                .is_some_and(|cluster| self.moved_clusters.contains(&ObjectKey::new(&key.namespace, cluster)))
+        };
+        let moved = claim.moving_away || seen_marked.unwrap_or_else(moved_cluster);
+        if seen_marked == Some(false)
+            && !moved
+            && let Some(record) = self.addresses.get(key)
+        {
+            self.claims_seen_gone.insert((key.clone(), record.uid));
+        }
+        if moved {
             if !self.addresses.contains_key(key)
                 && claim.pool_kind.is_some_and(|kind| {
                     self.registry.holds_unconfirmed(&PoolKey::new(kind, &key.namespace, &claim.pool_name), key)

@@ -24,6 +24,10 @@ impl Index {
         self.write(|s| s.delete_claim(key))
     }
 
+    pub fn claim_deleted(&self, last: &Claim) {
+        self.write(|s| s.claim_deleted(last))
+    }
+
     /// What `claim`'s reconcile decides on, in one step.
     pub fn claim_view(&self, claim: &Claim, pool_key: PoolKey) -> ClaimView {
         self.read(|s| s.claim_view(claim, pool_key))
@@ -177,6 +181,10 @@ impl Index {
         self.read(|s| s.keeps_orphan(key, record))
     }
 
+    pub fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.read(|s| s.duplicates_a_bound_one(pool, key))
+    }
+
     pub fn keeps_addresses(&self, namespace: &str, record: &AddressRecord) -> bool {
         self.read(|s| s.keeps_addresses(namespace, record))
     }
@@ -268,11 +276,16 @@ impl Index {
     }
 
     /// A Cluster with its `cluster.x-k8s.io/watch-filter` label, as its watch delivers it.
-    pub fn apply_cluster_of_shard(&self, key: ObjectKey, paused: bool, shard: Option<&str>) {
-        self.write(|s| {
-            s.cluster_of_shard(&key, shard);
-            s.apply_cluster(key, paused);
-        })
+    pub fn apply_cluster_of_shard(&self, key: ObjectKey, paused: bool, shard: Option<&str>, revision: ResourceVersion) {
+        self.write(|s| s.apply_cluster_of_shard(key, paused, shard, revision))
+    }
+
+    pub fn cluster_read_paused(&self, key: ObjectKey, revision: ResourceVersion) {
+        self.write(|s| s.cluster_read_paused(key, revision))
+    }
+
+    pub fn cluster_deleted(&self, key: &ObjectKey, paused: bool) {
+        self.write(|s| s.cluster_deleted(key, paused))
     }
 
     pub fn delete_cluster(&self, key: &ObjectKey) {

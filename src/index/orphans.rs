@@ -172,7 +172,7 @@ impl State {
     }
 
     /// Whether another IPAddress holding the address `key` holds in `pool` is the one of a live claim bound to it.
-    pub(super) fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+    pub fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
         self.registry.duplicate_of(pool, key).is_some_and(|d| {
             d.holders.iter().any(|other| {
                 other != key

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::{AddressRecord, AllocateError, Assigned, Duplicate, Held, Notice, ObjectKey, PoolKey, State, moved_away};
 use crate::api::Pool;
 use crate::capi::{Claim, IpAddress};
+use crate::compact::ResourceVersion;
 use crate::ipam::PoolCounts;
 
 impl State {
@@ -225,6 +226,47 @@ impl State {
         }
     }
 
+    /// A Cluster as its watch delivers it, with its shard label and resourceVersion.
+    pub fn apply_cluster_of_shard(
+        &mut self,
+        key: ObjectKey,
+        paused: bool,
+        shard: Option<&str>,
+        revision: ResourceVersion,
+    ) {
+        self.cluster_of_shard(&key, shard);
+        let paused = paused || self.paused_by_a_newer_read(&key, revision);
+        self.apply_cluster(key, paused);
+    }
+
+    /// A Cluster's deletion as its watch event shows it: paused in its last state (a pause the watch had not shown
+    /// before), it went paused.
+    pub fn cluster_deleted(&mut self, key: &ObjectKey, paused: bool) {
+        if paused && let Some(known) = self.clusters.get_mut(key) {
+            *known = true;
+        }
+        self.delete_cluster(key);
+    }
+
+    /// Whether a live read newer than this watch event of the Cluster showed it paused: the event does not unpause it.
+    fn paused_by_a_newer_read(&mut self, key: &ObjectKey, revision: ResourceVersion) -> bool {
+        let Some(read) = self.clusters_read_paused.get(key) else { return false };
+        if revision.is_at_least(*read) {
+            self.clusters_read_paused.remove(key);
+            return false;
+        }
+        true
+    }
+
+    /// A live read shows the Cluster paused before its watch did (which may relist past the pause and the Cluster's
+    /// deletion, seed 420069014): its addresses are kept as a paused Cluster's, and its deletion is a move.
+    pub fn cluster_read_paused(&mut self, key: ObjectKey, revision: ResourceVersion) {
+        self.clusters_read_paused.insert(key.clone(), revision);
+        if self.clusters.get(&key) != Some(&true) {
+            self.apply_cluster(key, true);
+        }
+    }
+
     pub fn apply_cluster(&mut self, key: ObjectKey, paused: bool) {
         self.moved_clusters.remove(&key);
         let was = self.clusters.insert(key.clone(), paused);
@@ -238,6 +280,7 @@ impl State {
     /// of global pools it left behind, whose claims are gone, keep their addresses reserved even when the claims'
     /// deletion for the move was not seen (a relist, a restart).
     pub fn delete_cluster(&mut self, key: &ObjectKey) {
+        self.clusters_read_paused.remove(key);
         let Some(paused) = self.clusters.remove(key) else { return };
         // Another shard's Cluster: on a pool this manager does not watch every claim of, the claims of its IPAddresses
         // are that shard manager's, alive or gone for the move, and theirs to record (the simulation's second manager
@@ -254,6 +297,7 @@ impl State {
                         && r.cluster_label.as_deref() == Some(&*key.name)
                         && !r.moving_away
                         && self.claims.get(k).is_none()
+                        && !self.claims_seen_gone.contains(&((*k).clone(), r.uid))
                         && (!others || self.sees_claims_of(&r.pool))
                 })
                 .map(|(k, _)| k.clone())

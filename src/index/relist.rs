@@ -90,7 +90,7 @@ impl Feed<ClaimResource> for Index {
         key
     }
     fn delete(&self, object: &ClaimResource) {
-        self.delete_claim(&object.claim.key);
+        self.claim_deleted(&object.claim);
     }
     fn forget(&self, key: &ObjectKey) {
         self.delete_claim(key);
@@ -130,11 +130,13 @@ impl Feed<Cluster> for Index {
     fn apply(&self, object: Cluster) -> ObjectKey {
         let key = object_key(&object);
         let shard = object.metadata.labels.as_ref().and_then(|l| l.get(crate::api::WATCH_FILTER_LABEL));
-        self.apply_cluster_of_shard(key.clone(), object.is_paused(), shard.map(String::as_str));
+        let revision =
+            crate::compact::ResourceVersion::of(object.metadata.resource_version.as_deref().unwrap_or_default());
+        self.apply_cluster_of_shard(key.clone(), object.is_paused(), shard.map(String::as_str), revision);
         key
     }
     fn delete(&self, object: &Cluster) {
-        self.delete_cluster(&object_key(object));
+        self.cluster_deleted(&object_key(object), object.is_paused());
     }
     fn forget(&self, key: &ObjectKey) {
         self.delete_cluster(key);

@@ -17,7 +17,7 @@ use crate::api::{CLUSTER_NAME_LABEL, PROTECT_ADDRESS_FINALIZER};
 use crate::api::{PoolKind, PoolResource, PoolSpec};
 use crate::capi::{Claim, IpAddress};
 use crate::capi::{ClaimResource, Cluster, IpAddressSpec, NameRef, PoolRef};
-use crate::compact::intern;
+use crate::compact::{ResourceVersion, intern};
 
 /// Records what the index sends.
 #[derive(Default)]
@@ -844,11 +844,11 @@ fn a_filtered_manager_records_the_move_of_a_cluster_gone_while_paused() {
         Event::Apply(global_pool(10, None)),
     );
     let (_, address) = claim_of_global_pool_with_cluster("x");
-    index.apply_cluster_of_shard(key("k"), true, None);
+    index.apply_cluster_of_shard(key("k"), true, None, ResourceVersion::of("1"));
     index.apply_address(&address);
     index.delete_cluster(&key("k"));
     assert!(!index.moved_away_unwritten(&global, &key("x")), "another shard's Cluster: nothing recorded");
-    index.apply_cluster_of_shard(key("k"), true, Some("a"));
+    index.apply_cluster_of_shard(key("k"), true, Some("a"), ResourceVersion::of("2"));
     index.delete_cluster(&key("k"));
     assert!(index.moved_away_unwritten(&global, &key("x")), "the left-behind address is queued for the annotation");
     // The claim's own manager saw it come back and wrote on the IPAddress (no mark): this manager follows.
@@ -856,4 +856,74 @@ fn a_filtered_manager_records_the_move_of_a_cluster_gone_while_paused() {
     adopted.metadata.resource_version = Some("99".to_owned());
     index.apply_address(&adopted);
     assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "not kept against the object");
+}
+
+/// Seeds 400110884 and 410017715: a paused Cluster's namespace is wiped before a Velero restore (its claims deleted
+/// with their finalizers stripped, no clusterctl mark, and the Cluster). A claim's deletion seen without the mark is no
+/// move, whether its Cluster's deletion was seen before or after it (helper-31); one that a relist no longer holds is
+/// taken for moved.
+#[test]
+fn a_claim_seen_deleted_without_the_move_mark_is_not_moved_though_its_cluster_went_paused() {
+    for (seen, cluster_first) in [(true, true), (true, false), (false, true), (false, false)] {
+        let (index, _sink) = index();
+        let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+        Relist::default().on_event(
+            &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
+            Event::Apply(global_pool(10, None)),
+        );
+        let (x, address) = claim_of_global_pool_with_cluster("x");
+        index.apply_cluster(key("k"), true);
+        index.apply_claim(x.clone());
+        index.apply_address(&address);
+        if cluster_first {
+            index.delete_cluster(&key("k"));
+        }
+        if seen {
+            index.claim_deleted(&x);
+        } else {
+            index.delete_claim(&key("x"));
+        }
+        if !cluster_first {
+            index.delete_cluster(&key("k"));
+        }
+        let moved = index.address(&key("x")).is_some_and(|r| r.moving_away);
+        let case = format!("deletion seen: {seen}, the Cluster's first: {cluster_first}");
+        assert_eq!(moved, !seen, "taken for moved ({case})");
+        assert_eq!(index.moved_away_unwritten(&global, &key("x")), !seen, "queued for the annotation ({case})");
+    }
+}
+
+/// Seed 420069014: clusterctl pauses a Cluster and deletes its claim for a move while the Cluster and claim watches
+/// relist (neither the pause nor the claim's deletion is seen; the claim is forgotten unmarked). The orphan release's
+/// live read finds the Cluster paused and tells the index: a stale watch event does not unpause it, and the Cluster's
+/// deletion, even one only a relist shows, leaves the IPAddress behind for the move. A Delete event whose last state
+/// is paused says so too.
+#[test]
+fn a_cluster_read_paused_live_makes_its_unseen_deletion_a_move() {
+    for deletion in ["read paused, forgotten by a relist", "its Delete event paused"] {
+        let (index, _sink) = index();
+        let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+        Relist::default().on_event(
+            &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
+            Event::Apply(global_pool(10, None)),
+        );
+        let (_, address) = claim_of_global_pool_with_cluster("x");
+        index.apply_cluster_of_shard(key("k"), false, None, ResourceVersion::of("5"));
+        index.apply_address(&address);
+        if deletion.starts_with("read") {
+            index.cluster_read_paused(key("k"), ResourceVersion::of("8"));
+            index.apply_cluster_of_shard(key("k"), false, None, ResourceVersion::of("6"));
+            assert_eq!(index.cluster_paused("ns", "k"), Some(true), "an older event does not unpause it");
+            index.delete_cluster(&key("k"));
+        } else {
+            index.cluster_deleted(&key("k"), true);
+        }
+        assert!(index.address(&key("x")).is_some_and(|r| r.moving_away), "left behind by the move ({deletion})");
+        assert!(index.moved_away_unwritten(&global, &key("x")), "queued for the annotation ({deletion})");
+    }
+    // A newer event unpauses it as ever.
+    let (index, _sink) = index();
+    index.cluster_read_paused(key("k"), ResourceVersion::of("8"));
+    index.apply_cluster_of_shard(key("k"), false, None, ResourceVersion::of("9"));
+    assert_eq!(index.cluster_paused("ns", "k"), Some(false));
 }

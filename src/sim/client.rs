@@ -20,7 +20,7 @@ use crate::apiserver::{
     failed_test_is_conflict, requests,
 };
 use crate::capi::status::ClaimStatusPatch;
-use crate::capi::{CapiVersion, ClaimResource, IpAddress};
+use crate::capi::{CapiVersion, ClaimResource, Cluster, IpAddress};
 use crate::index::{ObjectKey, PoolKey};
 use crate::leader::Fence;
 
@@ -291,6 +291,11 @@ impl ApiServer for SimApi {
                 .map(|o| Pool::from_object(key.kind, o).map_err(|message| ApiError::Failed { code: 0, message }))
                 .transpose()
         })
+    }
+
+    fn get_cluster<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<Cluster>> {
+        let sent = self.send(Op::Get(Kind::Cluster, key.clone()));
+        Box::pin(async move { object(sent.await?)?.map(parse).transpose() })
     }
 
     fn add_pool_finalizer<'a>(&'a self, key: &'a PoolKey, finalizer: &'a str, read: &'a Read) -> Call<'a, ()> {

@@ -6,10 +6,11 @@ engineer "simplifying" the code might drop), one at a time, in a scratch copy of
 
 Python, not Rust: it edits and rebuilds the crate it tests, from outside it.
 
-  tests/tools/mutants.py [--only ID[,ID...]] [--list] [--keep DIR]
+  tests/tools/mutants.py [--only ID[,ID...]] [--list] [--check] [--keep DIR]
 
 Each mutation names one `find` text that must occur exactly once in its file (so that a refactor that moves the
-guard makes this tool fail loudly, rather than test nothing), and what it is replaced with. The integration tests
+guard makes this tool fail loudly, rather than test nothing), and what it is replaced with; `--check` (which
+`make test` runs) only checks that, in seconds. The integration tests
 are not run (minutes each): a mutation caught only there is caught by `make test` too, and says so in `caught_by`.
 """
 import argparse
@@ -202,8 +203,8 @@ MUTATIONS = [
      "            if true {",
      "a bound claim whose create of its IPAddress again is refused gives up its machine's address"),
     ("remember-forgets-move", "src/index/addresses.rs",
-     "                    record.moving_away |= current.moving_away;\n",
-     "",
+     "                    if self.keeps_moving_away(current) {\n                        record.moving_away = true;",
+     "                    if self.keeps_moving_away(current) {",
      "the answer of our own write replaces what the index knew of a move (the hold stays for a new claim of the name)"),
     ("deleted-before-move-reserved", "src/index/moved_away.rs",
      "        || (claim.deletion_timestamp.is_some() && !claim.moving_away)\n",
@@ -265,6 +266,26 @@ MUTATIONS = [
      "        if record.is_some() && self.claims.get(&claim.key).is_none_or(|c| c.uid != claim.uid) {",
      "        if false {",
      "the answer of a create for a claim gone meanwhile leaves its IPAddress to the sweep"),
+    ("seen-delete-as-move", "src/index/claims.rs",
+     "        self.remove_claim(&last.key, Some(last.moving_away));",
+     "        self.remove_claim(&last.key, None);",
+     "a claim's deletion seen without clusterctl's mark is taken for a move when its Cluster went while paused"),
+    ("seen-gone-left-behind", "src/index/pools.rs",
+     "                        && !self.claims_seen_gone.contains(&((*k).clone(), r.uid))\n",
+     "",
+     "a paused Cluster's deletion takes the IPAddress of a claim seen deleted for good for one a move left behind"),
+    ("orphan-cluster-unread", "src/controllers/ipaddress.rs",
+     "    if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record).await? {",
+     "    if false {",
+     "the orphan release trusts the cached Cluster, which a relist past a move's pause shows unpaused"),
+    ("stale-cluster-unpauses", "src/index/pools.rs",
+     "        let paused = paused || self.paused_by_a_newer_read(&key, revision);",
+     "        let paused = paused;",
+     "a Cluster watch event older than a live read that showed the Cluster paused unpauses it"),
+    ("cluster-delete-last-state", "src/index/relist.rs",
+     "        self.cluster_deleted(&object_key(object), object.is_paused());",
+     "        self.delete_cluster(&object_key(object));",
+     "a Cluster's Delete event whose last state is paused is taken for an unpaused Cluster's"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
@@ -297,6 +318,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", help="comma-separated mutation ids")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--check", action="store_true",
+                        help="only check that every mutation's text occurs once in its file, and exit")
     parser.add_argument("--keep", help="a scratch folder to reuse (its target/ keeps the build warm)")
     args = parser.parse_args()
     mutations = MUTATIONS
@@ -306,6 +329,14 @@ def main():
         if unknown:
             sys.exit(f"mutants: unknown ids {sorted(unknown)}")
         mutations = [m for m in MUTATIONS if m[0] in wanted]
+    if args.check:
+        stale = [f"{mid}: its text occurs {open(os.path.join(REPO, path)).read().count(find)} times in {path}"
+                 for mid, path, find, _, _ in mutations
+                 if open(os.path.join(REPO, path)).read().count(find) != 1]
+        if stale:
+            sys.exit("mutants: update these mutations (expected once each):\n  " + "\n  ".join(stale))
+        print(f"mutants: the texts of all {len(mutations)} mutations occur once each")
+        return 0
     if args.list:
         for mid, path, _, _, what in mutations:
             print(f"{mid:22} {path:36} {what}")

@@ -41,6 +41,8 @@ done
 stage 2 "Rust: cargo fmt --all --check, cargo clippy --workspace --all-targets -- -D warnings"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The mutation check's guards are found by their text: one that a change moved would test nothing (make mutants).
+python3 tests/tools/mutants.py --check
 
 # A manager left running by `make run` would allocate alongside the tests' own managers.
 if [[ -f .dev/manager.pid ]] && kill -0 "$(cat .dev/manager.pid)" 2>/dev/null; then
