@@ -250,6 +250,9 @@ pub struct Cluster {
     pub metadata: kube::api::ObjectMeta,
     /// `spec.paused` or the paused annotation (docs/compatibility.md D8).
     pub paused: bool,
+    /// Its `cluster.x-k8s.io/watch-filter` label (CAPI's sharding): the shard of the managers that serve it. Read
+    /// before the labels are dropped.
+    pub watch_filter: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -270,8 +273,10 @@ impl From<ClusterObject> for Cluster {
     fn from(mut o: ClusterObject) -> Self {
         let paused = o.spec.paused == Some(true)
             || o.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::api::PAUSED_ANNOTATION));
+        let watch_filter =
+            o.metadata.labels.as_mut().and_then(|l| l.remove(crate::api::WATCH_FILTER_LABEL)).filter(|v| !v.is_empty());
         slim_metadata(&mut o.metadata);
-        Cluster { metadata: o.metadata, paused }
+        Cluster { metadata: o.metadata, paused, watch_filter }
     }
 }
 

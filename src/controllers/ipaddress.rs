@@ -179,8 +179,9 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         }
         _ => {}
     }
-    // As a paused Cluster keeps its addresses (`Index::keeps_orphan`): not a late duplicate of a bound claim's.
-    let kept_for_the_pause = !record.moving_away && !ctx.index.duplicates_a_bound_one(&record.pool, key);
+    // As a paused Cluster keeps its addresses (`Index::keeps_orphan`). One left behind by a move is released, its
+    // address reserved.
+    let kept_for_the_pause = !record.moving_away && ctx.index.pause_may_keep(key, record);
     if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record).await? {
         return Ok(());
     }

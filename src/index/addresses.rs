@@ -106,8 +106,8 @@ impl State {
                 _ => None,
             }
         };
-        if let Some(record) = &record {
-            self.claims_seen_gone.remove(&(key.clone(), record.uid));
+        if record.is_some() {
+            self.claims_seen_gone.remove(key);
         }
         let Some(record) = record else {
             // Not ours (another provider's, or gone already): a claim of its name that it blocked may go on now.
@@ -324,8 +324,8 @@ impl State {
         }
         self.release_hold(pool, key);
         self.metrics.released(pool.kind);
-        if let Some(record) = self.addresses.remove(key) {
-            self.claims_seen_gone.remove(&(key.clone(), record.uid));
+        if self.addresses.remove(key).is_some() {
+            self.claims_seen_gone.remove(key);
         }
     }
 }

@@ -88,7 +88,7 @@ impl State {
             // Another claim of the name: the one cached was deleted while no watch event said so (a relist).
             self.delete_claim(&key);
         }
-        self.claims_seen_gone.retain(|(k, _)| *k != key);
+        self.claims_seen_gone.remove(&key);
         if claim.pool_kind.is_some() {
             // At start-up every claim is queued: those waiting for an address go before the bound ones, which are
             // only checked.
@@ -132,7 +132,7 @@ impl State {
             && !moved
             && let Some(record) = self.addresses.get(key)
         {
-            self.claims_seen_gone.insert((key.clone(), record.uid));
+            self.claims_seen_gone.insert(key.clone(), record.uid);
         }
         if moved {
             if !self.addresses.contains_key(key)

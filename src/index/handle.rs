@@ -181,8 +181,8 @@ impl Index {
         self.read(|s| s.keeps_orphan(key, record))
     }
 
-    pub fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
-        self.read(|s| s.duplicates_a_bound_one(pool, key))
+    pub fn pause_may_keep(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
+        self.read(|s| s.pause_may_keep(key, record))
     }
 
     pub fn keeps_addresses(&self, namespace: &str, record: &AddressRecord) -> bool {

@@ -84,9 +84,12 @@ pub struct State {
     /// Claims gone for a move while the create of their IPAddress was in flight (no record to mark yet): the create's
     /// answer records the move.
     moved_before_created: HashSet<ObjectKey>,
-    /// IPAddresses (name and UID) whose claim's deletion was seen without clusterctl's mark: not left behind by a move
-    /// when their paused Cluster goes later (a namespace wiped before a Velero restore).
-    claims_seen_gone: HashSet<(ObjectKey, Option<Uid>)>,
+    /// IPAddresses (by name, with their UID) whose claim's deletion was seen without clusterctl's mark: released even
+    /// while their Cluster is paused, and not left behind by a move when it goes (a namespace wiped before a Velero
+    /// restore).
+    claims_seen_gone: HashMap<ObjectKey, Option<Uid>>,
+    /// The resourceVersion of each Cluster as its watch last delivered it.
+    cluster_revisions: HashMap<ObjectKey, ResourceVersion>,
     /// Clusters a live read showed paused (at that resourceVersion) before their watch did: older watch events do not
     /// unpause them.
     clusters_read_paused: HashMap<ObjectKey, ResourceVersion>,
@@ -125,7 +128,8 @@ impl State {
             listing_until: None,
             moved_clusters: HashSet::new(),
             moved_before_created: HashSet::new(),
-            claims_seen_gone: HashSet::new(),
+            claims_seen_gone: HashMap::new(),
+            cluster_revisions: HashMap::new(),
             clusters_read_paused: HashMap::new(),
             clusters_of_other_shards: HashSet::new(),
             moved_away: moved_away::Ledger::default(),

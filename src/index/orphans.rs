@@ -168,11 +168,23 @@ impl State {
     /// bound claim's IPAddress holds its address too (this one is then a late create no claim was ever bound to, and
     /// kept, it stays a duplicate for as long as the pause lasts).
     pub fn keeps_orphan(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
-        self.keeps_addresses(&key.namespace, record) && !self.duplicates_a_bound_one(&record.pool, key)
+        self.keeps_addresses(&key.namespace, record) && self.pause_may_keep(key, record)
+    }
+
+    /// Whether a pause of the Cluster of the IPAddress `key`, whose claim is gone, keeps it: not when it is a late
+    /// duplicate of a bound claim's address, nor when its claim's deletion was seen without clusterctl's mark (no move:
+    /// released at once, the decision is on the API server before a restart forgets it; helper-32).
+    pub fn pause_may_keep(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
+        !self.claim_seen_gone(key, record) && !self.duplicates_a_bound_one(&record.pool, key)
+    }
+
+    /// Whether the deletion of the claim of the IPAddress `key` was seen without clusterctl's mark.
+    pub(super) fn claim_seen_gone(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
+        self.claims_seen_gone.get(key).is_some_and(|uid| *uid == record.uid)
     }
 
     /// Whether another IPAddress holding the address `key` holds in `pool` is the one of a live claim bound to it.
-    pub fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+    pub(super) fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
         self.registry.duplicate_of(pool, key).is_some_and(|d| {
             d.holders.iter().any(|other| {
                 other != key

@@ -236,6 +236,7 @@ impl State {
     ) {
         self.cluster_of_shard(&key, shard);
         let paused = paused || self.paused_by_a_newer_read(&key, revision);
+        self.cluster_revisions.insert(key.clone(), revision);
         self.apply_cluster(key, paused);
     }
 
@@ -260,7 +261,13 @@ impl State {
 
     /// A live read shows the Cluster paused before its watch did (which may relist past the pause and the Cluster's
     /// deletion, seed 420069014): its addresses are kept as a paused Cluster's, and its deletion is a move.
+    /// A read the watch has overtaken (a newer event, or the Cluster's deletion) is old news, and ignored (helper-32).
     pub fn cluster_read_paused(&mut self, key: ObjectKey, revision: ResourceVersion) {
+        if !self.clusters.contains_key(&key)
+            || self.cluster_revisions.get(&key).is_some_and(|w| w.is_at_least(revision))
+        {
+            return;
+        }
         self.clusters_read_paused.insert(key.clone(), revision);
         if self.clusters.get(&key) != Some(&true) {
             self.apply_cluster(key, true);
@@ -281,6 +288,7 @@ impl State {
     /// deletion for the move was not seen (a relist, a restart).
     pub fn delete_cluster(&mut self, key: &ObjectKey) {
         self.clusters_read_paused.remove(key);
+        self.cluster_revisions.remove(key);
         let Some(paused) = self.clusters.remove(key) else { return };
         // Another shard's Cluster: on a pool this manager does not watch every claim of, the claims of its IPAddresses
         // are that shard manager's, alive or gone for the move, and theirs to record (the simulation's second manager
@@ -297,7 +305,7 @@ impl State {
                         && r.cluster_label.as_deref() == Some(&*key.name)
                         && !r.moving_away
                         && self.claims.get(k).is_none()
-                        && !self.claims_seen_gone.contains(&((*k).clone(), r.uid))
+                        && !self.claim_seen_gone(k, r)
                         && (!others || self.sees_claims_of(&r.pool))
                 })
                 .map(|(k, _)| k.clone())

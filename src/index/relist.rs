@@ -129,10 +129,9 @@ impl Feed<Cluster> for Index {
     type Key = ObjectKey;
     fn apply(&self, object: Cluster) -> ObjectKey {
         let key = object_key(&object);
-        let shard = object.metadata.labels.as_ref().and_then(|l| l.get(crate::api::WATCH_FILTER_LABEL));
         let revision =
             crate::compact::ResourceVersion::of(object.metadata.resource_version.as_deref().unwrap_or_default());
-        self.apply_cluster_of_shard(key.clone(), object.is_paused(), shard.map(String::as_str), revision);
+        self.apply_cluster_of_shard(key.clone(), object.is_paused(), object.watch_filter.as_deref(), revision);
         key
     }
     fn delete(&self, object: &Cluster) {

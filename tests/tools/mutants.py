@@ -271,7 +271,7 @@ MUTATIONS = [
      "        self.remove_claim(&last.key, None);",
      "a claim's deletion seen without clusterctl's mark is taken for a move when its Cluster went while paused"),
     ("seen-gone-left-behind", "src/index/pools.rs",
-     "                        && !self.claims_seen_gone.contains(&((*k).clone(), r.uid))\n",
+     "                        && !self.claim_seen_gone(k, r)\n",
      "",
      "a paused Cluster's deletion takes the IPAddress of a claim seen deleted for good for one a move left behind"),
     ("orphan-cluster-unread", "src/controllers/ipaddress.rs",
@@ -286,6 +286,18 @@ MUTATIONS = [
      "        self.cluster_deleted(&object_key(object), object.is_paused());",
      "        self.delete_cluster(&object_key(object));",
      "a Cluster's Delete event whose last state is paused is taken for an unpaused Cluster's"),
+    ("cluster-shard-unread", "src/index/relist.rs",
+     "object.is_paused(), object.watch_filter.as_deref(), revision);",
+     "object.is_paused(), None, revision);",
+     "a Cluster's watch-filter label is not read, and a filtered manager takes every Cluster for another shard's"),
+    ("seen-gone-kept-for-pause", "src/index/orphans.rs",
+     "        !self.claim_seen_gone(key, record) && !self.duplicates_a_bound_one(&record.pool, key)",
+     "        !self.duplicates_a_bound_one(&record.pool, key)",
+     "the IPAddress of a claim seen deleted for good is kept while its Cluster is paused (a restart then reserves it)"),
+    ("stale-cluster-read", "src/index/pools.rs",
+     "        if !self.clusters.contains_key(&key)\n            || self.cluster_revisions.get(&key).is_some_and(|w| w.is_at_least(revision))\n",
+     "        if false\n",
+     "a live read of a paused Cluster that its watch has overtaken (unpaused or deleted since) pauses it for good"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
