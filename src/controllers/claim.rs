@@ -143,7 +143,14 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
             // A bound claim's hold without an IPAddress (deleted from under it) is its machine's address: it stays, but
             // for a pool that goes (nothing is made again in it, and the hold must not keep it).
             let pool_stays = view.pool.as_ref().is_some_and(|p| !p.is_deleting());
-            if claim.address_ref().is_none() || !pool_stays {
+            // The cache may show unbound a claim that our own status write bound (its watch relisting past it), whose
+            // hold was kept when a person deleted its IPAddress: read live before it goes, or the address its machine
+            // uses, here or after a move, is free (seed 430083652).
+            if !pool_stays
+                || (claim.address_ref().is_none()
+                    && ctx.index.holds_unconfirmed(&pool_key, key)
+                    && lives_unbound(claim, ctx).await?)
+            {
                 settle_own_uncertain_create(ctx, &pool_key, key).await?;
             }
             debug!(claim = %key, reason = reason.as_str(), "waiting for the Cluster");
@@ -374,6 +381,17 @@ async fn lives_bound(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
     let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
     Ok(live.is_some_and(|l| {
         l.claim.uid == claim.uid && l.claim.address_ref().is_some() && l.claim.deletion_timestamp.is_none()
+    }))
+}
+
+/// Whether the claim, unbound as cached, lives unbound as the API server has it: not bound meanwhile, and neither gone
+/// nor being deleted unless the cache shows that already (its watch event decides about those).
+async fn lives_unbound(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
+    let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
+    Ok(live.is_some_and(|l| {
+        l.claim.uid == claim.uid
+            && l.claim.address_ref().is_none()
+            && (l.claim.deletion_timestamp.is_none() || claim.deletion_timestamp.is_some())
     }))
 }
 

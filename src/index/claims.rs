@@ -247,6 +247,9 @@ impl State {
     /// under it while a former leader held its address for it) has the address its condition names held again, while
     /// it is free, so that no claim waiting for an address takes the one its machine uses.
     pub fn hold_bound_addresses(&mut self) {
+        for duplicate in self.registry.synced() {
+            self.report_duplicate(&duplicate);
+        }
         let mut lost: Vec<(PoolKey, ObjectKey, String)> = self
             .claims
             .keys_where(|c| {

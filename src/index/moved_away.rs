@@ -491,6 +491,19 @@ pub fn sync(index: &mut State, key: &PoolKey, pool: &Pool) {
             // Held by the IPAddress that moved away, here already (left behind, or come back), or free: it stays held
             // by it, or is reserved.
             index.registry.reserve(key, held);
+            // A claim of that name bound to it, here (come back with its Cluster): the entry is old news (another
+            // manager's late write of it: seed 430199264), which the claim's reconcile takes out again.
+            let bound_back: Vec<ObjectKey> = names
+                .iter()
+                .filter(|a| index.registry.held_by(key, a) == Some(held))
+                .filter(|a| {
+                    index.claims.get(a).is_some_and(|c| {
+                        c.address_ref() == Some(&*a.name) && !c.moving_away && c.deletion_timestamp.is_none()
+                    })
+                })
+                .map(|a| (*a).clone())
+                .collect();
+            index.wake_all(bound_back);
         } else if let Some(duplicate) = index.registry.reserve_alongside(key, held) {
             // Held by another IPAddress (a late create of a deposed leader): the reservation is held beside it, a
             // duplicate its claim withdraws unless bound.

@@ -950,3 +950,25 @@ fn a_cluster_read_paused_live_makes_its_unseen_deletion_a_move() {
     index.cluster_read_paused(key("k"), ResourceVersion::of("10"));
     assert_eq!(index.cluster_paused("ns", "k"), None, "a read of a Cluster the watch saw deleted");
 }
+
+/// Soak seed 430199264: a second manager's late write puts back the moved-away entry of an address that claim `x`,
+/// come back with its Cluster, is bound to again (its own manager took the entry out). The pool event wakes `x`, whose
+/// reconcile takes the entry out again; an entry naming a claim not bound to it wakes nothing.
+#[test]
+fn an_entry_put_back_for_an_address_its_claim_is_bound_to_again_wakes_the_claim() {
+    for bound in [true, false] {
+        let (index, sink) = index();
+        let pools = Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index);
+        Relist::default().on_event(&pools, Event::Apply(global_pool(10, None)));
+        let (mut x, address) = claim_of_global_pool_with_cluster("x");
+        if bound {
+            x.bound = Some(Box::default());
+        }
+        index.apply_claim(x);
+        index.apply_address(&address);
+        sink.take_woken();
+        Relist::default().on_event(&pools, Event::Apply(global_pool(11, Some("10.1.0.1@ns/x"))));
+        let woken = sink.take_woken();
+        assert_eq!(woken.contains(&key("x")), bound, "woken: {woken:?} (bound: {bound})");
+    }
+}

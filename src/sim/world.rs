@@ -1628,6 +1628,16 @@ impl World {
         if self.object(Kind::Cluster, &cluster).is_none() {
             return;
         }
+        // An operator does not move a Cluster while its namespace holds an IPAddress a restore brought back over an
+        // address handed out meanwhile (docs/operations.md): clusterctl would copy it, with an address in use here,
+        // before its claim withdrew it (seed 430231703).
+        let restored_duplicate = self.objects(Kind::Address).iter().any(|a| {
+            *key_of(a).namespace == *NAMESPACES[n]
+                && a["metadata"]["uid"].as_str().is_some_and(|u| self.actors.velero_duplicates.contains(u))
+        });
+        if restored_duplicate {
+            return;
+        }
         self.stats.moves += 1;
         let _ = self.server_merge(Kind::Cluster, &cluster, json!({"spec": {"paused": true}}));
         let mut leaving = Vec::new();

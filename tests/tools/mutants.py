@@ -298,6 +298,18 @@ MUTATIONS = [
      "        if !self.clusters.contains_key(&key)\n            || self.cluster_revisions.get(&key).is_some_and(|w| w.is_at_least(revision))\n",
      "        if false\n",
      "a live read of a paused Cluster that its watch has overtaken (unpaused or deleted since) pauses it for good"),
+    ("waiting-claim-unread", "src/controllers/claim.rs",
+     "                    && lives_unbound(claim, ctx).await?)",
+     "                    && true)",
+     "a claim waiting for its Cluster gives up the address kept for it when the cache shows it unbound"),
+    ("entry-back-unwoken", "src/index/moved_away.rs",
+     "            index.wake_all(bound_back);\n",
+     "",
+     "a moved-away entry put back for an address its claim is bound to again wakes no one, and stays"),
+    ("unsynced-spec-less-pool", "src/index/registry/mod.rs",
+     "    state.spec_removed |= synced && state.spec.is_none();\n",
+     "",
+     "a pool first seen through an IPAddress after every watch listed is taken for one whose spec may still come"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

@@ -63,7 +63,8 @@ struct PoolState {
     pins: pins::Pins,
     /// A pin's placeholder took an address since the requesters were last woken: the pinned claim may wait for it.
     requesters_due: bool,
-    /// Its spec was removed (the pool deleted while IPAddresses of it stay): no spec will come to find duplicates.
+    /// Its spec was removed (the pool deleted while IPAddresses of it stay), or every watch listed without it (deleted
+    /// before this process saw it): no spec will come to find duplicates.
     spec_removed: bool,
 }
 
@@ -76,6 +77,16 @@ pub struct Registry {
     /// Claims woken by steps that return something else (an address replaced or handed over, a wake passed on);
     /// the index takes them at the end of its step.
     woken: Woken,
+    /// Every watch has listed: a pool without a spec by then is gone, and none will come.
+    synced: bool,
+}
+
+/// The state of `pool_key`, made when it is not known yet: after every watch listed (`synced`), a pool seen first
+/// through an IPAddress has no spec to come.
+fn state_of<'a>(pools: &'a mut HashMap<PoolKey, PoolState>, synced: bool, pool_key: &PoolKey) -> &'a mut PoolState {
+    let state = pools.entry(pool_key.clone()).or_default();
+    state.spec_removed |= synced && state.spec.is_none();
+    state
 }
 
 /// What waking after a change found: claims to reconcile now.
@@ -133,6 +144,28 @@ impl Registry {
         self.wake_all(key)
     }
 
+    /// Every watch has listed: the pools still without a spec are gone (deleted before this process saw them), and
+    /// their holders are compared with each other from now on, as a removed spec's are. Returns the duplicates found
+    /// among them (a deposed leader's late create into a pool deleted before this term listed, beside a bound
+    /// claim's: soak seed 430208541).
+    pub fn synced(&mut self) -> Vec<Duplicate> {
+        self.synced = true;
+        let mut found = Vec::new();
+        for (key, state) in &mut self.pools {
+            if state.spec.is_none() && !state.spec_removed {
+                state.spec_removed = true;
+                state.find_duplicates();
+                found.extend(state.duplicates.iter().map(|(held, holders)| Duplicate {
+                    pool: key.clone(),
+                    held: *held,
+                    holders: holders.clone(),
+                }));
+            }
+        }
+        found.sort_unstable_by(|a, b| (&a.pool, &a.holders).cmp(&(&b.pool, &b.holders)));
+        found
+    }
+
     /// Forgets a deleted pool's spec (its IPAddresses stay recorded: they count if the pool comes back).
     pub fn remove_spec(&mut self, key: &PoolKey) {
         if let Some(state) = self.pools.get_mut(key) {
@@ -148,7 +181,7 @@ impl Registry {
     /// Records an IPAddress seen in the API server (or just created by us). Returns the duplicate when another
     /// IPAddress of the pool holds the same address: that must never happen, and the caller says so loudly.
     pub fn record(&mut self, pool_key: &PoolKey, address: &ObjectKey, held: Held) -> Option<Duplicate> {
-        let state = self.pools.entry(pool_key.clone()).or_default();
+        let state = state_of(&mut self.pools, self.synced, pool_key);
         match state.holders.get_mut(address) {
             Some(h) if h.held == held => {
                 // Confirmed, it counts in the pool's status now (`PoolState::status_counts`).
@@ -229,7 +262,7 @@ impl Registry {
 
     /// Reserves `held` even when an IPAddress holds it already; returns the duplicate that makes then.
     pub fn reserve_alongside(&mut self, pool_key: &PoolKey, held: Held) -> Option<Duplicate> {
-        let state = self.pools.entry(pool_key.clone()).or_default();
+        let state = state_of(&mut self.pools, self.synced, pool_key);
         let key = reservation_key(held);
         if state.holders.contains_key(&key) {
             return None;
@@ -244,7 +277,7 @@ impl Registry {
 
     /// Reserves `held` (see [`reservation_key`]) unless something holds it already; returns whether it did.
     pub fn reserve(&mut self, pool_key: &PoolKey, held: Held) -> bool {
-        let state = self.pools.entry(pool_key.clone()).or_default();
+        let state = state_of(&mut self.pools, self.synced, pool_key);
         let key = reservation_key(held);
         // A pin's placeholder makes way: an address in use on another management cluster is reserved for it here.
         state.unpin(held);

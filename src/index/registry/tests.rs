@@ -208,6 +208,27 @@ fn a_duplicate_recorded_after_the_pool_was_deleted_is_found_at_once() {
     assert_eq!(r.record(&pool(), &obj("c"), ip("10.0.0.2")), None, "another address is no duplicate");
 }
 
+/// Soak seed 430208541: the pool was deleted before this process listed (no spec ever came, and no deletion was
+/// seen); a bound claim's IPAddress and a deposed leader's late create of the same address are recorded in it. Once
+/// every watch listed, the duplicate is found, among those recorded before and as the next ones are recorded.
+#[test]
+fn a_duplicate_in_a_pool_gone_before_the_process_listed_is_found_once_it_listed() {
+    let mut r = Registry::new();
+    let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+    assert_eq!(r.record(&pool(), &obj("b"), ip("10.0.0.1")), None, "unknown before every watch listed");
+    let found = r.synced();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].holders, vec![obj("a"), obj("b")]);
+    let other = PoolKey::new(pool().kind, &pool().namespace, "gone-too");
+    assert_eq!(r.record(&other, &obj("c"), ip("10.0.0.2")), None);
+    let late = r.record(&other, &obj("d"), ip("10.0.0.2")).expect("a duplicate, recorded after the listing");
+    assert_eq!(late.holders, vec![obj("c"), obj("d")]);
+    // A pool whose spec comes later (created since) is allocated from as ever.
+    r.apply_spec(&other, &spec(other.kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
+    assert_eq!(r.allocate(&other, &obj("e"), None).unwrap().address.to_string(), "10.0.0.1");
+}
+
 #[test]
 fn prefix_pools() {
     let mut r = Registry::new();
