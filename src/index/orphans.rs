@@ -111,16 +111,30 @@ impl State {
         let candidates: Vec<(ObjectKey, AddressRecord)> = self
             .addresses
             .iter()
-            .filter(|(k, r)| {
-                // A claim of the name in another pool cannot adopt it (IPAddress specs are immutable): still an orphan.
-                r.made_for_a_claim()
-                    && !self.claims.get(k).is_some_and(|c| c.uses_pool(r.pool.kind, &r.pool.namespace, &r.pool.name))
-                    && self.serves_pool(&r.pool)
-                    && !self.others_claims.contains(&((*k).clone(), r.uid))
-            })
+            .filter(|(k, r)| self.claim_gone_for(k, r))
             .map(|(k, r)| (k.clone(), r.clone()))
             .collect();
         candidates.into_iter().filter(|(key, record)| !self.keeps_orphan(key, record)).collect()
+    }
+
+    /// Whether the IPAddress `key` was made for a claim that is not cached, on a pool this manager serves for it.
+    fn claim_gone_for(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
+        // A claim of the name in another pool cannot adopt it (IPAddress specs are immutable): still an orphan.
+        record.made_for_a_claim()
+            && !self
+                .claims
+                .get(key)
+                .is_some_and(|c| c.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name))
+            && self.serves_pool(&record.pool)
+            && !self.others_claims.contains(&(key.clone(), record.uid))
+    }
+
+    /// Whether the IPAddress `key` is an orphan that the orphan release deletes, its address then free: its claim is
+    /// gone, no pause keeps it, and no move left it behind (whose address stays reserved).
+    pub(super) fn released_as_orphan(&self, key: &ObjectKey) -> bool {
+        self.addresses
+            .get(key)
+            .is_some_and(|r| !r.moving_away && self.claim_gone_for(key, r) && !self.keeps_orphan(key, r))
     }
 
     /// Whether this manager serves the pool: it has no shard (`cluster.x-k8s.io/watch-filter` label), or this

@@ -972,3 +972,26 @@ fn an_entry_put_back_for_an_address_its_claim_is_bound_to_again_wakes_the_claim(
         assert_eq!(woken.contains(&key("x")), bound, "woken: {woken:?} (bound: {bound})");
     }
 }
+
+/// Soak seed 440537881: a deposed leader's late create of IPAddress `y`, for a claim since gone, lands holding the
+/// address of IPAddress `x`, which Velero restored with its claim (no status, so the claim was never told of it). `x` is
+/// the machine's: it is not the duplicate to withdraw while every other holder is an orphan the release deletes; it is
+/// while a claim of `y` lives.
+#[test]
+fn a_duplicate_whose_other_holders_are_orphans_is_not_withdrawn() {
+    for y_lives in [false, true] {
+        let (index, _sink) = index();
+        feed_pool(&index, pool("10.0.0.1-10.0.0.3", 1));
+        let x = claim("x");
+        index.apply_claim(x.clone());
+        index.apply_address(&ip_address_uid("x", "10.0.0.1", &x, 1));
+        if y_lives {
+            index.apply_claim(claim("y"));
+        }
+        index.apply_address(&ip_address_uid("y", "10.0.0.1", &claim("y"), 2));
+        let view = index.claim_view(&x, pool_key());
+        assert!(view.duplicate.is_some(), "a duplicate (y lives: {y_lives})");
+        assert_eq!(view.others_orphaned, !y_lives, "(y lives: {y_lives})");
+        assert_eq!(view.unwanted_duplicate(), y_lives, "withdrawn (y lives: {y_lives})");
+    }
+}

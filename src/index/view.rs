@@ -26,6 +26,9 @@ pub struct ClaimView {
     /// and no other holder is bound: it stays and the others go (withdrawn, the machine that came back would lose the
     /// address it uses).
     pub moved_one_wins: bool,
+    /// Every other holder of its duplicate is an orphan the orphan release deletes (a deposed leader's late create for
+    /// a claim since gone): this one stays, and is adopted once they go.
+    pub others_orphaned: bool,
     /// It holds an address reserved as moved away (it came back with its Cluster, or a move left it behind).
     pub holds_reserved: bool,
     /// Its address is still to be written into the pool's moved-away annotation.
@@ -53,7 +56,7 @@ impl ClaimView {
     /// A duplicate to withdraw (or whose withdrawal to finish) before the claim is bound to it: every duplicate but
     /// the one the moved-back IPAddress wins.
     pub fn unwanted_duplicate(&self) -> bool {
-        self.duplicate.is_some() && !self.moved_one_wins
+        self.duplicate.is_some() && !self.moved_one_wins && !self.others_orphaned
     }
 }
 
@@ -80,7 +83,11 @@ impl State {
                     other != key && self.claim(other).is_some_and(|c| c.address_ref() == Some(&*other.name))
                 })
         });
+        let others_orphaned = duplicate
+            .as_ref()
+            .is_some_and(|d| d.holders.iter().filter(|o| *o != key).all(|other| self.released_as_orphan(other)));
         ClaimView {
+            others_orphaned,
             pool: self.pool(&pool_key),
             cluster_paused: claim.cluster().and_then(|cluster| self.cluster_paused(&key.namespace, cluster)),
             record: self.address(key),

@@ -1138,7 +1138,8 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// the cache showed unbound gave up the address kept for it while its Cluster moved; 430199264: a second manager's
 /// late write put back the entry of an address its claim was bound to again; 430208541: a late create in a pool
 /// deleted before the term listed was adopted beside a bound claim's; 430231703 (the model): a Cluster moved while a
-/// restore's duplicate of its address was unresolved. (A
+/// restore's duplicate of its address was unresolved; 440475962 (the checker): two entries of one address are one
+/// reservation; 440537881: a restored claim withdrew its own IPAddress as the duplicate of an orphan's late create. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1191,6 +1192,8 @@ fn seeds_the_soak_found_keep_every_invariant() {
         430_199_264,
         430_208_541,
         430_231_703,
+        440_475_962,
+        440_537_881,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

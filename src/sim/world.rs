@@ -2498,15 +2498,18 @@ impl World {
                 .collect();
             let reserved: Vec<Held> = entries.iter().map(|(h, _)| *h).collect();
             let in_use: Vec<Held> = held.iter().filter(|(p, _, _)| *p == pool).map(|(_, h, _)| *h).collect();
-            let reservations: Vec<Held> = entries
+            let held_as_named = |r: Held, named: &Option<ObjectKey>| {
+                held.iter().any(|(p, h, key)| *p == pool && h.overlaps(r) && named.as_ref().is_none_or(|n| n == key))
+            };
+            // One reservation per address, however many entries name it (two claims of a moved Cluster that held it
+            // in turn: seed 440475962), unless an IPAddress one of them names holds it.
+            let mut reservations: Vec<Held> = entries
                 .iter()
-                .filter(|(r, named)| {
-                    !held
-                        .iter()
-                        .any(|(p, h, key)| *p == pool && h.overlaps(*r) && named.as_ref().is_none_or(|n| n == key))
-                })
+                .filter(|(r, _)| !entries.iter().any(|(o, named)| o == r && held_as_named(*o, named)))
                 .map(|(r, _)| *r)
                 .collect();
+            reservations.sort_unstable();
+            reservations.dedup();
             let out_of_range = in_use.iter().chain(&reservations).filter(|h| !allocatable.contains(h)).count();
             // A pinned address no IPAddress holds is held for its claim (and not free for others).
             let pinned = self

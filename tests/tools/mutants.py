@@ -310,6 +310,10 @@ MUTATIONS = [
      "    state.spec_removed |= synced && state.spec.is_none();\n",
      "",
      "a pool first seen through an IPAddress after every watch listed is taken for one whose spec may still come"),
+    ("orphan-duplicate-withdrawn", "src/index/view.rs",
+     "        self.duplicate.is_some() && !self.moved_one_wins && !self.others_orphaned",
+     "        self.duplicate.is_some() && !self.moved_one_wins",
+     "an unbound claim withdraws its IPAddress though every other holder of its address is an orphan"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

@@ -24,6 +24,18 @@ pub(super) async fn adopt(
         let why = if record.deleting { LetGo::Deleting } else { LetGo::Duplicate };
         return let_go(ctx, key, pool_key, record.uid, why).await;
     }
+    if !told_of(claim, view.held) && view.duplicate.is_some() && view.others_orphaned {
+        // Its address is held too by IPAddresses whose claims are gone (a deposed leader's late create for a claim
+        // since deleted), which the orphan release deletes. This one may be its machine's (restored with its claim,
+        // whose status Velero does not restore: seed 440537881): neither withdrawn nor bound beside them; adopted once
+        // they go (their deletion wakes the claim).
+        let message = format!(
+            "IPAddress {key} holds an address that IPAddresses of claims gone hold too; it is adopted once they are \
+             released (--orphan-release-delay)"
+        );
+        set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
+        return Ok(Next::After(ctx.options.orphan_release_delay));
+    }
     let bound = claim.address_ref() == Some(&*key.name);
     if bound && !told_of(claim, view.held) {
         // Bound to the address its condition names, while this IPAddress of its name holds another: a deposed
