@@ -932,7 +932,13 @@ fn a_cluster_read_paused_live_makes_its_unseen_deletion_a_move() {
             assert_eq!(index.cluster_paused("ns", "k"), Some(true), "an older event does not unpause it");
             index.delete_cluster(&key("k"));
         } else {
-            index.cluster_deleted(&key("k"), true);
+            // Through the Cluster watch's feed, as the manager reads the event.
+            let last: crate::capi::Cluster = serde_json::from_value(json!({
+                "metadata": {"name": "k", "namespace": "ns", "resourceVersion": "7"},
+                "spec": {"paused": true},
+            }))
+            .expect("a Cluster");
+            Relist::default().on_event(&index, Event::Delete(last));
         }
         assert!(index.address(&key("x")).is_some_and(|r| r.moving_away), "left behind by the move ({deletion})");
         assert!(index.moved_away_unwritten(&global, &key("x")), "queued for the annotation ({deletion})");
