@@ -483,9 +483,10 @@ async fn a_claim_waits_for_its_cluster_and_can_be_deleted_without_it() {
     CAPI.delete_claim(c, ns, "gone").await;
 }
 
-/// `clusterctl move` deletes the source claims of a paused Cluster without their finalizers: the address stays held
-/// whether the claim names its Cluster by spec.clusterName or by the label, and is released once the Cluster is
-/// unpaused and the claim is still gone.
+/// `clusterctl move` deletes the source claims of a paused Cluster without their finalizers, marked
+/// `clusterctl.cluster.x-k8s.io/delete-for-move` first: the address stays held whether the claim names its Cluster by
+/// spec.clusterName or by the label, and is released once the Cluster is unpaused and the claim is still gone. (A
+/// claim deleted without the mark is no move, and its address goes at once: docs/operations.md.)
 #[tokio::test]
 async fn a_claim_deleted_while_its_cluster_is_paused_keeps_its_address_however_it_names_the_cluster() {
     let env = TestEnv::with_manager("pausedel").await;
@@ -505,9 +506,9 @@ async fn a_claim_deleted_while_its_cluster_is_paused_keeps_its_address_however_i
     let clusters = CAPI.clusters(c, ns);
     support::claims::annotate(&clusters, "cl", "cluster.x-k8s.io/paused", Some("")).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // As clusterctl move deletes: finalizers dropped, then the delete.
+    // As clusterctl move deletes: marked, finalizers dropped, then the delete.
     for name in ["by-spec", "by-label"] {
-        let patch = json!({"metadata": {"finalizers": null}});
+        let patch = json!({"metadata": {"annotations": {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}, "finalizers": null}});
         CAPI.claims(c, ns)
             .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
             .await

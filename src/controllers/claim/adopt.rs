@@ -24,14 +24,16 @@ pub(super) async fn adopt(
         let why = if record.deleting { LetGo::Deleting } else { LetGo::Duplicate };
         return let_go(ctx, key, pool_key, record.uid, why).await;
     }
-    if !told_of(claim, view.held) && view.duplicate.is_some() && view.others_orphaned {
+    // Only an unbound claim: a bound one's IPAddress holding another address than the one it was bound to is a late
+    // create, let go below (helper-40: waiting instead, the address of its machine was handed out meanwhile).
+    if claim.address_ref().is_none() && view.duplicate.is_some() && view.others_orphaned {
         // Its address is held too by IPAddresses whose claims are gone (a deposed leader's late create for a claim
         // since deleted), which the orphan release deletes. This one may be its machine's (restored with its claim,
         // whose status Velero does not restore: seed 440537881): neither withdrawn nor bound beside them; adopted once
         // they go (their deletion wakes the claim).
         let message = format!(
             "IPAddress {key} holds an address that IPAddresses of claims gone hold too; it is adopted once they are \
-             released (--orphan-release-delay)"
+             released (after --orphan-release-delay, or the pool's addressReuseGracePeriodSeconds if longer)"
         );
         set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
         return Ok(Next::After(ctx.options.orphan_release_delay));
