@@ -153,6 +153,21 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
             {
                 settle_own_uncertain_create(ctx, &pool_key, key).await?;
             }
+            // Bound again to the address that an entry of the pool's moved-away annotation reserves for it (it came
+            // back with its Cluster), and paused again before the entry's removal was written (a leader change lost
+            // it): the entry goes now, as adopting takes it out, not when the pause ends (seed 450041258). Read live:
+            // a move away under way (clusterctl pauses first) keeps it.
+            if let Some(held) = view.held
+                && view.holds_reserved
+                && view.record.as_ref().is_some_and(|r| *r.pool == pool_key)
+                && claim.address_ref() == Some(&*key.name)
+                && told_of(claim, view.held)
+                && !claim.moving_away
+                && claim.deletion_timestamp.is_none()
+                && lives_bound_staying(claim, ctx).await?
+            {
+                ctx.index.claim_back(&pool_key, key, held);
+            }
             debug!(claim = %key, reason = reason.as_str(), "waiting for the Cluster");
             // A bound claim keeps its Ready as it is (nothing changes for it).
             if claim.address_ref().is_none() && claim.deletion_timestamp.is_none() {
@@ -381,6 +396,18 @@ async fn lives_bound(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
     let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
     Ok(live.is_some_and(|l| {
         l.claim.uid == claim.uid && l.claim.address_ref().is_some() && l.claim.deletion_timestamp.is_none()
+    }))
+}
+
+/// Whether the claim lives bound as the API server has it, and staying: not deleted, being deleted, or marked for a
+/// move.
+async fn lives_bound_staying(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
+    let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
+    Ok(live.is_some_and(|l| {
+        l.claim.uid == claim.uid
+            && l.claim.address_ref().is_some()
+            && l.claim.deletion_timestamp.is_none()
+            && !l.claim.moving_away
     }))
 }
 

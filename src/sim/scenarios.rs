@@ -1139,7 +1139,8 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// late write put back the entry of an address its claim was bound to again; 430208541: a late create in a pool
 /// deleted before the term listed was adopted beside a bound claim's; 430231703 (the model): a Cluster moved while a
 /// restore's duplicate of its address was unresolved; 440475962 (the checker): two entries of one address are one
-/// reservation; 440537881: a restored claim withdrew its own IPAddress as the duplicate of an orphan's late create. (A
+/// reservation; 440537881: a restored claim withdrew its own IPAddress as the duplicate of an orphan's late create; 450041258: a claim bound
+/// again, its Cluster paused again, kept the entry whose removal a leader change lost. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1194,6 +1195,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         430_231_703,
         440_475_962,
         440_537_881,
+        450_041_258,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
@@ -1245,6 +1247,19 @@ fn an_ipaddress_made_again_for_a_claim_the_cache_shows_unbound_is_kept_when_it_i
     let ip = PoolId::Ip(0);
     w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
     let m0 = w.create_claim_named(0, "m0", ip);
+    let held = bound_behind_its_claim_watch(&mut w, &m0);
+    assert_eq!(held, "10.0.0.1");
+    w.strip_ipaddress_of(m0.clone());
+    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1 });
+    w.deliver_all(&[Kind::Address]);
+    w.deliver_all(&[Kind::Pool(ip.kind())]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    settles_with_ipaddress_made_again(&mut w, &m0, &held);
+}
+
+/// A term begins and binds claim `m0` (named "m0"); the status write that bound it is applied, but the claim's watch
+/// has not shown it. Returns the address it holds.
+fn bound_behind_its_claim_watch(w: &mut World, m0: &ObjectKey) -> Value {
     w.begin_term();
     w.deliver_all(&[]);
     w.run_job(Job::Claim(m0.clone()));
@@ -1252,18 +1267,10 @@ fn an_ipaddress_made_again_for_a_claim_the_cache_shows_unbound_is_kept_when_it_i
     w.deliver_all(&[]);
     assert!(w.answer_where(is_create, Fate::Answered), "the create");
     w.answer_everything();
-    // The status write that bound m0 is applied; the claim's watch has not shown it yet.
     w.deliver_all(&[Kind::Address]);
-    let held = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
-    assert_eq!(held, "10.0.0.1");
-    let bound = w.read(Kind::Claim, &m0).expect("m0");
+    let bound = w.read(Kind::Claim, m0).expect("m0");
     assert_eq!(bound["status"]["addressRef"]["name"], "m0", "bound: {bound}");
-    w.strip_ipaddress_of(m0.clone());
-    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1 });
-    w.deliver_all(&[Kind::Address]);
-    w.deliver_all(&[Kind::Pool(ip.kind())]);
-    w.run_to_rest(Job::Claim(m0.clone()));
-    settles_with_ipaddress_made_again(&mut w, &m0, &held);
+    w.read(Kind::Address, m0).expect("m0's IPAddress")["spec"]["address"].clone()
 }
 
 /// The review of soak seed 20056794's fix found it: a deposed leader's late create of `b/m1` lands after a person
@@ -1708,17 +1715,7 @@ fn a_claim_the_cache_shows_unbound_keeps_the_address_kept_for_it_while_its_clust
         w.create_pool_shaped(PoolId::Global, Shape { v6: false, offset: 0, size: 2 });
         let cl = cluster(&mut w, false);
         let (m0, _) = claim_of_cluster(&mut w, "m0");
-        w.begin_term();
-        w.deliver_all(&[]);
-        w.run_job(Job::Claim(m0.clone()));
-        assert!(w.answer_where(is_claim_patch("m0"), Fate::Answered), "the finalizer");
-        w.deliver_all(&[]);
-        assert!(w.answer_where(is_create, Fate::Answered), "the create");
-        w.answer_everything();
-        // The status write that bound a/m0 is applied; the claim's watch has not shown it.
-        w.deliver_all(&[Kind::Address]);
-        let held = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
-        assert_eq!(w.read(Kind::Claim, &m0).expect("a/m0")["status"]["addressRef"]["name"], "m0");
+        let held = bound_behind_its_claim_watch(&mut w, &m0);
         w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
         w.strip_ipaddress_of(m0.clone());
         if deleted_for_the_move {

@@ -314,6 +314,10 @@ MUTATIONS = [
      "        self.duplicate.is_some() && !self.moved_one_wins && !self.others_orphaned",
      "        self.duplicate.is_some() && !self.moved_one_wins",
      "an unbound claim withdraws its IPAddress though every other holder of its address is an orphan"),
+    ("paused-entry-kept", "src/controllers/claim.rs",
+     "                && lives_bound_staying(claim, ctx).await?\n            {\n                ctx.index.claim_back(&pool_key, key, held);",
+     "                && lives_bound_staying(claim, ctx).await?\n            {\n                let _ = held;",
+     "a claim bound again, its Cluster paused again, leaves the moved-away entry whose removal a leader change lost"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
