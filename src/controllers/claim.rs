@@ -385,40 +385,33 @@ async fn create_address(
 /// another address, `address` is no machine's.
 async fn bound_meanwhile_to(claim: &Claim, ctx: &Context, address: Option<std::net::IpAddr>) -> Result<bool, Error> {
     let Some(address) = address else { return Ok(false) };
+    Ok(live_claim(claim, ctx).await?.is_some_and(|l| l.address_ref().is_some() && l.bound_address == Some(address)))
+}
+
+/// The claim as the API server has it now, if it is still this one (its UID).
+async fn live_claim(claim: &Claim, ctx: &Context) -> Result<Option<Claim>, Error> {
     let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
-    Ok(live.is_some_and(|l| {
-        l.claim.uid == claim.uid && l.claim.address_ref().is_some() && l.claim.bound_address == Some(address)
-    }))
+    Ok(live.map(|l| l.claim).filter(|l| l.uid == claim.uid))
 }
 
 /// Whether the claim, bound as cached, still lives bound as the API server has it (not deleted, not being deleted).
 async fn lives_bound(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
-    let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
-    Ok(live.is_some_and(|l| {
-        l.claim.uid == claim.uid && l.claim.address_ref().is_some() && l.claim.deletion_timestamp.is_none()
-    }))
+    Ok(live_claim(claim, ctx).await?.is_some_and(|l| l.address_ref().is_some() && l.deletion_timestamp.is_none()))
 }
 
 /// Whether the claim lives bound as the API server has it, and staying: not deleted, being deleted, or marked for a
 /// move.
 async fn lives_bound_staying(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
-    let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
-    Ok(live.is_some_and(|l| {
-        l.claim.uid == claim.uid
-            && l.claim.address_ref().is_some()
-            && l.claim.deletion_timestamp.is_none()
-            && !l.claim.moving_away
-    }))
+    Ok(live_claim(claim, ctx)
+        .await?
+        .is_some_and(|l| l.address_ref().is_some() && l.deletion_timestamp.is_none() && !l.moving_away))
 }
 
 /// Whether the claim, unbound as cached, lives unbound as the API server has it: not bound meanwhile, and neither gone
 /// nor being deleted unless the cache shows that already (its watch event decides about those).
 async fn lives_unbound(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
-    let live = ctx.api.get_claim(&claim.key).await.map_err(Error::api("reading the claim"))?;
-    Ok(live.is_some_and(|l| {
-        l.claim.uid == claim.uid
-            && l.claim.address_ref().is_none()
-            && (l.claim.deletion_timestamp.is_none() || claim.deletion_timestamp.is_some())
+    Ok(live_claim(claim, ctx).await?.is_some_and(|l| {
+        l.address_ref().is_none() && (l.deletion_timestamp.is_none() || claim.deletion_timestamp.is_some())
     }))
 }
 

@@ -206,8 +206,7 @@ async fn cluster_paused_now(ctx: &Context, namespace: &str, record: &AddressReco
     let key = ObjectKey::new(namespace, name);
     match ctx.api.get_cluster(&key).await.map_err(Error::api("reading the Cluster of a claim gone"))? {
         Some(live) if live.is_paused() => {
-            let revision = crate::compact::ResourceVersion::of(live.metadata.resource_version.as_deref().unwrap_or(""));
-            ctx.index.cluster_read_paused(key, revision);
+            ctx.index.cluster_read_paused(key, crate::index::revision_of(&live.metadata));
             Ok(true)
         }
         Some(_) => Ok(false),

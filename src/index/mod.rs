@@ -109,7 +109,8 @@ pub struct State {
     metrics: Arc<Metrics>,
 }
 
-fn revision_of(meta: &kube::api::ObjectMeta) -> ResourceVersion {
+/// An object's resourceVersion, as the index keeps it.
+pub(crate) fn revision_of(meta: &kube::api::ObjectMeta) -> ResourceVersion {
     ResourceVersion::of(meta.resource_version.as_deref().unwrap_or_default())
 }
 

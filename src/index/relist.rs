@@ -129,8 +129,7 @@ impl Feed<Cluster> for Index {
     type Key = ObjectKey;
     fn apply(&self, object: Cluster) -> ObjectKey {
         let key = object_key(&object);
-        let revision =
-            crate::compact::ResourceVersion::of(object.metadata.resource_version.as_deref().unwrap_or_default());
+        let revision = super::revision_of(&object.metadata);
         self.apply_cluster_of_shard(key.clone(), object.is_paused(), object.watch_filter.as_deref(), revision);
         key
     }
