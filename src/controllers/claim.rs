@@ -304,6 +304,15 @@ async fn create_address(
             let (_, latency) = ctx.index.address_created(claim, &created);
             let held = ctx.index.held_by(pool_key, key);
             let out_of_range = held.is_some_and(|held| ctx.index.allocates(pool_key, held) == Some(false));
+            // Paused meanwhile, a move may have copied it (clusterctl pauses, then copies), and the claim over there
+            // adopts it, in range or not: kept, the claim waits for its Cluster, and a move leaves it behind with its
+            // address reserved (seed 460166466).
+            if claim.address_ref().is_none()
+                && out_of_range
+                && ipaddress::cluster_paused_now(ctx, &key.namespace, claim.cluster()).await?
+            {
+                return Ok(Next::AwaitChange);
+            }
             // Only an address not handed out yet: a bound claim making its IPAddress again keeps its machine's.
             if claim.address_ref().is_none()
                 && (out_of_range || !ctx.index.serves_pool(pool_key))

@@ -182,7 +182,7 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     // As a paused Cluster keeps its addresses (`Index::keeps_orphan`). One left behind by a move is released, its
     // address reserved.
     let kept_for_the_pause = !record.moving_away && ctx.index.pause_may_keep(key, record);
-    if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record).await? {
+    if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record.cluster_label.as_deref()).await? {
         return Ok(());
     }
     delete(ctx, &address, "deleting an orphaned IPAddress").await?;
@@ -197,12 +197,13 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     Ok(())
 }
 
-/// Whether the Cluster of an IPAddress whose claim is gone is paused, read live: a move may be under way that the
-/// Cluster watch has not shown (it relisted past the pause: seed 420069014), the address in use on the target. Kept
-/// as a paused Cluster's, and the index learns of the pause, so that the Cluster's deletion is a move. A Cluster gone
-/// that the index still holds is waited for too: its watch's Delete event says whether it went paused.
-async fn cluster_paused_now(ctx: &Context, namespace: &str, record: &AddressRecord) -> Result<bool, Error> {
-    let Some(name) = record.cluster_label.as_deref() else { return Ok(false) };
+/// Whether the Cluster `name` (of an IPAddress whose claim is gone, or of a claim) is paused, read live: a move may be
+/// under way that the Cluster watch has not shown (it relisted past the pause: seed 420069014), the address in use on
+/// the target. Kept as a paused Cluster's, and the index learns of the pause, so that the Cluster's deletion is a
+/// move. A Cluster gone that the index still holds is waited for too: its watch's Delete event says whether it went
+/// paused.
+pub(super) async fn cluster_paused_now(ctx: &Context, namespace: &str, name: Option<&str>) -> Result<bool, Error> {
+    let Some(name) = name else { return Ok(false) };
     let key = ObjectKey::new(namespace, name);
     match ctx.api.get_cluster(&key).await.map_err(Error::api("reading the Cluster of a claim gone"))? {
         Some(live) if live.is_paused() => {

@@ -281,6 +281,11 @@ pub fn moved_away(index: &mut State, pool: &PoolKey, address: &ObjectKey) {
     let Some(held) = index.registry.held_by(pool, address).filter(|h| h.address().is_some()) else { return };
     if index.registry.transfer(pool, address, &reservation_key(held)).is_some() {
         info!(pool = %pool, ipaddress = %address, address = %held, "the IPAddress of an address moved to another management cluster is gone; the address stays reserved here");
+        if index.moved_away_unwritten_for(pool, held) {
+            // Left out for want of room while its IPAddress backed it, the entry is unbacked now and has room of its
+            // own (`fit`): written now, not at the next retry (seed 460380971).
+            index.notices.push(Notice::MovedAwayChanged(pool.clone()));
+        }
     }
 }
 

@@ -491,7 +491,18 @@ impl World {
                 .iter()
                 .any(|(k, h, _)| *k != key && h.address().is_some_and(|a| a.to_string() == address))
         });
-        if taken_here || taken_in_index {
+        // A bound claim whose IPAddress a person deleted still holds its address (the manager holds it for it once its
+        // watches list, and makes its IPAddress again): the restore came second (seed 460473810).
+        let taken_by_lost = self.actors.lost.iter().any(|(k, h)| {
+            *k != key
+                && h.as_ref().is_some_and(|h| h.overlaps(held))
+                && self.object(Kind::Claim, k).is_some_and(|c| {
+                    c["metadata"]["deletionTimestamp"].is_null()
+                        && c.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty())
+                        && super::world::claim_pool(&c) == Some(pool)
+                })
+        });
+        if taken_here || taken_in_index || taken_by_lost {
             self.actors.velero_duplicates.extend(created["metadata"]["uid"].as_str().map(str::to_owned));
             return;
         }

@@ -275,7 +275,7 @@ MUTATIONS = [
      "",
      "a paused Cluster's deletion takes the IPAddress of a claim seen deleted for good for one a move left behind"),
     ("orphan-cluster-unread", "src/controllers/ipaddress.rs",
-     "    if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record).await? {",
+     "    if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record.cluster_label.as_deref()).await? {",
      "    if false {",
      "the orphan release trusts the cached Cluster, which a relist past a move's pause shows unpaused"),
     ("stale-cluster-unpauses", "src/index/pools.rs",
@@ -318,6 +318,18 @@ MUTATIONS = [
      "                && lives_bound_staying(claim, ctx).await?\n            {\n                ctx.index.claim_back(&pool_key, key, held);",
      "                && lives_bound_staying(claim, ctx).await?\n            {\n                let _ = held;",
      "a claim bound again, its Cluster paused again, leaves the moved-away entry whose removal a leader change lost"),
+    ("unbacked-entry-unwritten", "src/index/moved_away.rs",
+     "        if index.moved_away_unwritten_for(pool, held) {\n",
+     "        if false {\n",
+     "an entry left out for want of room waits for the next retry after its IPAddress went (unbacked, it has room)"),
+    ("restored-taken-for-left-behind", "src/controllers/claim/adopt.rs",
+     "(record.moving_away || (view.holds_reserved && !claim.restored))",
+     "(record.moving_away || view.holds_reserved)",
+     "a claim Velero restored lets its own IPAddress go as one a move left behind (the owner reference is stale)"),
+    ("out-of-range-withdrawn-paused", "src/controllers/claim.rs",
+     "                && ipaddress::cluster_paused_now(ctx, &key.namespace, claim.cluster()).await?\n",
+     "                && false\n",
+     "a create a pool edit put out of range is withdrawn after its Cluster was paused (a move may have copied it)"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
