@@ -167,6 +167,16 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     {
         return Ok(());
     }
+    // Marked for a move (our mark, or clusterctl's delete-for-move) since the record was taken: the claim's own manager
+    // noticed the move, and our watch has not shown it yet (a manager of another shard never sees that claim: seed
+    // 470144060). The watch's event queues its entry, and the release waits for it to be written. Decided on this
+    // read, which guards the DELETE. Only a global pool's: a namespaced pool's address moves with its pool.
+    if record.pool.kind.is_global()
+        && !record.moving_away
+        && AddressRecord::of(&address).is_some_and(|live| live.moving_away)
+    {
+        return Ok(());
+    }
     match ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? {
         // A claim of the name that would adopt it: not an orphan (the cache lagged, or another manager serves it). One
         // of another pool cannot.
@@ -205,7 +215,12 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
 pub(super) async fn cluster_paused_now(ctx: &Context, namespace: &str, name: Option<&str>) -> Result<bool, Error> {
     let Some(name) = name else { return Ok(false) };
     let key = ObjectKey::new(namespace, name);
-    match ctx.api.get_cluster(&key).await.map_err(Error::api("reading the Cluster of a claim gone"))? {
+    match ctx
+        .api
+        .get_cluster(&key)
+        .await
+        .map_err(Error::api("reading a Cluster for a pause the watch may not show yet"))?
+    {
         Some(live) if live.is_paused() => {
             ctx.index.cluster_read_paused(key, crate::index::revision_of(&live.metadata));
             Ok(true)

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use tokio_util::time::DelayQueue;
+use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::{Context, Error};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tracing::warn;
 
@@ -37,22 +37,39 @@ const UNBACKED_MAX_BYTES: usize = 224 * 1024;
 
 /// Writes the queued changes into the pools' annotations, one pool at a time, retrying until they land.
 pub async fn write_pending(ctx: Arc<Context>, mut changed: mpsc::UnboundedReceiver<PoolKey>) {
+    // One retry per pool at most: every write that finds the annotation full would add one more otherwise.
     let mut retries: DelayQueue<PoolKey> = DelayQueue::new();
+    let mut scheduled: HashMap<PoolKey, delay_queue::Key> = HashMap::new();
     loop {
         let key = tokio::select! {
             Some(key) = changed.recv() => key,
-            Some(expired) = retries.next(), if !retries.is_empty() => expired.into_inner(),
+            Some(expired) = retries.next(), if !retries.is_empty() => {
+                let key = expired.into_inner();
+                scheduled.remove(&key);
+                key
+            }
             else => return,
         };
-        match write(&ctx, &key).await {
-            Ok(Written::All) => {}
-            Ok(Written::Full) => {
-                retries.insert(key, FULL_RETRY);
-            }
+        let retry = match write(&ctx, &key).await {
+            Ok(Written::All) => None,
+            Ok(Written::Full) => Some(FULL_RETRY),
             Err(e) => {
                 ctx.report_failure("recording the addresses moved away", &key, &e);
-                retries.insert(key, RETRY);
+                Some(RETRY)
             }
+        };
+        match (retry, scheduled.get(&key)) {
+            (Some(delay), Some(at)) => retries.reset(at, delay),
+            (Some(delay), None) => {
+                let at = retries.insert(key.clone(), delay);
+                scheduled.insert(key, at);
+            }
+            (None, Some(_)) => {
+                if let Some(at) = scheduled.remove(&key) {
+                    retries.remove(&at);
+                }
+            }
+            (None, None) => {}
         }
     }
 }

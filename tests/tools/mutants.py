@@ -330,6 +330,10 @@ MUTATIONS = [
      "                && ipaddress::cluster_paused_now(ctx, &key.namespace, claim.cluster()).await?\n",
      "                && false\n",
      "a create a pool edit put out of range is withdrawn after its Cluster was paused (a move may have copied it)"),
+    ("orphan-live-mark-unread", "src/controllers/ipaddress.rs",
+     "        && AddressRecord::of(&address).is_some_and(|live| live.moving_away)\n",
+     "        && false\n",
+     "the orphan release trusts its record over the live read that shows the IPAddress marked for a move"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
