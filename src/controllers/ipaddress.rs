@@ -167,16 +167,6 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     {
         return Ok(());
     }
-    // Marked for a move (our mark, or clusterctl's delete-for-move) since the record was taken: the claim's own manager
-    // noticed the move, and our watch has not shown it yet (a manager of another shard never sees that claim: seed
-    // 470144060). The watch's event queues its entry, and the release waits for it to be written. Decided on this
-    // read, which guards the DELETE. Only a global pool's: a namespaced pool's address moves with its pool.
-    if record.pool.kind.is_global()
-        && !record.moving_away
-        && AddressRecord::of(&address).is_some_and(|live| live.moving_away)
-    {
-        return Ok(());
-    }
     match ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? {
         // A claim of the name that would adopt it: not an orphan (the cache lagged, or another manager serves it). One
         // of another pool cannot.
@@ -188,6 +178,16 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
             return Ok(());
         }
         _ => {}
+    }
+    // Marked for a move (our mark, or clusterctl's delete-for-move) since the record was taken: the claim's own manager
+    // noticed the move, and our watch has not shown it yet (a manager of another shard never sees that claim: seed
+    // 470144060). The watch's event queues its entry, and the release waits for it to be written. Decided on this
+    // read, which guards the DELETE. Only a global pool's: a namespaced pool's address moves with its pool.
+    if record.pool.kind.is_global()
+        && !record.moving_away
+        && AddressRecord::of(&address).is_some_and(|live| live.moving_away)
+    {
+        return Ok(());
     }
     // As a paused Cluster keeps its addresses (`Index::keeps_orphan`). One left behind by a move is released, its
     // address reserved.

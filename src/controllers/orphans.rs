@@ -98,7 +98,9 @@ fn reuse_grace(ctx: &Context, record: &AddressRecord) -> SignedDuration {
 /// Releases the IPAddress `key` once the API server confirms that its claim is gone, unless the address it holds
 /// still waits to be recorded as moved away (released first, a restart would lose the reservation).
 async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
-    if record.moving_away && ctx.index.moved_away_unwritten(&record.pool, key) {
+    // Whatever the record says now: a manager that follows the object (another shard's Cluster, `keeps_moving_away`)
+    // forgets the move an unmarked IPAddress's next event does not show, while its entry still waits (helper-49 P1).
+    if ctx.index.moved_away_unwritten(&record.pool, key) {
         if !record.deleting || record.delete_for_move || !owned_by_its_pool(ctx, record).await {
             return;
         }
