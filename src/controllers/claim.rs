@@ -320,12 +320,11 @@ async fn create_address(
             {
                 // The pool was edited while the create was in flight (the webhook cannot see an allocation that is
                 // not written yet), or relabelled for another shard's manager, which cannot see our hold: not handed
-                // out; the claim gets an address the pool allocates, from the manager that serves it.
-                tracing::warn!(claim = %key, address = %assigned.address, pool = %pool_key, "the pool no longer allocates the address just created, or another shard's manager serves it now; deleting it before the claim is bound");
-                if ipaddress::delete(ctx, &created, "deleting an IPAddress the pool no longer allocates").await? {
-                    ctx.index.deleted_address(key, pool_key, created.metadata.uid.as_deref());
-                }
-                return Ok(Next::After(Duration::ZERO));
+                // out; the claim gets an address the pool allocates, from the manager that serves it. Fenced as every
+                // withdrawal is (a status write conditioned on the claim as read, then the delete): another manager
+                // (both serve a claim whose pool went) may bind it after the read above (seed 470496860).
+                let judged = created.metadata.uid.as_deref().map(Uid::of);
+                return let_go(ctx, key, pool_key, judged, LetGo::NotAllocated).await;
             }
             ctx.metrics.allocated(pool_key.kind, latency);
             info!(claim = %key, address = %assigned.address, pool = %pool_key, "allocated");

@@ -195,6 +195,11 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record.cluster_label.as_deref()).await? {
         return Ok(());
     }
+    // Looked at again after the reads: its address may have been queued for the pool's annotation meanwhile (the pool
+    // made again under its name: seed 470594159). Released now, its mark, the move's only record, would go.
+    if ctx.index.moved_away_unwritten(&record.pool, key) {
+        return Ok(());
+    }
     delete(ctx, &address, "deleting an orphaned IPAddress").await?;
     let value = &address.spec.address;
     if record.moving_away {

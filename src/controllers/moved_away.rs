@@ -37,17 +37,11 @@ const UNBACKED_MAX_BYTES: usize = 224 * 1024;
 
 /// Writes the queued changes into the pools' annotations, one pool at a time, retrying until they land.
 pub async fn write_pending(ctx: Arc<Context>, mut changed: mpsc::UnboundedReceiver<PoolKey>) {
-    // One retry per pool at most: every write that finds the annotation full would add one more otherwise.
-    let mut retries: DelayQueue<PoolKey> = DelayQueue::new();
-    let mut scheduled: HashMap<PoolKey, delay_queue::Key> = HashMap::new();
+    let mut retries = Retries::default();
     loop {
         let key = tokio::select! {
             Some(key) = changed.recv() => key,
-            Some(expired) = retries.next(), if !retries.is_empty() => {
-                let key = expired.into_inner();
-                scheduled.remove(&key);
-                key
-            }
+            Some(key) = retries.next(), if !retries.is_empty() => key,
             else => return,
         };
         let retry = match write(&ctx, &key).await {
@@ -58,19 +52,43 @@ pub async fn write_pending(ctx: Arc<Context>, mut changed: mpsc::UnboundedReceiv
                 Some(RETRY)
             }
         };
-        match (retry, scheduled.get(&key)) {
-            (Some(delay), Some(at)) => retries.reset(at, delay),
+        retries.schedule(key, retry);
+    }
+}
+
+/// The writer's retries: one per pool at most (every write that finds the annotation full would add one more).
+#[derive(Default)]
+struct Retries {
+    queue: DelayQueue<PoolKey>,
+    scheduled: HashMap<PoolKey, delay_queue::Key>,
+}
+
+impl Retries {
+    /// The pool's next write is due after `delay`, or never (`None`: everything landed).
+    fn schedule(&mut self, pool: PoolKey, delay: Option<Duration>) {
+        match (delay, self.scheduled.get(&pool)) {
+            (Some(delay), Some(at)) => self.queue.reset(at, delay),
             (Some(delay), None) => {
-                let at = retries.insert(key.clone(), delay);
-                scheduled.insert(key, at);
+                let at = self.queue.insert(pool.clone(), delay);
+                self.scheduled.insert(pool, at);
             }
-            (None, Some(_)) => {
-                if let Some(at) = scheduled.remove(&key) {
-                    retries.remove(&at);
+            (None, _) => {
+                if let Some(at) = self.scheduled.remove(&pool) {
+                    self.queue.remove(&at);
                 }
             }
-            (None, None) => {}
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// The next pool whose retry is due.
+    async fn next(&mut self) -> Option<PoolKey> {
+        let pool = self.queue.next().await?.into_inner();
+        self.scheduled.remove(&pool);
+        Some(pool)
     }
 }
 
@@ -214,5 +232,37 @@ mod tests {
         let (value, landed) = fit(BTreeSet::new(), &many, MAX_BYTES, &unbacked);
         assert!(value.as_ref().is_some_and(|v| v.len() > MAX_BYTES && v.len() <= UNBACKED_MAX_BYTES));
         assert!(landed.len() < many.len(), "{}", landed.len());
+    }
+
+    /// helper-47 F5: a write that finds the annotation full again moves its pool's one retry, never adds another; a
+    /// failed write brings it forward; a write that lands takes it out.
+    #[tokio::test(start_paused = true)]
+    async fn a_pool_has_one_retry_at_most() {
+        let (a, b) = (
+            PoolKey::new(crate::api::PoolKind::GlobalInClusterIPPool, "", "a"),
+            PoolKey::new(crate::api::PoolKind::GlobalInClusterIPPool, "", "b"),
+        );
+        let mut retries = Retries::default();
+        for _ in 0..5 {
+            retries.schedule(a.clone(), Some(FULL_RETRY));
+        }
+        retries.schedule(b.clone(), Some(FULL_RETRY));
+        retries.schedule(a.clone(), Some(RETRY));
+        let started = tokio::time::Instant::now();
+        assert_eq!(retries.next().await, Some(a.clone()), "the failed write's retry comes first");
+        assert_eq!(started.elapsed(), RETRY);
+        assert_eq!(retries.next().await, Some(b.clone()));
+        assert!(retries.is_empty(), "a's other four retries were never added");
+        // Due but not taken yet, and landed meanwhile: taken out, never delivered.
+        retries.schedule(a.clone(), Some(RETRY));
+        tokio::time::advance(RETRY * 2).await;
+        retries.schedule(a.clone(), None);
+        assert!(retries.is_empty());
+        // Due but not taken yet, and full again: moved, not doubled.
+        retries.schedule(b.clone(), Some(RETRY));
+        tokio::time::advance(RETRY * 2).await;
+        retries.schedule(b.clone(), Some(RETRY));
+        assert_eq!(retries.next().await, Some(b));
+        assert!(retries.is_empty());
     }
 }

@@ -1146,7 +1146,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// owner references); 460166466: a create that a pool edit put out of range was withdrawn after clusterctl paused and
 /// copied it; 460473810 (the checker): a restore comes second to a bound claim whose IPAddress a person deleted;
 /// 470144060: a manager of another shard released a left-behind IPAddress its watch did not show marked yet, though
-/// the read that guarded its DELETE did. (A
+/// the read that guarded its DELETE did; 470496860: a create put out of range was withdrawn on a read of the claim
+/// that another manager's bind overtook (both serve a claim whose pool went); 470594159: an orphan release decided
+/// before its reads deleted the marked IPAddress whose entry the pool, made again meanwhile, queued again. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1208,6 +1210,8 @@ fn seeds_the_soak_found_keep_every_invariant() {
         460_384_603,
         460_473_810,
         470_144_060,
+        470_496_860,
+        470_594_159,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

@@ -334,6 +334,20 @@ MUTATIONS = [
      "        && AddressRecord::of(&address).is_some_and(|live| live.moving_away)\n",
      "        && false\n",
      "the orphan release trusts its record over the live read that shows the IPAddress marked for a move"),
+    ("retry-per-write", "src/controllers/moved_away.rs",
+     "            (Some(delay), Some(at)) => self.queue.reset(at, delay),\n",
+     "            (Some(delay), Some(_)) => {\n                self.queue.insert(pool.clone(), delay);\n            }\n",
+     "every write that finds the annotation full adds one more retry of its pool"),
+    ("not-allocated-unfenced", "src/controllers/claim.rs",
+     "                return let_go(ctx, key, pool_key, judged, LetGo::NotAllocated).await;\n",
+     "                let _ = judged;\n                ipaddress::delete(ctx, &created, \"withdrawing\").await?;\n"
+     "                ctx.index.deleted_address(key, pool_key, created.metadata.uid.as_deref());\n"
+     "                return Ok(Next::After(Duration::ZERO));\n",
+     "a create put out of range is deleted on a plain read of the claim, with no status write to fence a bind"),
+    ("orphan-entry-not-rechecked", "src/controllers/ipaddress.rs",
+     "    if ctx.index.moved_away_unwritten(&record.pool, key) {\n        return Ok(());\n    }\n",
+     "",
+     "the orphan release does not look again, after its reads, for an entry of its address queued meanwhile"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

@@ -128,6 +128,9 @@ pub(super) enum LetGo {
     Duplicate,
     /// Being deleted already (a delete of ours that did not finish, one by hand), or left behind by a move.
     Deleting,
+    /// Just made, for an address its pool stopped allocating while the create was in flight (an edit), or in a pool
+    /// another shard's manager serves now.
+    NotAllocated,
 }
 
 /// Lets an IPAddress of the claim's name go (deleted, our finalizer off), once the live claim confirms it was never
@@ -155,6 +158,13 @@ pub(super) async fn let_go(
         LetGo::Deleting => {
             debug!(claim = %key, "an IPAddress of the claim's name is being deleted; letting it go before allocating")
         }
+        LetGo::NotAllocated => tracing::warn!(
+            claim = %key,
+            pool = %pool_key,
+            address = held,
+            "the pool no longer allocates the address just created, or another shard's manager serves it now; \
+             deleting it before the claim is bound"
+        ),
     }
     if ipaddress::delete(ctx, &address, "letting an IPAddress of the claim's name go").await? {
         ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
@@ -199,6 +209,10 @@ pub(super) async fn unbound_ipaddress(
     let message = match why {
         LetGo::Duplicate => format!("withdrawing IPAddress {key} (uid {uid}): another IPAddress holds its address"),
         LetGo::Deleting => format!("letting IPAddress {key} (uid {uid}) go before allocating"),
+        LetGo::NotAllocated => format!(
+            "letting IPAddress {key} (uid {uid}) go: {pool_key} no longer allocates its address, or another shard's \
+             manager serves it"
+        ),
     };
     set_ready(&live.claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
     // `set_ready` conditions its write on a read of its own when the claim carries conditions of others: the claim
