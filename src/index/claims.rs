@@ -85,8 +85,12 @@ impl State {
         claim.key = self.shared_key(claim.key);
         let key = claim.key.clone();
         if self.claims.get(&key).is_some_and(|c| c.uid != claim.uid) {
-            // Another claim of the name: the one cached was deleted while no watch event said so (a relist).
-            self.delete_claim(&key);
+            // Another claim of the name: the one cached was deleted while no watch event said so (a relist). Replaced
+            // by a claim Velero restored, it went with its namespace (wiped before the restore), not for a move: as if
+            // its deletion had been seen without clusterctl's mark (`claim_deleted`; a mark it carried when last seen
+            // still counts), whatever its Cluster's pause says (seed 470884774: the paused-Cluster guess marked the
+            // restored IPAddress as left behind, and the restored claim let it go).
+            self.remove_claim(&key, claim.restored.then_some(false));
         }
         self.claims_seen_gone.remove(&key);
         if claim.pool_kind.is_some() {

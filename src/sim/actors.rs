@@ -516,6 +516,23 @@ impl World {
         if restored_uid != claim["metadata"]["uid"].as_str() || super::world::claim_pool(&claim) != Some(pool) {
             return;
         }
+        // Bound already to another address (Velero restores no status, so the manager bound it): its restore wait ran
+        // out before this IPAddress came, and it was told of a new one. Too late, as in `velero_continues`'
+        // AlreadyExists case (a person deleted that new IPAddress, so this create went through): the claim keeps the
+        // address it was told of and lets this one go (seed 470860383).
+        let bound = claim.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+        let told_address = claim
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .and_then(|c| c["message"].as_str())
+            .and_then(crate::capi::allocated_address)
+            .and_then(|a| a.parse::<std::net::IpAddr>().ok());
+        if bound && told_address.is_none_or(|told| told != held.address()) {
+            return;
+        }
         // Only an IPAddress the backed-up claim was bound to, or owned (its create landed, its status write did not),
         // can be a machine's: one it never told of is let go like any IPAddress a claim was not told of (seed
         // 330044805: an IPAddress left behind by a move, restored beside an unbound claim of its name).

@@ -1148,7 +1148,10 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// 470144060: a manager of another shard released a left-behind IPAddress its watch did not show marked yet, though
 /// the read that guarded its DELETE did; 470496860: a create put out of range was withdrawn on a read of the claim
 /// that another manager's bind overtook (both serve a claim whose pool went); 470594159: an orphan release decided
-/// before its reads deleted the marked IPAddress whose entry the pool, made again meanwhile, queued again. (A
+/// before its reads deleted the marked IPAddress whose entry the pool, made again meanwhile, queued again; 470884774:
+/// a claim a relist found replaced by one Velero restored was taken for moved (its Cluster went paused), and the
+/// restored claim let its own IPAddress go; 470860383 (the checker): a restored claim bound after its restore wait
+/// keeps the address it was told of when its IPAddress comes late. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1212,6 +1215,8 @@ fn seeds_the_soak_found_keep_every_invariant() {
         470_144_060,
         470_496_860,
         470_594_159,
+        470_860_383,
+        470_884_774,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

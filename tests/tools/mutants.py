@@ -348,6 +348,10 @@ MUTATIONS = [
      "    if ctx.index.moved_away_unwritten(&record.pool, key) {\n        return Ok(());\n    }\n",
      "",
      "the orphan release does not look again, after its reads, for an entry of its address queued meanwhile"),
+    ("restored-replacement-moved", "src/index/claims.rs",
+     "            self.remove_claim(&key, claim.restored.then_some(false));\n",
+     "            self.remove_claim(&key, None);\n",
+     "a claim a relist finds replaced by one Velero restored is taken for moved when its Cluster went paused"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
