@@ -84,6 +84,16 @@ impl State {
             .any(|(entry, add)| *add && !stored.contains(entry) && parse(pool, entry).is_some_and(|e| e.held == held))
     }
 
+    /// Whether the entry naming the IPAddress `key` waits to be written into the pool's annotation. Its own entry
+    /// only: one of another IPAddress holding the same address (a duplicate) does not keep this one (helper-55 F1: a
+    /// duplicate orphan waited for as long as the annotation had no room for the other's entry).
+    pub(super) fn moved_away_unwritten_named(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        let Some(held) = self.registry.held_by(pool, key) else { return false };
+        let entry = entry_text(held, key);
+        self.moved_away.pools.get(pool).is_some_and(|l| l.pending.get(&entry) == Some(&true))
+            && !entries(self.pool(pool).as_deref().and_then(|p| p.annotation(MOVED_AWAY_ANNOTATION))).contains(&entry)
+    }
+
     /// The writer found no room in the pool's annotation for these pending additions.
     pub fn moved_away_left_out(&mut self, pool: &PoolKey, left_out: impl IntoIterator<Item = String>) {
         let ledger = self.moved_away.pools.entry(pool.clone()).or_default();

@@ -89,10 +89,10 @@ impl State {
         }
     }
 
-    /// Whether the address the IPAddress `key` holds in `pool` is still to be written into the pool's moved-away
-    /// annotation.
+    /// Whether the entry of the address the IPAddress `key` holds in `pool` is still to be written into the pool's
+    /// moved-away annotation.
     pub fn moved_away_unwritten(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
-        self.registry.held_by(pool, key).is_some_and(|held| self.moved_away_unwritten_for(pool, held))
+        self.moved_away_unwritten_named(pool, key)
     }
 
     /// The pool holding something for the IPAddress `key` that the API server has not shown yet, a create of ours

@@ -830,6 +830,32 @@ fn a_claim_gone_for_a_move_before_its_create_answered_keeps_its_address_reserved
     assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
 }
 
+/// helper-55 F1: the orphan release waits for the entry naming its own IPAddress, not for another's of the same
+/// address (a duplicate orphan waited for as long as the annotation had no room for the moved one's entry).
+#[test]
+fn an_orphan_waits_for_its_own_moved_away_entry_only() {
+    let (index, _sink) = index();
+    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+    Relist::default().on_event(
+        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
+        Event::Apply(global_pool(10, None)),
+    );
+    let (mut x, address) = claim_of_global_pool_with_cluster("x");
+    index.apply_claim(x.clone());
+    index.allocate(&x, &global, None).expect("free");
+    index.address_created(&x, &address);
+    index.apply_address(&address);
+    let (_, mut late) = claim_of_global_pool_with_cluster("y");
+    late.metadata.uid = Some("late-y".to_owned());
+    index.apply_address(&late);
+    assert_eq!(index.held_by(&global, &key("y")), index.held_by(&global, &key("x")), "a duplicate of x's address");
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.delete_claim(&key("x"));
+    assert!(index.moved_away_unwritten(&global, &key("x")), "x's entry waits to be written");
+    assert!(!index.moved_away_unwritten(&global, &key("y")), "no entry names y: its release does not wait for x's");
+}
+
 /// helper-23's review: a manager with `--watch-filter` on a pool without the label still records the move of an
 /// IPAddress whose claim's deletion it did not see (a relist, a new term) when its shard's Cluster goes while paused;
 /// it only follows the object instead of keeping the move when that object says otherwise. A Cluster of another shard

@@ -352,6 +352,10 @@ MUTATIONS = [
      "            self.remove_claim(&key, claim.restored.then_some(false));\n",
      "            self.remove_claim(&key, None);\n",
      "a claim a relist finds replaced by one Velero restored is taken for moved when its Cluster went paused"),
+    ("orphan-waits-for-address", "src/index/orphans.rs",
+     "        self.moved_away_unwritten_named(pool, key)\n",
+     "        self.registry.held_by(pool, key).is_some_and(|held| self.moved_away_unwritten_for(pool, held))\n",
+     "an orphan's release waits for any entry of its address, also one naming another IPAddress (a duplicate)"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
