@@ -79,4 +79,4 @@ bench-memory: k8s-bin ## The manager's memory with 100,000 claims and IPAddresse
 
 .PHONY: mutants
 mutants: ## The proof of the proof: each regression of tests/tools/mutants.py, one at a time, and what catches it
-	python3 $(TOOLS)/mutants.py $${MUTANTS_ONLY:+--only $$MUTANTS_ONLY}
+	python3 $(TOOLS)/mutants.py $${MUTANTS_ONLY:+--only $$MUTANTS_ONLY} $${MUTANTS_RELEASE:+--release}
