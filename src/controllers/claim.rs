@@ -146,10 +146,18 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
             // The cache may show unbound a claim that our own status write bound (its watch relisting past it), whose
             // hold was kept when a person deleted its IPAddress: read live before it goes, or the address its machine
             // uses, here or after a move, is free (seed 430083652).
+            // A bound claim made again with another address (its own taken meanwhile) and paused before that create
+            // was confirmed: the hold is no machine's address (as at the Refused path's `machines`), and is found out
+            // now, or a claim waiting on the pool starves for as long as the pause lasts (seed 480178155).
+            let held_address = view.held.and_then(crate::index::Held::address);
             if !pool_stays
                 || (claim.address_ref().is_none()
                     && ctx.index.holds_unconfirmed(&pool_key, key)
                     && lives_unbound(claim, ctx).await?)
+                || (claim.address_ref().is_some()
+                    && claim.bound_address.is_some_and(|b| held_address != Some(b))
+                    && ctx.index.holds_unconfirmed(&pool_key, key)
+                    && lives_bound_to_another(claim, ctx, held_address).await?)
             {
                 settle_own_uncertain_create(ctx, &pool_key, key).await?;
             }
@@ -405,6 +413,14 @@ async fn live_claim(claim: &Claim, ctx: &Context) -> Result<Option<Claim>, Error
 /// Whether the claim, bound as cached, still lives bound as the API server has it (not deleted, not being deleted).
 async fn lives_bound(claim: &Claim, ctx: &Context) -> Result<bool, Error> {
     Ok(live_claim(claim, ctx).await?.is_some_and(|l| l.address_ref().is_some() && l.deletion_timestamp.is_none()))
+}
+
+/// Whether the claim lives bound as the API server has it (not being deleted), its condition naming an address other
+/// than `held`: `held` is then no machine's address. A cache behind our own status write naming `held` does not count.
+async fn lives_bound_to_another(claim: &Claim, ctx: &Context, held: Option<std::net::IpAddr>) -> Result<bool, Error> {
+    Ok(live_claim(claim, ctx).await?.is_some_and(|l| {
+        l.address_ref().is_some() && l.deletion_timestamp.is_none() && l.bound_address.is_some_and(|b| Some(b) != held)
+    }))
 }
 
 /// Whether the claim lives bound as the API server has it, and staying: not deleted, being deleted, or marked for a

@@ -1151,7 +1151,8 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// before its reads deleted the marked IPAddress whose entry the pool, made again meanwhile, queued again; 470884774:
 /// a claim a relist found replaced by one Velero restored was taken for moved (its Cluster went paused), and the
 /// restored claim let its own IPAddress go; 470860383 (the checker): a restored claim bound after its restore wait
-/// keeps the address it was told of when its IPAddress comes late. (A
+/// keeps the address it was told of when its IPAddress comes late; 480178155: a bound claim made again with another
+/// address, paused before that create was confirmed, kept the hold, and a waiting claim starved. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1217,6 +1218,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         470_594_159,
         470_860_383,
         470_884_774,
+        480_178_155,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

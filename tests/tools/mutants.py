@@ -356,6 +356,10 @@ MUTATIONS = [
      "        self.moved_away_unwritten_named(pool, key)\n",
      "        self.registry.held_by(pool, key).is_some_and(|held| self.moved_away_unwritten_for(pool, held))\n",
      "an orphan's release waits for any entry of its address, also one naming another IPAddress (a duplicate)"),
+    ("paused-new-hold-kept", "src/controllers/claim.rs",
+     "                    && lives_bound_to_another(claim, ctx, held_address).await?)\n",
+     "                    && false)\n",
+     "a bound claim paused before its create of another address was confirmed keeps that hold (a waiter starves)"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
