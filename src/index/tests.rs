@@ -808,20 +808,26 @@ fn claim_of_global_pool_with_cluster(name: &str) -> (Claim, crate::capi::IpAddre
     (c, address)
 }
 
-/// helper-23's review: clusterctl deletes a claim for a move while the create of its IPAddress is in flight (no record
-/// to mark yet). The create's answer records the move before the orphan check it asks for could free the address the
-/// moved machine uses.
-#[test]
-fn a_claim_gone_for_a_move_before_its_create_answered_keeps_its_address_reserved() {
-    let (index, _sink) = index();
+/// A global pool `g`, and claim `x` of a Cluster holding an address of it; its IPAddress not created yet.
+fn claim_x_allocated_from_a_global_pool() -> (Index, Arc<Recorder>, PoolKey, Claim, IpAddress) {
+    let (index, sink) = index();
     let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
     Relist::default().on_event(
         &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
         Event::Apply(global_pool(10, None)),
     );
-    let (mut x, address) = claim_of_global_pool_with_cluster("x");
+    let (x, address) = claim_of_global_pool_with_cluster("x");
     index.apply_claim(x.clone());
     index.allocate(&x, &global, None).expect("free");
+    (index, sink, global, x, address)
+}
+
+/// helper-23's review: clusterctl deletes a claim for a move while the create of its IPAddress is in flight (no record
+/// to mark yet). The create's answer records the move before the orphan check it asks for could free the address the
+/// moved machine uses.
+#[test]
+fn a_claim_gone_for_a_move_before_its_create_answered_keeps_its_address_reserved() {
+    let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
     x.moving_away = true;
     index.apply_claim(x.clone());
     index.delete_claim(&key("x"));
@@ -834,15 +840,7 @@ fn a_claim_gone_for_a_move_before_its_create_answered_keeps_its_address_reserved
 /// address (a duplicate orphan waited for as long as the annotation had no room for the moved one's entry).
 #[test]
 fn an_orphan_waits_for_its_own_moved_away_entry_only() {
-    let (index, _sink) = index();
-    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
-    Relist::default().on_event(
-        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
-        Event::Apply(global_pool(10, None)),
-    );
-    let (mut x, address) = claim_of_global_pool_with_cluster("x");
-    index.apply_claim(x.clone());
-    index.allocate(&x, &global, None).expect("free");
+    let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
     index.address_created(&x, &address);
     index.apply_address(&address);
     let (_, mut late) = claim_of_global_pool_with_cluster("y");

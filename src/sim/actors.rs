@@ -521,16 +521,7 @@ impl World {
         // AlreadyExists case (a person deleted that new IPAddress, so this create went through): the claim keeps the
         // address it was told of and lets this one go (seed 470860383).
         let bound = claim.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-        let told_address = claim
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "Ready")
-            .and_then(|c| c["message"].as_str())
-            .and_then(crate::capi::allocated_address)
-            .and_then(|a| a.parse::<std::net::IpAddr>().ok());
-        if bound && told_address.is_none_or(|told| told != held.address()) {
+        if bound && super::world::told_address(&claim).is_none_or(|told| told != held.address()) {
             return;
         }
         // Only an IPAddress the backed-up claim was bound to, or owned (its create landed, its status write did not),

@@ -2204,16 +2204,7 @@ impl World {
             .map(|c| {
                 let key = key_of(c);
                 let name = c.pointer("/status/addressRef/name").and_then(Value::as_str).unwrap_or_default();
-                let address = c
-                    .pointer("/status/conditions")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .find(|c| c["type"] == "Ready")
-                    .and_then(|c| c["message"].as_str())
-                    .and_then(crate::capi::allocated_address)
-                    .and_then(|a| a.parse().ok());
-                (ObjectKey::new(&key.namespace, name), address)
+                (ObjectKey::new(&key.namespace, name), told_address(c))
             })
             .collect();
         // A deposed leader's late create landed under a claim being deleted (its machine going) is released by that
@@ -2814,6 +2805,19 @@ fn check_served_by_its_shard(claim: &Value) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The address a claim was told of: its Ready condition's `allocated <address>`.
+pub(super) fn told_address(claim: &Value) -> Option<std::net::IpAddr> {
+    claim
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .and_then(|c| c["message"].as_str())
+        .and_then(crate::capi::allocated_address)
+        .and_then(|a| a.parse().ok())
 }
 
 pub(super) fn claim_pool(claim: &Value) -> Option<PoolId> {
