@@ -3,7 +3,7 @@
 # outside the repository keyed by the pins and the go.sum files, only when they are missing. Prints the folder on the
 # last line of stdout; progress goes to stderr.
 #
-#   tests/tools/k8s-bin.sh [--print-dir] [k8s|release|capi|capi-v1.10|caip|image|capm3|capv|vcsim|kcm|prometheus]
+#   tests/tools/k8s-bin.sh [--print-dir] [k8s|release|capi|capi-v1.10|caip|image|capm3|capv|vcsim|kcm|operator|prometheus]
 #     k8s         kube-apiserver and kubectl (k8s.io/kubernetes v1.36.3) and etcd (v3.6.16)   (default)
 #     release     helm (v3.22.0) and clusterctl (v1.14.2), for the packaging checks
 #     capi        the Cluster API core controller-manager v1.14.2 (`manager`), with its CRDs (`crd/`) and webhook
@@ -26,6 +26,8 @@
 #     kcm         kube-controller-manager (k8s.io/kubernetes v1.36.3, its own tools module: it needs more of the
 #                 module's dependencies than kube-apiserver), whose garbage collector alone runs in the planes of the
 #                 consumer tests (`control-plane.sh up --garbage-collector`): CAPV leaves its claims to it
+#     operator    the Cluster API Operator (sigs.k8s.io/cluster-api-operator v0.29.0, `operator`) with its CRDs
+#                 (`crd/`), run as a local process by tests/operator.rs (issue 34)
 #     prometheus  promtool (github.com/prometheus/prometheus v0.316.0, without service discovery), to test the chart's alert rules, and the
 #                 Prometheus Operator's ServiceMonitor and PrometheusRule CRDs (`crd/`, from its Go module v0.85.0)
 set -euo pipefail
@@ -43,6 +45,7 @@ PROMETHEUS_OPERATOR_VERSION=v0.85.0
 CAPM3_VERSION=v1.13.2
 CAPV_VERSION=v1.16.1
 GOVMOMI_VERSION=v0.53.0
+OPERATOR_VERSION=v0.29.0
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 print_dir=0
@@ -50,7 +53,7 @@ set_name=k8s
 for arg in "$@"; do
   case $arg in
     --print-dir) print_dir=1 ;;
-    k8s|release|capi|capi-v1.10|caip|image|prometheus|capm3|capv|vcsim|kcm) set_name=$arg ;;
+    k8s|release|capi|capi-v1.10|caip|image|prometheus|capm3|capv|vcsim|kcm|operator) set_name=$arg ;;
     *) echo "k8s-bin: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -64,6 +67,7 @@ case $set_name in
   capm3) modules=(capm3); label="capm3-${CAPM3_VERSION}"; bins=(manager) ;;
   capv) modules=(capv); label="capv-${CAPV_VERSION}"; bins=(manager) ;;
   kcm) modules=(kube-controller-manager); label="kcm-${K8S_VERSION}"; bins=(kube-controller-manager) ;;
+  operator) modules=(capi-operator); label="capi-operator-${OPERATOR_VERSION}"; bins=(operator) ;;
   vcsim) modules=(vcsim); label="vcsim-govmomi-${GOVMOMI_VERSION}"; bins=(vcsim) ;;
   prometheus) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}-nosd-operator-${PROMETHEUS_OPERATOR_VERSION}"; bins=(promtool) ;;
 esac
@@ -130,6 +134,15 @@ elif [[ $set_name == capi* ]]; then
     mkdir -p "$dir.tmp/crd"
     cp "$src"/crd/bases/*.yaml "$dir.tmp/crd/"
     cp "$src/webhook/manifests.yaml" "$dir.tmp/webhook.yaml"
+    chmod -R u+w "$dir.tmp"
+  fi
+elif [[ $set_name == operator ]]; then
+  build "the Cluster API Operator ($OPERATOR_VERSION)" capi-operator "$dir.tmp/operator" operator -- -ldflags "-s -w" \
+    sigs.k8s.io/cluster-api-operator/cmd
+  if [[ ! -d $dir/crd ]]; then
+    src=$(cd "$here/capi-operator" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-operator)
+    mkdir -p "$dir.tmp/crd"
+    cp "$src"/config/crd/bases/*.yaml "$dir.tmp/crd/"
     chmod -R u+w "$dir.tmp"
   fi
 elif [[ $set_name == caip ]]; then
