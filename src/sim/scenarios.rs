@@ -1152,7 +1152,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// a claim a relist found replaced by one Velero restored was taken for moved (its Cluster went paused), and the
 /// restored claim let its own IPAddress go; 470860383 (the checker): a restored claim bound after its restore wait
 /// keeps the address it was told of when its IPAddress comes late; 480178155: a bound claim made again with another
-/// address, paused before that create was confirmed, kept the hold, and a waiting claim starved. (A
+/// address, paused before that create was confirmed, kept the hold, and a waiting claim starved; 500085155 (the
+/// checker): a deposed leader's create for an earlier claim of the name, landed late with the address the claim was
+/// told of, is adopted and its owner repaired. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1219,6 +1221,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         470_860_383,
         470_884_774,
         480_178_155,
+        500_085_155,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

@@ -2302,12 +2302,15 @@ impl World {
                 .filter(|o| o["kind"] == "IPAddressClaim")
                 .filter_map(|o| o["uid"].as_str());
             let owned = claim_owners.clone().any(|o| o == uid);
-            // Restored by Velero with its owner reference to the claim's UID before the restore, holding the address
-            // the claim was told of: the claim's adoption repairs the reference (or the garbage collector deletes it,
-            // and the claim makes it again).
-            let restored_for_it = address
+            // Restored by Velero with its owner reference to the claim's UID before the restore, or a deposed leader's
+            // create for an earlier claim of its name landed late (after a person deleted the claim's own: seed
+            // 500085155), holding the address the claim was told of: the claim's adoption repairs the reference (or
+            // the garbage collector deletes it, and the claim makes it again).
+            let restored = address
                 .pointer(&format!("/metadata/labels/{}", crate::api::VELERO_RESTORE_LABEL.replace('/', "~1")))
-                .is_some()
+                .is_some();
+            let late = address["metadata"]["uid"].as_str().is_some_and(|u| self.late_created.contains(u));
+            let restored_for_it = (restored || late)
                 && exists
                 && claim_owners.clone().all(|o| !claims.iter().any(|c| c["metadata"]["uid"].as_str() == Some(o)));
             if restored_for_it {
