@@ -511,6 +511,17 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
         Some(address) if claim.release_finalizer_index.is_none() && !made_for(&address, claim) => {
             debug!(claim = %key, "the IPAddress of this name was not made for this claim; leaving it alone");
         }
+        // Left behind by the move of an earlier claim of this name (marked, or known to be moving away), not made for
+        // this claim: the orphan release's, which keeps it until its address is in the pool's annotation. Deleted
+        // here, its mark (the reservation's only record that survives a restart) could go before the entry is written
+        // (seed 500178236).
+        Some(address)
+            if !made_for(&address, claim)
+                && (view.record.as_ref().is_some_and(|r| r.moving_away)
+                    || AddressRecord::of(&address).is_some_and(|r| r.moving_away)) =>
+        {
+            debug!(claim = %key, "the IPAddress of this name was left behind by a move; the orphan release takes it");
+        }
         Some(address) if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) => {
             debug!(claim = %key, "the IPAddress of this name belongs to another provider; leaving it alone");
             // The name is taken: a create of ours that failed uncertainly did not happen, and its hold goes.

@@ -1154,7 +1154,8 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// keeps the address it was told of when its IPAddress comes late; 480178155: a bound claim made again with another
 /// address, paused before that create was confirmed, kept the hold, and a waiting claim starved; 500085155 (the
 /// checker): a deposed leader's create for an earlier claim of the name, landed late with the address the claim was
-/// told of, is adopted and its owner repaired. (A
+/// told of, is adopted and its owner repaired; 500178236: a new claim of a moved claim's name, deleted before the
+/// moved one's entry was written, deleted the marked IPAddress left behind, and a leader change lost the entry. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1222,6 +1223,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         470_884_774,
         480_178_155,
         500_085_155,
+        500_178_236,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

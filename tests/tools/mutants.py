@@ -360,6 +360,10 @@ MUTATIONS = [
      "                    && lives_bound_to_another(claim, ctx, held_address).await?)\n",
      "                    && false)\n",
      "a bound claim paused before its create of another address was confirmed keeps that hold (a waiter starves)"),
+    ("release-takes-left-behind", "src/controllers/claim.rs",
+     "                && (view.record.as_ref().is_some_and(|r| r.moving_away)\n",
+     "                && false && (view.record.as_ref().is_some_and(|r| r.moving_away)\n",
+     "a new claim of a moved claim's name, deleted, deletes the IPAddress the move left behind before its entry is written"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
