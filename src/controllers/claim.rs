@@ -514,11 +514,16 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
         // Left behind by the move of an earlier claim of this name (marked, or known to be moving away), not made for
         // this claim: the orphan release's, which keeps it until its address is in the pool's annotation. Deleted
         // here, its mark (the reservation's only record that survives a restart) could go before the entry is written
-        // (seed 500178236).
+        // (seed 500178236). Only one the orphan release looks at: of a global pool (a namespaced pool's moves with
+        // it), recorded as this very object, and made for a claim (helper-60 F1, F2).
         Some(address)
-            if !made_for(&address, claim)
-                && (view.record.as_ref().is_some_and(|r| r.moving_away)
-                    || AddressRecord::of(&address).is_some_and(|r| r.moving_away)) =>
+            if pool_key.kind.is_global()
+                && !made_for(&address, claim)
+                && view.record.as_ref().is_some_and(|r| {
+                    r.uid == address.metadata.uid.as_deref().map(Uid::of)
+                        && r.made_for_a_claim()
+                        && (r.moving_away || AddressRecord::of(&address).is_some_and(|live| live.moving_away))
+                }) =>
         {
             debug!(claim = %key, "the IPAddress of this name was left behind by a move; the orphan release takes it");
         }

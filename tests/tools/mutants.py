@@ -361,8 +361,8 @@ MUTATIONS = [
      "                    && false)\n",
      "a bound claim paused before its create of another address was confirmed keeps that hold (a waiter starves)"),
     ("release-takes-left-behind", "src/controllers/claim.rs",
-     "                && (view.record.as_ref().is_some_and(|r| r.moving_away)\n",
-     "                && false && (view.record.as_ref().is_some_and(|r| r.moving_away)\n",
+     "                        && (r.moving_away || AddressRecord::of(&address).is_some_and(|live| live.moving_away))\n",
+     "                        && false\n",
      "a new claim of a moved claim's name, deleted, deletes the IPAddress the move left behind before its entry is written"),
 ]
 
