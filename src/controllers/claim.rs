@@ -507,8 +507,13 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
     match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
         // Only an IPAddress of the claim's pool, made for this claim, is ours to delete.
         // Released already (our finalizer off), only the IPAddress made for this claim (its owner reference) is
-        // released: after the claim goes, one of its name may be a new claim's (helper-7's review).
-        Some(address) if claim.release_finalizer_index.is_none() && !made_for(&address, claim) => {
+        // released: after the claim goes, one of its name may be a new claim's (helper-7's review). Nor, finalizer
+        // on, one that names another claim of this name as its owner: seen through a lagging watch, this claim may be
+        // long gone and a new one have adopted it (an adopter rewrites the owner before it binds; seed 510263267).
+        Some(address)
+            if !made_for(&address, claim)
+                && (claim.release_finalizer_index.is_none() || made_for_another(&address, claim)) =>
+        {
             debug!(claim = %key, "the IPAddress of this name was not made for this claim; leaving it alone");
         }
         // Left behind by the move of an earlier claim of this name (marked, or known to be moving away), not made for
@@ -555,6 +560,17 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
 fn made_for(address: &IpAddress, claim: &Claim) -> bool {
     let uid = claim.uid.to_string();
     address.metadata.owner_references.iter().flatten().any(|o| o.kind == "IPAddressClaim" && o.uid == uid)
+}
+
+/// Whether `address` names as its owner another claim of `claim`'s name (another UID).
+fn made_for_another(address: &IpAddress, claim: &Claim) -> bool {
+    let uid = claim.uid.to_string();
+    address
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "IPAddressClaim" && *o.name == *claim.key.name && o.uid != uid)
 }
 
 /// How much longer a claim restored by Velero waits for its IPAddress before it is allocated a new one; `None` when

@@ -175,6 +175,38 @@ fn an_orphan_release_leaves_an_ipaddress_adopted_meanwhile_alone() {
     assert_eq!(address["spec"]["address"], "10.0.0.1");
 }
 
+/// Soak seed 510263267: a deleted claim's release reads its IPAddress after another manager (one whose watch saw the
+/// claim gone) let a new claim of its name adopt it, owner rewritten and bound. The release must leave it alone: it
+/// is the new claim's, and its machine uses the address.
+#[test]
+fn a_release_leaves_an_ipaddress_a_new_claim_of_its_name_adopted_alone() {
+    let (mut w, ip, m0) = bound_claim_of_a_pool_of_two();
+    w.user_delete(Kind::Claim, &m0);
+    w.deliver_all(&[Kind::Claim]);
+    w.run_job(Job::Claim(m0.clone()));
+    // The release asks for the IPAddress; before the answer, the claim goes and a new one of its name adopts it.
+    let read = |op: &Op| matches!(op, Op::Get(Kind::Address, _));
+    while !w.is_pending(read) {
+        assert!(w.answer_newest(), "the release read nothing");
+    }
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"finalizers": null}}));
+    assert!(w.read(Kind::Claim, &m0).is_none(), "the deleted claim went");
+    w.create_claim_named(0, "m0", ip);
+    let new_uid = w.read(Kind::Claim, &m0).expect("the new claim")["metadata"]["uid"].clone();
+    let mut owners = w.read(Kind::Address, &m0).expect("m0's IPAddress")["metadata"]["ownerReferences"].clone();
+    owners[0]["uid"] = new_uid.clone();
+    w.patch(Kind::Address, &m0, json!({"metadata": {"ownerReferences": owners}}));
+    w.answer_everything();
+    let address =
+        w.read(Kind::Address, &m0).unwrap_or_else(|| panic!("the adopted IPAddress went:\n{}", w.trace_text()));
+    assert_eq!(address["metadata"]["ownerReferences"][0]["uid"], new_uid);
+    let result = w.finish();
+    fails(&w, result);
+    let claim = w.read(Kind::Claim, &m0).expect("the new claim");
+    assert_eq!(claim["status"]["addressRef"]["name"], "m0", "bound to the adopted IPAddress: {claim}");
+    assert_eq!(w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"], "10.0.0.1");
+}
+
 /// A review of the fixes found it: a Cluster moved back brings its claim and an IPAddress holding an address reserved
 /// here as moved away; the claim reads it after its create meets it (409), before the IPAddress watch shows it. It is
 /// the same address coming back, not a duplicate: the claim is bound to it and the reservation ends.
@@ -1155,7 +1187,10 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// address, paused before that create was confirmed, kept the hold, and a waiting claim starved; 500085155 (the
 /// checker): a deposed leader's create for an earlier claim of the name, landed late with the address the claim was
 /// told of, is adopted and its owner repaired; 500178236: a new claim of a moved claim's name, deleted before the
-/// moved one's entry was written, deleted the marked IPAddress left behind, and a leader change lost the entry. (A
+/// moved one's entry was written, deleted the marked IPAddress left behind, and a leader change lost the entry;
+/// 510263267: a manager whose claim watch lagged released a long-deleted claim and deleted the IPAddress a new claim of
+/// its name had adopted; 510571539 (the checker): a late create of another address does not bind a claim whose
+/// IPAddress a person deleted. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1224,6 +1259,8 @@ fn seeds_the_soak_found_keep_every_invariant() {
         480_178_155,
         500_085_155,
         500_178_236,
+        510_263_267,
+        510_571_539,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

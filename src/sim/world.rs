@@ -1940,6 +1940,11 @@ impl World {
         true
     }
 
+    /// Whether a request matching `which` is in flight.
+    pub(super) fn is_pending(&self, which: impl Fn(&Op) -> bool) -> bool {
+        lock(&self.hub).pending.iter().any(|p| p.slot.is_some() && which(&p.op))
+    }
+
     /// Takes the first request in flight whose operation matches `which` away from its task, unapplied (the task sees
     /// the connection reset), and returns it: a script lands it later with [`World::land_late`], as the write of a
     /// term that ended lands after the next one read.
@@ -2612,7 +2617,15 @@ impl World {
             let bound = c.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
             // A bound claim whose IPAddress a person deleted and that has none again yet waits for an address like an
             // unbound one (a former leader knew its address, this one reads it from the claim's condition).
-            let lost = self.is_lost(&key) && !addresses.iter().any(|a| key_of(a) == key);
+            // Only an IPAddress of its name holding the address it lost makes it bound again: a deposed leader's late
+            // create of another address is one the manager lets go (seed 510571539).
+            let lost = self.actors.lost.iter().any(|(k, held)| {
+                *k == key
+                    && !addresses.iter().any(|a| {
+                        key_of(a) == key
+                            && held.is_none_or(|h| pool_of_address(a).and_then(|p| Held::of_address(p, a)) == Some(h))
+                    })
+            });
             let bound = bound && !lost;
             // A claim whose IPAddress a person deleted, and whose pool went meanwhile (nothing held the pool's
             // deletion any more), is bound to nothing and says so.

@@ -364,6 +364,10 @@ MUTATIONS = [
      "                        && (r.moving_away || AddressRecord::of(&address).is_some_and(|live| live.moving_away))\n",
      "                        && false\n",
      "a new claim of a moved claim's name, deleted, deletes the IPAddress the move left behind before its entry is written"),
+    ("release-takes-adopted", "src/controllers/claim.rs",
+     "                && (claim.release_finalizer_index.is_none() || made_for_another(&address, claim)) =>",
+     "                && claim.release_finalizer_index.is_none() =>",
+     "a deleted claim seen through a lagging watch deletes the IPAddress a new claim of its name adopted and is bound to"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
