@@ -504,15 +504,23 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
         debug!(claim = %key, seconds = wait.as_secs_f64(), "holding the address for the reuse grace period");
         return Ok(Next::After(wait + Duration::from_millis(50)));
     }
-    match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
+    let found = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
+    // Finalizer on, an IPAddress naming another claim of this name as its owner: seen through a lagging watch, this
+    // claim may be long gone and a new one of its name have adopted it (seed 510263267). The claim read live, after
+    // the IPAddress, tells: an adopter rewrites the owner before it binds, and two claims of a name never live at
+    // once, so while this one lives the other owner is an earlier, gone claim, and the IPAddress is released here.
+    let adopted_by_another = match &found {
+        Some(address) if claim.release_finalizer_index.is_some() && made_for_another(address, claim) => {
+            live_claim(claim, ctx).await?.is_none()
+        }
+        _ => false,
+    };
+    match found {
         // Only an IPAddress of the claim's pool, made for this claim, is ours to delete.
         // Released already (our finalizer off), only the IPAddress made for this claim (its owner reference) is
-        // released: after the claim goes, one of its name may be a new claim's (helper-7's review). Nor, finalizer
-        // on, one that names another claim of this name as its owner: seen through a lagging watch, this claim may be
-        // long gone and a new one have adopted it (an adopter rewrites the owner before it binds; seed 510263267).
+        // released: after the claim goes, one of its name may be a new claim's (helper-7's review).
         Some(address)
-            if !made_for(&address, claim)
-                && (claim.release_finalizer_index.is_none() || made_for_another(&address, claim)) =>
+            if !made_for(&address, claim) && (claim.release_finalizer_index.is_none() || adopted_by_another) =>
         {
             debug!(claim = %key, "the IPAddress of this name was not made for this claim; leaving it alone");
         }

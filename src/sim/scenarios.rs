@@ -207,6 +207,26 @@ fn a_release_leaves_an_ipaddress_a_new_claim_of_its_name_adopted_alone() {
     assert_eq!(w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"], "10.0.0.1");
 }
 
+/// helper-63's review of the fix above: a claim being deleted whose IPAddress names an earlier, gone claim of its name
+/// as its owner (a restore keeps the backup's owner references) releases it itself, at once. The claim, read live, is
+/// this one, so the other owner is gone; left to the orphan release, the address would be held longer, and lost for
+/// good if the garbage collector took the dangling owner reference off first.
+#[test]
+fn a_release_deletes_its_ipaddress_made_for_an_earlier_claim_of_its_name() {
+    let (mut w, _ip, m0) = bound_claim_of_a_pool_of_two();
+    let mut owners = w.read(Kind::Address, &m0).expect("m0's IPAddress")["metadata"]["ownerReferences"].clone();
+    owners[0]["uid"] = json!("uid-of-an-earlier-m0");
+    w.patch(Kind::Address, &m0, json!({"metadata": {"ownerReferences": owners}}));
+    w.user_delete(Kind::Claim, &m0);
+    w.deliver_all(&[Kind::Claim]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    assert!(w.read(Kind::Claim, &m0).is_none(), "the claim went:\n{}", w.trace_text());
+    assert!(w.read(Kind::Address, &m0).is_none(), "its release deleted the IPAddress:\n{}", w.trace_text());
+    let result = w.finish();
+    fails(&w, result);
+}
+
 /// A review of the fixes found it: a Cluster moved back brings its claim and an IPAddress holding an address reserved
 /// here as moved away; the claim reads it after its create meets it (409), before the IPAddress watch shows it. It is
 /// the same address coming back, not a duplicate: the claim is bound to it and the reservation ends.

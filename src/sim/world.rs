@@ -2617,13 +2617,17 @@ impl World {
             let bound = c.pointer("/status/addressRef/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
             // A bound claim whose IPAddress a person deleted and that has none again yet waits for an address like an
             // unbound one (a former leader knew its address, this one reads it from the claim's condition).
-            // Only an IPAddress of its name holding the address it lost makes it bound again: a deposed leader's late
-            // create of another address is one the manager lets go (seed 510571539).
+            // While its Cluster is paused (or gone), only an IPAddress of its name holding the address it lost makes
+            // it bound again: a deposed leader's late create of another address is one the manager lets go once it
+            // may act (seed 510571539). Otherwise it has let it go and made its own by now (helper-63 F1).
+            let frozen = matches!(paused_cluster, Some(None | Some(true)));
             let lost = self.actors.lost.iter().any(|(k, held)| {
                 *k == key
                     && !addresses.iter().any(|a| {
                         key_of(a) == key
-                            && held.is_none_or(|h| pool_of_address(a).and_then(|p| Held::of_address(p, a)) == Some(h))
+                            && (!frozen
+                                || held
+                                    .is_none_or(|h| pool_of_address(a).and_then(|p| Held::of_address(p, a)) == Some(h)))
                     })
             });
             let bound = bound && !lost;

@@ -365,9 +365,13 @@ MUTATIONS = [
      "                        && false\n",
      "a new claim of a moved claim's name, deleted, deletes the IPAddress the move left behind before its entry is written"),
     ("release-takes-adopted", "src/controllers/claim.rs",
-     "                && (claim.release_finalizer_index.is_none() || made_for_another(&address, claim)) =>",
-     "                && claim.release_finalizer_index.is_none() =>",
+     "            if !made_for(&address, claim) && (claim.release_finalizer_index.is_none() || adopted_by_another) =>",
+     "            if !made_for(&address, claim) && claim.release_finalizer_index.is_none() =>",
      "a deleted claim seen through a lagging watch deletes the IPAddress a new claim of its name adopted and is bound to"),
+    ("release-leaves-dead-owners", "src/controllers/claim.rs",
+     "            live_claim(claim, ctx).await?.is_none()\n",
+     "            true\n",
+     "a deleted claim leaves its IPAddress, made for an earlier claim of its name, to the orphan release (held longer)"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
