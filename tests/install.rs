@@ -4,7 +4,8 @@
 //!   install again;
 //! - `kubectl apply -k config/default`;
 //! - `clusterctl upgrade` from the Go provider's release v1.1.0 (its components built from its Go module's config/,
-//!   the way its release builds them) to ours, through one local provider repository.
+//!   the way its release builds them) to ours, through one local provider repository;
+//! - the Cluster API Operator v0.29.0: an `IPAMProvider` installs our release from ConfigMaps and upgrades it.
 //!
 //! No kubelet runs here, so no pod starts: the test plays the kubelet. It runs the manager out of cluster and points
 //! the API server's webhook calls at it (tests/tools/dev-install.py, as `make run` does), taking them over from the
@@ -19,10 +20,10 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::claims::{Capi, create_pool};
-use support::manager::{Launch, Manager};
+use support::manager::{Launch, Manager, free_port, http_get};
 use support::release::{
     GoProvider, Release, clusterctl, clusterctl_init_from, go_provider_dir, helm, install_fixture_crds, ok,
-    our_version, release_manifests, repository_of, scratch,
+    our_version, release_manifests, repository_of, scratch, tool_dir,
 };
 use support::{Plane, create_namespace, eventually, repo_root};
 use tokio::sync::Mutex;
@@ -592,4 +593,412 @@ async fn the_chart_installs_on_cluster_api_1_10_and_binds_a_v1beta1_claim() {
     Capi::V1Beta1.create_claim(&client, &tenant, "a", "InClusterIPPool", "nodes").await;
     let bound = Capi::V1Beta1.wait_bound(&client, &tenant, "a").await;
     assert_eq!(bound.data["spec"]["address"], "10.83.0.10");
+}
+
+/// The Cluster API Operator v0.29.0 (tests/tools/k8s-bin.sh operator) running out of cluster against a plane, as its
+/// single replica runs: leader election off, its webhook server on 127.0.0.1 with the plane's throwaway certificate
+/// (its webhooks only default what the test sets itself), its health probe on a free port, diagnostics and profiler
+/// off. Its log is `logs/operator.log` in the plane's folder. Killed when dropped.
+struct Operator {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Operator {
+    fn start(plane: &Plane) -> Operator {
+        let dir = tool_dir("operator");
+        let certs = plane.dir.join("webhook-certs");
+        let certs_made = std::process::Command::new("bash")
+            .arg(repo_root().join("tests/tools/dev-certs.sh"))
+            .arg(&certs)
+            .status()
+            .expect("dev-certs.sh");
+        assert!(certs_made.success(), "dev-certs.sh");
+        let health = free_port();
+        let log = plane.dir.join("logs/operator.log");
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log");
+        let child = std::process::Command::new(dir.join("operator"))
+            .env("KUBECONFIG", plane.kubeconfig())
+            .args([
+                "--leader-elect=false",
+                &format!("--webhook-port={}", free_port()),
+                &format!("--webhook-cert-dir={}", certs.display()),
+                &format!("--health-addr=127.0.0.1:{health}"),
+                "--diagnostics-address=0",
+                "--profiler-address=",
+                "-v=2",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().expect("log"))
+            .stderr(file)
+            .spawn()
+            .expect("starting the operator");
+        let operator = Operator { child, log };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while http_get(health, "/readyz").map(|(code, _)| code) != Some(200) {
+            assert!(std::time::Instant::now() < deadline, "the operator is not ready:\n{}", operator.log_tail());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        operator
+    }
+
+    fn log_tail(&self) -> String {
+        support::tail(&self.log, 40)
+    }
+
+    /// Waits up to two minutes for `check` to find what it looks for in the plane; panics with the operator's log.
+    async fn wait_for<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(found) = check() {
+                return found;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within 2 min; the operator's log:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An OCI registry on 127.0.0.1 (go-containerregistry's, `crane registry serve`, in memory), where
+/// `capioperator publish` pushes a release as the artifact an `IPAMProvider`'s `fetchConfig.oci` reads. Killed when
+/// dropped.
+struct Registry {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        let port = free_port();
+        let child = std::process::Command::new(tool_dir("image").join("crane"))
+            .args(["registry", "serve", "--address", &format!("127.0.0.1:{port}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("crane registry serve");
+        let registry = Registry { child, port };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while http_get(port, "/v2/").map(|(code, _)| code) != Some(200) {
+            assert!(std::time::Instant::now() < deadline, "the registry does not answer on 127.0.0.1:{port}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        registry
+    }
+
+    /// Pushes a release (`components.yaml` and `metadata.yaml`, the titles the operator looks for) as
+    /// `<repository>:<version>`; returns the artifact's URL as `fetchConfig.oci` takes it (plain HTTP).
+    fn publish(&self, repository: &str, version: &str, components: &str, metadata: &str) -> String {
+        let dir = scratch("oci-artifact");
+        std::fs::write(dir.join("components.yaml"), components).expect("components.yaml");
+        std::fs::write(dir.join("metadata.yaml"), metadata).expect("metadata.yaml");
+        let url = format!("http://127.0.0.1:{}/{repository}:{version}", self.port);
+        let out = std::process::Command::new(tool_dir("operator").join("capioperator"))
+            .args(["publish", "-d", &dir.to_string_lossy(), "-u", &url])
+            .output()
+            .expect("capioperator publish");
+        ok(out, "capioperator publish");
+        url
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The label the operator's `fetchConfig.selector` matches, beside the version label.
+const COMPONENTS_LABEL: &str = "test.capi-ipam/components";
+
+/// A ConfigMap in the operator's air-gapped layout: one release of a provider, its components and metadata, labelled
+/// with its version (one ConfigMap per version: a selector that matches two is an error to the operator).
+fn components_config_map(namespace: &str, provider: &str, version: &str, components: &str, metadata: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("{provider}-{version}"), "namespace": namespace,
+                     "labels": {COMPONENTS_LABEL: provider, "provider.cluster.x-k8s.io/version": version}},
+        "data": {"components": components, "metadata": metadata},
+    })
+}
+
+fn fetch_selector(provider: &str, version: &str) -> Value {
+    json!({"selector": {"matchLabels": {COMPONENTS_LABEL: provider, "provider.cluster.x-k8s.io/version": version}}})
+}
+
+/// The core provider the operator requires before any other (named `cluster-api`, Ready). The plane already runs Cluster
+/// API's manager with its CRDs and webhooks; its operator-installed components are a stand-in Deployment that no
+/// kubelet runs, whose `Available` condition the test writes, as the Deployment controller would.
+async fn core_provider_ready(plane: &Plane, operator: &Operator) {
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capi-system"}});
+    ok(plane.kubectl_stdin(&["apply", "-f", "-"], &namespace.to_string()), "namespace capi-system");
+    let components = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: capi-controller-manager\n  namespace: capi-system\nspec:\n  selector:\n    matchLabels: {app: capi}\n  template:\n    metadata:\n      labels: {app: capi}\n    spec:\n      containers:\n      - name: manager\n        image: registry.k8s.io/cluster-api/cluster-api-controller:v1.14.2\n";
+    let metadata = "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n- {major: 1, minor: 14, contract: v1beta2}\n";
+    let config_map = components_config_map("capi-system", "cluster-api", "v1.14.2", components, metadata);
+    ok(plane.kubectl_stdin(&["create", "-f", "-"], &config_map.to_string()), "the core provider's ConfigMap");
+    let core = json!({
+        "apiVersion": "operator.cluster.x-k8s.io/v1alpha2", "kind": "CoreProvider",
+        "metadata": {"name": "cluster-api", "namespace": "capi-system"},
+        "spec": {"version": "v1.14.2", "fetchConfig": fetch_selector("cluster-api", "v1.14.2")},
+    });
+    ok(plane.kubectl_stdin(&["create", "-f", "-"], &core.to_string()), "the CoreProvider");
+    operator
+        .wait_for("the core provider's Deployment", || {
+            kubectl_json(plane, &["get", "deployment", "-n", "capi-system", "capi-controller-manager"])
+        })
+        .await;
+    let available = json!({"status": {"conditions": [{"type": "Available", "status": "True",
+        "reason": "MinimumReplicasAvailable", "message": "the test plays the Deployment controller"}]}});
+    ok(
+        plane.kubectl_output(&[
+            "patch",
+            "deployment",
+            "-n",
+            "capi-system",
+            "capi-controller-manager",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &available.to_string(),
+        ]),
+        "the core Deployment Available",
+    );
+    operator
+        .wait_for("the CoreProvider Ready", || {
+            let core = kubectl_json(plane, &["get", "coreprovider", "-n", "capi-system", "cluster-api"])?;
+            condition_true(&core, "Ready").then_some(())
+        })
+        .await;
+}
+
+fn condition_true(object: &Value, kind: &str) -> bool {
+    object["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == kind && c["status"] == "True"))
+}
+
+/// The IPAMProvider `in-cluster` once the operator has installed `version` of it.
+async fn ipam_provider_installed(plane: &Plane, operator: &Operator, version: &str) -> Value {
+    operator
+        .wait_for(&format!("the IPAMProvider installed at {version}"), || {
+            let provider = kubectl_json(plane, &["get", "ipamprovider", "-n", PROVIDER_NAMESPACE, "in-cluster"])?;
+            (provider["status"]["installedVersion"] == version && condition_true(&provider, "ProviderInstalled"))
+                .then_some(provider)
+        })
+        .await
+}
+
+/// The manager's container's arguments in the Deployment the operator wrote.
+fn manager_args(plane: &Plane) -> Vec<String> {
+    let deployment = deployment(plane);
+    let containers = deployment["spec"]["template"]["spec"]["containers"].as_array().expect("containers").clone();
+    let manager = containers.iter().find(|c| c["name"] == "manager").expect("the container named manager");
+    manager["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("an argument").to_owned()).collect()
+}
+
+/// Our manager where the Deployment's pod would run: every flag the operator wrote, but those that say where to
+/// listen and how to log (the test picks them: 127.0.0.1, free ports, text), and the Lease's namespace the downward
+/// API gives the pod.
+async fn ours_with_the_operators_flags(plane: &Plane) -> Manager {
+    let local = [
+        "--health-addr",
+        "--metrics-bind-addr",
+        "--diagnostics-address",
+        "--insecure-diagnostics",
+        "--webhook-host",
+        "--webhook-port",
+        "--webhook-cert-dir",
+        "--log-format",
+    ];
+    let mut flags: Vec<String> =
+        manager_args(plane).into_iter().filter(|a| !local.iter().any(|f| a.split('=').next() == Some(*f))).collect();
+    flags.extend(["--insecure-diagnostics".to_owned(), format!("--leader-election-namespace={PROVIDER_NAMESPACE}")]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Manager::started(plane, Launch::default(), &flags).await
+}
+
+/// Issue 34: the Cluster API Operator path, run for real. The operator (built from its Go module) installs our
+/// release from a ConfigMap (an `IPAMProvider`'s air-gapped `fetchConfig.selector`), with a `spec.manager` that sets
+/// every kind of flag it can inject and a variable from its `configSecret`; our manager, run with the Deployment's
+/// flags as the operator wrote them, binds claims. Then an upgrade through the operator (`spec.version`) to a later
+/// release published as an OCI artifact (`fetchConfig.oci`, a registry on 127.0.0.1) deletes and re-creates the
+/// Deployment, Services and webhook configurations, keeps the CRDs, every pool, claim and IPAddress, and the manager
+/// of the new Deployment keeps every address and binds new claims.
+#[tokio::test]
+async fn the_cluster_api_operator_installs_and_upgrades_us_and_every_address_is_kept() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let plane = private_plane("operator").await;
+    let client = plane.client().await;
+    let crds = tool_dir("operator").join("crd").to_string_lossy().into_owned();
+    ok(plane.kubectl_output(&["apply", "--server-side", "-f", &crds]), "the operator's CRDs");
+    ok(
+        plane.kubectl_output(&["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"]),
+        "the operator's CRDs established",
+    );
+    let operator = Operator::start(&plane);
+    core_provider_ready(&plane, &operator).await;
+
+    // Our release (make release-manifests) in a ConfigMap, and a later one, v2.1.0, as an OCI artifact; the later
+    // one's metadata lists both series, as a release's does (the operator's upgrade reads the installed series there).
+    let (components, metadata) = tokio::task::spawn_blocking(release_manifests).await.expect("release manifests");
+    let version = our_version();
+    let later = "v2.1.0";
+    assert!(later > version.as_str(), "{later} is later than {version}");
+    let later_components = components.replace(&format!("manager:{version}"), &format!("manager:{later}"));
+    assert_ne!(later_components, components, "the image names the version");
+    let later_metadata = format!("{}\n  - major: 2\n    minor: 1\n    contract: v1beta2\n", metadata.trim_end());
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROVIDER_NAMESPACE}});
+    ok(plane.kubectl_stdin(&["apply", "-f", "-"], &namespace.to_string()), "our namespace");
+    let config_map = components_config_map(PROVIDER_NAMESPACE, "ipam-in-cluster", &version, &components, &metadata);
+    ok(plane.kubectl_stdin(&["create", "-f", "-"], &config_map.to_string()), "our ConfigMap");
+    let registry = Registry::start();
+    let later_artifact = registry.publish("ipam-in-cluster", later, &later_components, &later_metadata);
+    let variables = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "ipam-variables", "namespace": PROVIDER_NAMESPACE},
+        "stringData": {"CAPI_IPAM_IN_CLUSTER_REJECT_OVERLAPPING_POOLS": "true"},
+    });
+    ok(plane.kubectl_stdin(&["create", "-f", "-"], &variables.to_string()), "the variables");
+    let provider = json!({
+        "apiVersion": "operator.cluster.x-k8s.io/v1alpha2", "kind": "IPAMProvider",
+        "metadata": {"name": "in-cluster", "namespace": PROVIDER_NAMESPACE},
+        "spec": {
+            "version": version,
+            "fetchConfig": fetch_selector("ipam-in-cluster", &version),
+            "configSecret": {"name": "ipam-variables", "namespace": PROVIDER_NAMESPACE},
+            "manager": {
+                "verbosity": 4,
+                "syncPeriod": "5m",
+                "maxConcurrentReconciles": 4,
+                "featureGates": {"MachinePool": true},
+                "controller": {"groupKindConcurrency": {"IPAddressClaim.ipam.cluster.x-k8s.io": 3,
+                                                        "InClusterIPPool.ipam.cluster.x-k8s.io": 2}},
+                "leaderElection": {"leaderElect": true, "resourceLock": "leases", "resourceName": LEASE, "resourceNamespace": PROVIDER_NAMESPACE,
+                                   "leaseDuration": "20s", "renewDeadline": "15s", "retryPeriod": "3s"},
+                "health": {"healthProbeBindAddress": ":9440"},
+                "metrics": {"bindAddress": ":8080", "diagnosticsAddress": ":8443", "insecureDiagnostics": true},
+                "webhook": {"port": 9443, "host": "0.0.0.0", "certDir": "/tmp/k8s-webhook-server/serving-certs"},
+                "profilerAddress": "localhost:6060",
+            },
+        },
+    });
+    ok(plane.kubectl_stdin(&["create", "-f", "-"], &provider.to_string()), "the IPAMProvider");
+    let installed = ipam_provider_installed(&plane, &operator, &version).await;
+    let installed_uid = installed["metadata"]["uid"].clone();
+
+    // What the operator wrote: our Deployment, owned by the IPAMProvider, the variable substituted, and every flag of
+    // spec.manager.
+    let written = deployment(&plane);
+    let owners = written["metadata"]["ownerReferences"].to_string();
+    assert!(owners.contains("IPAMProvider") && owners.contains(installed_uid.as_str().expect("uid")), "{owners}");
+    let args = manager_args(&plane);
+    for expected in [
+        "--reject-overlapping-pools=true",
+        "--v=4",
+        "--sync-period=300s",
+        "--max-concurrent-reconciles=4",
+        "--feature-gates=MachinePool=true",
+        "--ipaddressclaim.ipam.cluster.x-k8s.io-concurrency=3",
+        "--inclusterippool.ipam.cluster.x-k8s.io-concurrency=2",
+        "--leader-elect=true",
+        &format!("--leader-election-id={PROVIDER_NAMESPACE}/{LEASE}"),
+        "--leader-elect-lease-duration=20s",
+        "--leader-elect-renew-deadline=15s",
+        "--leader-elect-retry-period=3s",
+        "--health-addr=:9440",
+        "--metrics-bind-addr=:8080",
+        "--diagnostics-address=:8443",
+        "--insecure-diagnostics=true",
+        "--webhook-port=9443",
+        "--webhook-host=0.0.0.0",
+        "--profiler-address=localhost:6060",
+    ] {
+        assert!(args.iter().any(|a| a == expected), "the operator did not write {expected}: {args:?}");
+    }
+    let deployment_uid = written["metadata"]["uid"].clone();
+    let crd_uid = |plane: &Plane| {
+        kubectl_json(plane, &["get", "crd", "inclusterippools.ipam.cluster.x-k8s.io"]).expect("CRD")["metadata"]["uid"]
+            .clone()
+    };
+    let crd_before = crd_uid(&plane);
+
+    // The operator re-applies its cached components on every reconcile, forcing its ownership: it would take the API
+    // server's wiring back from the test's stand-in for the pod (the manager on 127.0.0.1), and its upgrade patches
+    // the CRDs' conversion onto the stand-in's. In a cluster the pod is behind the Service it wires; here the operator
+    // runs only while it installs and upgrades, and sees the wiring as it wrote it.
+    drop(operator);
+    let wiring = save_wiring(&plane);
+    let manager = ours_with_the_operators_flags(&plane).await;
+    let log = manager.log_tail(100_000);
+    for notice in [
+        "--sync-period=",
+        "--feature-gates=",
+        "--profiler-address=",
+        "--inclusterippool.ipam.cluster.x-k8s.io-concurrency=2:",
+    ] {
+        assert!(log.contains(notice), "no notice of {notice} in the manager's log:\n{log}");
+    }
+    let tenant = create_namespace(&client, "tenant").await;
+    let spec = json!({"addresses": ["10.84.0.10-10.84.0.30"], "prefix": 24, "gateway": "10.84.0.1"});
+    create_pool(&client, "InClusterIPPool", &tenant, "nodes", spec).await;
+    let before = claim_and_wait(&client, &tenant, &["a", "b", "c"]).await;
+    assert_eq!(before.len(), 3);
+    let lease = Api::<Lease>::namespaced(client.clone(), PROVIDER_NAMESPACE).get(LEASE).await.expect("the Lease");
+    assert!(lease.spec.and_then(|s| s.holder_identity).is_some(), "the manager holds the operator's Lease");
+    let address_uids = |list: &kube::api::ObjectList<kube::api::DynamicObject>| -> BTreeMap<String, String> {
+        list.items
+            .iter()
+            .map(|a| (a.metadata.name.clone().unwrap_or_default(), a.metadata.uid.clone().unwrap_or_default()))
+            .collect()
+    };
+    let addresses = CAPI.addresses(&client, &tenant);
+    let uids_before = address_uids(&addresses.list(&ListParams::default()).await.expect("IPAddresses"));
+
+    // The upgrade: the operator scales the Deployment to 0 first (the pod, here the process, goes), deletes it, the
+    // Services and webhook configurations, and re-creates them from v2.1.0.
+    drop(manager);
+    restore_wiring(&plane, &wiring);
+    let operator = Operator::start(&plane);
+    let upgrade = json!({"spec": {"version": later, "fetchConfig": {"oci": later_artifact, "selector": null}}});
+    ok(
+        plane.kubectl_output(&[
+            "patch",
+            "ipamprovider",
+            "-n",
+            PROVIDER_NAMESPACE,
+            "in-cluster",
+            "--type=merge",
+            "-p",
+            &upgrade.to_string(),
+        ]),
+        "the upgrade",
+    );
+    let upgraded = ipam_provider_installed(&plane, &operator, later).await;
+    assert!(condition_true(&upgraded, "ProviderUpgraded"), "{}", upgraded["status"]);
+    let rewritten = deployment(&plane);
+    assert_ne!(rewritten["metadata"]["uid"], deployment_uid, "the upgrade re-created the Deployment");
+    let image = rewritten["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    assert_eq!(image, format!("ghcr.io/capi-ipam-in-cluster/manager:{later}"));
+    assert_eq!(crd_uid(&plane), crd_before, "the upgrade kept the CRDs");
+    let uids_after = address_uids(&addresses.list(&ListParams::default()).await.expect("IPAddresses"));
+    assert_eq!(uids_after, uids_before, "the upgrade kept every IPAddress");
+    kept(&before, &bound_addresses(&client, &tenant).await, "the operator's upgrade");
+
+    drop(operator);
+    let _manager = ours_with_the_operators_flags(&plane).await;
+    let now = claim_and_wait(&client, &tenant, &["d", "e"]).await;
+    kept(&before, &now, "the manager of the upgraded Deployment");
+    assert_eq!(now.len(), 5);
 }

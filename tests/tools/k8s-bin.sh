@@ -26,8 +26,9 @@
 #     kcm         kube-controller-manager (k8s.io/kubernetes v1.36.3, its own tools module: it needs more of the
 #                 module's dependencies than kube-apiserver), whose garbage collector alone runs in the planes of the
 #                 consumer tests (`control-plane.sh up --garbage-collector`): CAPV leaves its claims to it
-#     operator    the Cluster API Operator (sigs.k8s.io/cluster-api-operator v0.29.0, `operator`) with its CRDs
-#                 (`crd/`), run as a local process by tests/operator.rs (issue 34)
+#     operator    the Cluster API Operator (sigs.k8s.io/cluster-api-operator v0.29.0, `operator`, its webhook server on
+#                 127.0.0.1) with its CRDs (`crd/`), run as a local process by tests/install.rs, and its kubectl plugin
+#                 (`capioperator`, whose `publish` pushes the OCI artifact of a release; issue 34)
 #     prometheus  promtool (github.com/prometheus/prometheus v0.316.0, without service discovery), to test the chart's alert rules, and the
 #                 Prometheus Operator's ServiceMonitor and PrometheusRule CRDs (`crd/`, from its Go module v0.85.0)
 set -euo pipefail
@@ -67,7 +68,7 @@ case $set_name in
   capm3) modules=(capm3); label="capm3-${CAPM3_VERSION}"; bins=(manager) ;;
   capv) modules=(capv); label="capv-${CAPV_VERSION}"; bins=(manager) ;;
   kcm) modules=(kube-controller-manager); label="kcm-${K8S_VERSION}"; bins=(kube-controller-manager) ;;
-  operator) modules=(capi-operator); label="capi-operator-${OPERATOR_VERSION}"; bins=(operator) ;;
+  operator) modules=(capi-operator); label="capi-operator-${OPERATOR_VERSION}"; bins=(operator capioperator) ;;
   vcsim) modules=(vcsim); label="vcsim-govmomi-${GOVMOMI_VERSION}"; bins=(vcsim) ;;
   prometheus) modules=(promtool); label="prometheus-${PROMETHEUS_VERSION}-nosd-operator-${PROMETHEUS_OPERATOR_VERSION}"; bins=(promtool) ;;
 esac
@@ -137,10 +138,32 @@ elif [[ $set_name == capi* ]]; then
     chmod -R u+w "$dir.tmp"
   fi
 elif [[ $set_name == operator ]]; then
-  build "the Cluster API Operator ($OPERATOR_VERSION)" capi-operator "$dir.tmp/operator" operator -- -ldflags "-s -w" \
-    sigs.k8s.io/cluster-api-operator/cmd
+  src=$(cd "$here/capi-operator" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-operator)
+  if [[ ! -x $dir/operator || ! -x $dir/capioperator ]]; then
+    # Its webhook server has no host flag and would listen on every interface; tests listen on 127.0.0.1 only. So
+    # it is built from a copy of its module whose main sets the host (one line; the build fails if it moved).
+    echo "k8s-bin: building the Cluster API Operator ($OPERATOR_VERSION), its webhook server on 127.0.0.1" >&2
+    tree="$dir.tmp/operator-module"
+    rm -rf "$tree"; mkdir -p "$dir.tmp"
+    cp -r "$src" "$tree"; chmod -R u+w "$tree"
+    grep -qE '^[[:space:]]+Port:[[:space:]]+webhookPort,$' "$tree/cmd/main.go" ||
+      { echo "k8s-bin: the operator's webhook options moved; update the patch" >&2; exit 1; }
+    sed -i 's/^\([[:space:]]*\)Port:\([[:space:]]*\)webhookPort,$/&\n\1Host:\2"127.0.0.1",/' "$tree/cmd/main.go"
+    log="$dir.tmp/build-operator.log"
+    set +e
+    # Its kubectl plugin too: `capioperator publish` pushes a release as the OCI artifact an IPAMProvider's
+    # fetchConfig.oci reads (make release, tests/install.rs).
+    (cd "$tree" && go build -v -trimpath -ldflags "-s -w" -o "$dir.tmp/operator" ./cmd &&
+      go build -v -trimpath -ldflags "-s -w" -o "$dir.tmp/capioperator" ./cmd/plugin) 2>&1 | tee "$log" |
+      progress "the operator"
+    set -e
+    rm -rf "$tree"
+    [[ -x "$dir.tmp/operator" && -x "$dir.tmp/capioperator" ]] || { echo "k8s-bin: building the operator failed; the end of $log:" >&2; tail -n 40 "$log" >&2; exit 1; }
+    rm -f "$log"
+  else
+    echo "k8s-bin: the Cluster API Operator: cached in $dir" >&2
+  fi
   if [[ ! -d $dir/crd ]]; then
-    src=$(cd "$here/capi-operator" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-operator)
     mkdir -p "$dir.tmp/crd"
     cp "$src"/config/crd/bases/*.yaml "$dir.tmp/crd/"
     chmod -R u+w "$dir.tmp"

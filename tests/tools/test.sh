@@ -30,7 +30,7 @@ report() {
 }
 
 stage 1 "Go tools, built once from their Go modules and cached (~/.cache/capi-ipam-in-cluster)"
-sets=(k8s capi release capi-v1.10 caip prometheus image capm3 capv vcsim kcm)
+sets=(k8s capi release capi-v1.10 caip prometheus image capm3 capv vcsim kcm operator)
 for i in "${!sets[@]}"; do
   step "$((i + 1)) of ${#sets[@]}: k8s-bin.sh ${sets[$i]}"
   set_started=$SECONDS

@@ -1,6 +1,7 @@
-// Builds the Cluster API Operator (sigs.k8s.io/cluster-api-operator v0.29.0), run as a local process by
-// tests/operator.rs: it installs our components from a ConfigMap (an IPAMProvider's fetchConfig.selector) and
-// upgrades them (issue 34; see docs/testing.md).
+// Pins the Cluster API Operator (sigs.k8s.io/cluster-api-operator v0.29.0). tests/tools/k8s-bin.sh builds it, and its
+// kubectl plugin (`capioperator publish`), from a copy of the module (its own go.mod and go.sum) whose webhook server
+// listens on 127.0.0.1 only. tests/install.rs runs it as a local process: it installs our components from a
+// ConfigMap (an IPAMProvider's fetchConfig.selector) or an OCI artifact, and upgrades them (issue 34).
 module example.invalid/capi-ipam-test-tools/capi-operator
 
 go 1.26.6
