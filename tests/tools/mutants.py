@@ -372,6 +372,10 @@ MUTATIONS = [
      "            live_claim(claim, ctx).await?.is_none()\n",
      "            true\n",
      "a deleted claim leaves its IPAddress, made for an earlier claim of its name, to the orphan release (held longer)"),
+    ("release-read-error-ignored", "src/controllers/claim.rs",
+     "            live_claim(claim, ctx).await?.is_none()\n",
+     "            live_claim(claim, ctx).await.ok().flatten().is_none()\n",
+     "a failed read of a deleted claim leaves its IPAddress, made for an earlier claim of its name, to the orphan release"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
