@@ -169,13 +169,20 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     }
     match ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? {
         // A claim of the name that would adopt it: not an orphan (the cache lagged, or another manager serves it). One
-        // of another pool cannot.
+        // of another pool cannot. Nor one no manager serves, of another shard than the pool's (labelled for ours, so
+        // ours alone), when the IPAddress was not made for it: kept for it, it would be kept for good, and its
+        // address may be a bound claim's (a restore's duplicate: seed 520300326).
         Some(live) if live.claim.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name) => {
             let ours = ctx.options.watch_filter.as_deref();
-            if ours.is_some() && live.claim.watch_filter.as_deref() != ours {
-                ctx.index.claim_of_another_manager(key, record.uid, live.claim.watch_filter.as_deref());
+            let another_shard = ours.is_some() && live.claim.watch_filter.as_deref() != ours;
+            let pool_of_our_shard = ours.is_some() && ctx.index.pool(&record.pool).is_some_and(|p| p.shard() == ours);
+            let served_by_none = another_shard && pool_of_our_shard && claim_owner != Some(live.claim.uid.uid());
+            if !served_by_none {
+                if another_shard {
+                    ctx.index.claim_of_another_manager(key, record.uid, live.claim.watch_filter.as_deref());
+                }
+                return Ok(());
             }
-            return Ok(());
         }
         _ => {}
     }

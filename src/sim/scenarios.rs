@@ -1221,7 +1221,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// moved one's entry was written, deleted the marked IPAddress left behind, and a leader change lost the entry;
 /// 510263267: a manager whose claim watch lagged released a long-deleted claim and deleted the IPAddress a new claim of
 /// its name had adopted; 510571539 (the checker): a late create of another address does not bind a claim whose
-/// IPAddress a person deleted. (A
+/// IPAddress a person deleted; 520300326: a manager of a shard kept a restored IPAddress for a claim of its name that
+/// no manager serves (another shard's, on a pool labelled for this one), duplicating a bound claim's address;
+/// 520347817 (the model): an operator does not move a Cluster while its pool reports a duplicate. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1292,6 +1294,8 @@ fn seeds_the_soak_found_keep_every_invariant() {
         500_178_236,
         510_263_267,
         510_571_539,
+        520_300_326,
+        520_347_817,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

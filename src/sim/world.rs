@@ -1631,11 +1631,21 @@ impl World {
         // An operator does not move a Cluster while its namespace holds an IPAddress a restore brought back over an
         // address handed out meanwhile (docs/operations.md): clusterctl would copy it, with an address in use here,
         // before its claim withdrew it (seed 430231703).
-        let restored_duplicate = self.objects(Kind::Address).iter().any(|a| {
+        let addresses = self.objects(Kind::Address);
+        let restored_duplicate = addresses.iter().any(|a| {
             *key_of(a).namespace == *NAMESPACES[n]
                 && a["metadata"]["uid"].as_str().is_some_and(|u| self.actors.velero_duplicates.contains(u))
         });
-        if restored_duplicate {
+        // Nor while the global pool reports an address of the namespace held twice (`DuplicateAddresses`), such as a
+        // deposed leader's late create: the copy would take an address in use here over there (seed 520347817).
+        let global_held =
+            |a: &Value| Held::of_address(PoolId::Global, a).filter(|_| pool_of_address(a) == Some(PoolId::Global));
+        let duplicated = addresses.iter().filter(|a| *key_of(a).namespace == *NAMESPACES[n]).any(|a| {
+            global_held(a).is_some_and(|held| {
+                addresses.iter().any(|b| key_of(b) != key_of(a) && global_held(b).is_some_and(|o| o.overlaps(held)))
+            })
+        });
+        if restored_duplicate || duplicated {
             return;
         }
         self.stats.moves += 1;
