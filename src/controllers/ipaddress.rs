@@ -169,16 +169,21 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     }
     match ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? {
         // A claim of the name that would adopt it: not an orphan (the cache lagged, or another manager serves it). One
-        // of another pool cannot. Nor one no manager serves, of another shard than the pool's (labelled for ours, so
-        // ours alone), when the IPAddress was not made for it: kept for it, it would be kept for good, and its
-        // address may be a bound claim's (a restore's duplicate: seed 520300326).
+        // of another pool cannot. A claim of another shard than the pool's (labelled for ours, so ours alone) is served
+        // by no manager until its label is fixed: what was not made for it is kept for it (a restored pair waits for
+        // the label, its machine on the address), unless its address is a bound claim's (a restore's duplicate:
+        // seed 520300326), which nothing else would ever withdraw (helper-68 F1). Not recorded as another manager's:
+        // a duplicate may appear later.
         Some(live) if live.claim.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name) => {
             let ours = ctx.options.watch_filter.as_deref();
             let another_shard = ours.is_some() && live.claim.watch_filter.as_deref() != ours;
             let pool_of_our_shard = ours.is_some() && ctx.index.pool(&record.pool).is_some_and(|p| p.shard() == ours);
-            let served_by_none = another_shard && pool_of_our_shard && claim_owner != Some(live.claim.uid.uid());
-            if !served_by_none {
-                if another_shard {
+            let served_by_none = another_shard && pool_of_our_shard;
+            let duplicate_for_none = served_by_none
+                && claim_owner != Some(live.claim.uid.uid())
+                && ctx.index.duplicates_a_bound_one(&record.pool, key);
+            if !duplicate_for_none {
+                if another_shard && !served_by_none {
                     ctx.index.claim_of_another_manager(key, record.uid, live.claim.watch_filter.as_deref());
                 }
                 return Ok(());

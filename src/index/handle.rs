@@ -213,6 +213,11 @@ impl Index {
         self.read(|s| s.held_by(pool, key))
     }
 
+    /// Whether the IPAddress `key` holds an address a bound claim's IPAddress holds too.
+    pub fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.read(|s| s.duplicates_a_bound_one(pool, key))
+    }
+
     pub fn duplicate_of(&self, pool: &PoolKey, key: &ObjectKey) -> Option<Duplicate> {
         self.read(|s| s.duplicate_of(pool, key))
     }
