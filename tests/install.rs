@@ -20,7 +20,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::claims::{Capi, create_pool};
-use support::manager::{Launch, Manager, free_port, http_get};
+use support::manager::{Launch, Manager, free_port, http_get, wait_go_ready};
 use support::release::{
     GoProvider, Release, clusterctl, clusterctl_init_from, go_provider_dir, helm, install_fixture_crds, ok,
     our_version, release_manifests, repository_of, scratch, tool_dir,
@@ -634,11 +634,7 @@ impl Operator {
             .spawn()
             .expect("starting the operator");
         let operator = Operator { child, log };
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while http_get(health, "/readyz").map(|(code, _)| code) != Some(200) {
-            assert!(std::time::Instant::now() < deadline, "the operator is not ready:\n{}", operator.log_tail());
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_go_ready(health, || format!("the operator; its log:\n{}", operator.log_tail()));
         operator
     }
 

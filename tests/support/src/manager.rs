@@ -368,6 +368,16 @@ pub(crate) fn is_zombie(pid: u32) -> bool {
         .unwrap_or(true)
 }
 
+/// Waits up to a minute for a Go controller's health probe on 127.0.0.1:`port` to answer `/readyz` with 200; panics
+/// with `why_not()` (its log) otherwise.
+pub fn wait_go_ready(port: u16, why_not: impl Fn() -> String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while http_get(port, "/readyz").map(|(code, _)| code) != Some(200) {
+        assert!(std::time::Instant::now() < deadline, "not ready on 127.0.0.1:{port}: {}", why_not());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// A minimal HTTP/1.0 GET on 127.0.0.1 (the probe and insecure metrics servers are plain HTTP).
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).ok()?;

@@ -42,7 +42,7 @@ pub struct GoProvider(pub std::process::Child);
 
 impl GoProvider {
     pub fn start(plane: &Plane, dir: &Path) -> GoProvider {
-        use crate::manager::{free_port, http_get};
+        use crate::manager::free_port;
         let health = free_port();
         let log_path = plane.dir.join("logs/go-provider.log");
         let log = std::fs::File::create(&log_path).expect("log");
@@ -60,11 +60,7 @@ impl GoProvider {
             .stderr(log)
             .spawn()
             .expect("starting the Go provider");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while http_get(health, "/readyz").map(|(code, _)| code) != Some(200) {
-            assert!(std::time::Instant::now() < deadline, "the Go provider is not ready: {}", log_path.display());
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
+        crate::manager::wait_go_ready(health, || format!("the Go provider, log {}", log_path.display()));
         GoProvider(child)
     }
 }
