@@ -326,6 +326,11 @@ struct GoInstall {
     wiring: Wiring,
     /// The Go provider's process (its pod) and ours standing in for its webhooks, while they run.
     processes: Option<(GoProvider, Manager)>,
+    /// Its module's folder, its release's components (as `clusterctl generate provider` writes them), and the
+    /// namespace of the Lease its webhooks' stand-in waits for.
+    go: std::path::PathBuf,
+    components: String,
+    holder: String,
 }
 
 impl GoInstall {
@@ -362,26 +367,10 @@ impl GoInstall {
         assert_eq!(ipam_provider_version(plane), "IPAMProvider v1.1.0");
         assert!(deployment(plane).to_string().contains("cluster-api-ipam-in-cluster-controller:v1.1.0"));
 
-        // The Go provider at work. Its webhook server cannot listen on 127.0.0.1 only, so ours stands in for its
-        // webhooks (the same paths), registered with the Go provider's own CRDs and webhook configurations,
-        // leader-electing on a Lease held by someone else: it never allocates.
         let wiring = save_wiring(plane);
         let holder = create_namespace(client, "lease").await;
         hold_the_lease(client, &holder).await;
-        let standing_in = Launch {
-            crds: Some(go.join("config/crd/bases")),
-            webhooks: Some(go.join("config/webhook/manifests.yaml")),
-            ..Launch::default()
-        };
-        let webhooks = Manager::started(
-            plane,
-            standing_in,
-            &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={holder}")],
-        )
-        .await;
-        let (plane_dir, go_dir) = (plane.dir.clone(), go.clone());
-        let go_provider =
-            tokio::task::spawn_blocking(move || GoProvider::start(&Plane::at(&plane_dir), &go_dir)).await.expect("Go");
+        let (go_provider, webhooks) = go_at_work(plane, &go, &holder).await;
         let tenant = create_namespace(client, "tenant").await;
         let spec = json!({"addresses": ["10.82.0.10-10.82.0.30"], "prefix": 24, "gateway": "10.82.0.1"});
         create_pool(client, "InClusterIPPool", &tenant, "nodes", spec).await;
@@ -394,7 +383,22 @@ impl GoInstall {
             let finalizers = a.metadata.finalizers.clone().unwrap_or_default();
             assert!(finalizers.iter().any(|f| f == "ipam.cluster.x-k8s.io/ProtectAddress"), "{finalizers:?}");
         }
-        GoInstall { dir, config, tenant, by_the_go_provider, wiring, processes: Some((go_provider, webhooks)) }
+        GoInstall {
+            dir,
+            config,
+            tenant,
+            by_the_go_provider,
+            wiring,
+            processes: Some((go_provider, webhooks)),
+            go,
+            components: theirs,
+            holder,
+        }
+    }
+
+    /// The Go provider at work again (rolled back to): its process, and ours standing in for its webhooks.
+    async fn resume(&mut self, plane: &Plane) {
+        self.processes = Some(go_at_work(plane, &self.go, &self.holder).await);
     }
 
     /// The API server sees the install's own webhook configurations and CRD conversions again (the stand-in's
@@ -407,6 +411,27 @@ impl GoInstall {
     fn stop(&mut self) {
         self.processes = None;
     }
+}
+
+/// The Go provider at work. Its webhook server cannot listen on 127.0.0.1 only, so ours stands in for its webhooks
+/// (the same paths), registered with the Go provider's own CRDs and webhook configurations, leader-electing on a Lease
+/// of `holder` that someone else holds: it never allocates.
+async fn go_at_work(plane: &Plane, go: &std::path::Path, holder: &str) -> (GoProvider, Manager) {
+    let standing_in = Launch {
+        crds: Some(go.join("config/crd/bases")),
+        webhooks: Some(go.join("config/webhook/manifests.yaml")),
+        ..Launch::default()
+    };
+    let webhooks = Manager::started(
+        plane,
+        standing_in,
+        &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={holder}")],
+    )
+    .await;
+    let (plane_dir, go_dir) = (plane.dir.clone(), go.to_path_buf());
+    let go_provider =
+        tokio::task::spawn_blocking(move || GoProvider::start(&Plane::at(&plane_dir), &go_dir)).await.expect("Go");
+    (go_provider, webhooks)
 }
 
 fn deployment(plane: &Plane) -> Value {
@@ -557,6 +582,46 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
 
     // Ours, where the chart's pod would run.
     let _manager = ours_keeps_and_binds(&plane, &client, &go, "the Helm migration").await;
+}
+
+/// The kustomize path of docs/migration.md, and its rollback, walked from the Go provider's clusterctl install:
+/// `kubectl apply -k config/default` writes our objects over the Go provider's under the same names, so its webhook
+/// configurations call our Service at once (no pool write refused), and ours keeps every claim's address and binds
+/// new ones; then the rollback as docs/migration.md writes it (its components applied again over ours, our Deployment
+/// gone with them): the Go provider keeps every address and binds a new claim with a free one.
+#[tokio::test]
+async fn the_kustomize_migration_from_the_go_provider_and_back_keeps_every_claim() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let plane = private_plane("kustomize-migration").await;
+    let client = plane.client().await;
+    let mut go = GoInstall::start(&plane, &client).await;
+    go.unwire(&plane);
+    let go_services = pool_webhook_services(&plane);
+    assert!(!go_services.is_empty(), "{go_services:?}");
+    let config = repo_root().join("config/default").to_string_lossy().into_owned();
+    ok(plane.kubectl_output(&["apply", "-k", &config]), "kubectl apply -k config/default over the Go provider");
+    // The same webhook configurations, calling the same Service, now ours: no pool write is refused at any step.
+    assert_eq!(pool_webhook_services(&plane), go_services, "the webhook configurations changed hands, not names");
+    let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    assert_eq!(image, format!("ghcr.io/capi-ipam-in-cluster/manager:{}", our_version()));
+    // The Deployment's rollout replaces the Go provider's pod with ours.
+    go.stop();
+    let ours = ours_keeps_and_binds(&plane, &client, &go, "the kustomize migration").await;
+    let with_ours = bound_addresses(&client, &go.tenant).await;
+
+    // Rolling back: our pod goes, the Go provider's components are applied again over ours (docs/migration.md).
+    drop(ours);
+    go.unwire(&plane);
+    assert!(!go.components.contains("${"), "the Go provider's components need no variables");
+    ok(plane.kubectl_stdin(&["apply", "-f", "-"], &go.components), "the Go provider's components applied again");
+    let ours_only = ["delete", "networkpolicy", "-n", PROVIDER_NAMESPACE, "capi-ipam-in-cluster-controller-manager"];
+    ok(plane.kubectl_output(&ours_only), "our NetworkPolicy, the one object the Go provider has not");
+    let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    assert_eq!(image, "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller:v1.1.0");
+    go.resume(&plane).await;
+    let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
+    kept(&with_ours, &now, "the rollback to the Go provider");
+    assert_eq!(now.len(), 6, "{now:?}");
 }
 
 /// On Cluster API 1.6–1.10 clusterctl refuses our v1beta2-contract release, and docs/install.md says to install with
