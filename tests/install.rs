@@ -544,7 +544,8 @@ fn pool_webhook_services(plane: &Plane) -> Vec<(String, String)> {
 /// pointed at a Service with no endpoints, refusing every pool write. Walked as docs/migration.md writes it now, its
 /// shell blocks run as they are: Helm takes the CRDs over, both providers' webhooks serve while both run, the Go
 /// provider's go before its Deployment does (so no step leaves a webhook without a server), and ours then keeps every
-/// claim's address and binds new ones.
+/// claim's address and binds new ones. Then the rollback docs/migration.md writes: the Go provider keeps every address
+/// and binds a new claim with a free one.
 #[tokio::test]
 async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps_every_claim() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -580,8 +581,34 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     assert!(!left.is_empty() && left.iter().all(|(_, s)| s == chart_service), "{left:?}");
     assert_eq!(deployment(&plane)["spec"]["replicas"], 0);
 
-    // Ours, where the chart's pod would run.
-    let _manager = ours_keeps_and_binds(&plane, &client, &go, "the Helm migration").await;
+    // Ours, where the chart's pod would run (the chart's wiring kept, to give back before the rollback's apply).
+    let chart_wiring = save_wiring(&plane);
+    let ours = ours_keeps_and_binds(&plane, &client, &go, "the Helm migration").await;
+    let with_ours = bound_addresses(&client, &go.tenant).await;
+
+    // Rolling back as docs/migration.md writes it: the Go provider's components applied again, its pod ready (ours
+    // still serving: no claim waits meanwhile), then the chart uninstalled; its CRDs stay, and every pool with them.
+    assert!(!go.components.contains("${"), "the Go provider's components need no variables");
+    // The API server's wiring as the chart wrote it: the test's stand-in for the chart's pod registered its webhooks
+    // under the names of config/webhook (the Go provider's names) in place of the chart's.
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        let name =
+            format!("capi-ipam-in-cluster-{}-webhook-configuration", kind.trim_end_matches("webhookconfiguration"));
+        ok(plane.kubectl_output(&["delete", kind, &name]), "the stand-in's webhook configuration");
+    }
+    restore_wiring(&plane, &chart_wiring);
+    ok(plane.kubectl_stdin(&["apply", "-f", "-"], &go.components), "the Go provider's components applied again");
+    go.resume(&plane).await;
+    ok(
+        helm(&["uninstall", "capi-ipam", "--namespace", PROVIDER_NAMESPACE, "--kubeconfig", &kubeconfig]),
+        "helm uninstall after the rollback",
+    );
+    drop(ours);
+    let go_again = pool_webhook_services(&plane);
+    assert!(go_again.iter().all(|(_, s)| s != chart_service), "the chart's webhooks are gone: {go_again:?}");
+    let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
+    kept(&with_ours, &now, "the rollback to the Go provider");
+    assert_eq!(now.len(), 6, "{now:?}");
 }
 
 /// The kustomize path of docs/migration.md, and its rollback, walked from the Go provider's clusterctl install:
