@@ -1223,7 +1223,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// its name had adopted; 510571539 (the checker): a late create of another address does not bind a claim whose
 /// IPAddress a person deleted; 520300326: a manager of a shard kept a restored IPAddress for a claim of its name that
 /// no manager serves (another shard's, on a pool labelled for this one), duplicating a bound claim's address;
-/// 520347817 (the model): an operator does not move a Cluster while its pool reports a duplicate. (A
+/// 520347817 (the model): an operator does not move a Cluster while its pool reports a duplicate; 540670193: a
+/// create put out of range was let go with a status write on the claim of its name read live, which had been replaced
+/// by another provider's. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1296,6 +1298,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         510_571_539,
         520_300_326,
         520_347_817,
+        540_670_193,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

@@ -189,6 +189,11 @@ pub(super) async fn unbound_ipaddress(
         // Gone: the claim's watch event brings it back.
         return Ok(Err(Next::AwaitChange));
     };
+    // Replaced by a claim of the name of another pool, perhaps another provider's: not ours to write to (seed
+    // 540670193); the IPAddress is then an orphan, the orphan release's.
+    if !live.claim.uses_pool(pool_key.kind, &pool_key.namespace, &pool_key.name) {
+        return Ok(Err(Next::AwaitChange));
+    }
     let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? else {
         return Ok(Err(Next::After(Duration::from_millis(200))));
     };
