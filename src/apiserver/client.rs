@@ -117,6 +117,7 @@ impl ApiServer for KubeApi {
                 conditions: list("/status/conditions"),
                 v1beta2: list("/status/v1beta2/conditions"),
                 resource_version: live.resource_version().unwrap_or_default(),
+                uid: live.uid().unwrap_or_default(),
             }))
         })
     }

@@ -129,6 +129,8 @@ pub struct StoredConditions {
     /// A v1beta1 claim's `status.v1beta2.conditions`.
     pub v1beta2: Vec<Value>,
     pub resource_version: String,
+    /// The claim's UID: a claim of the name read in place of the one decided on is not written to.
+    pub uid: String,
 }
 
 /// What a restore or move lost on an IPAddress, put back (`controllers::ipaddress::repair`).

@@ -214,6 +214,7 @@ impl ApiServer for SimApi {
                     conditions: list("/status/conditions"),
                     v1beta2: list("/status/v1beta2/conditions"),
                     resource_version: live["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned(),
+                    uid: live["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
                 }
             }))
         })

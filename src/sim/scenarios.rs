@@ -238,6 +238,45 @@ fn a_release_deletes_its_ipaddress_made_for_an_earlier_claim_of_its_name() {
     fails(&w, result);
 }
 
+/// helper-71 F1: a claim carrying another controller's condition has its status written on a live read of the claim
+/// of its name (merge patches replace lists whole). Replaced meanwhile by another provider's claim of the name, that
+/// one is never written to.
+#[test]
+fn a_status_write_read_live_never_lands_on_another_providers_claim_of_the_name() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    let theirs = json!({"type": "MachineReady", "status": "True", "reason": "Provisioned", "message": "",
+                        "lastTransitionTime": "2023-11-14T22:13:20Z"});
+    w.patch_status(Kind::Claim, &m0, json!({"status": {"conditions": [theirs]}}));
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    // Up to the status write's live read of the claim, which comes after the IPAddress's create.
+    let mut created = false;
+    loop {
+        created |= w.is_pending(is_create);
+        if created && w.is_pending(|op| matches!(op, Op::Get(Kind::Claim, _))) {
+            break;
+        }
+        assert!(w.answer_newest(), "no live read of the claim after the create:\n{}", w.trace_text());
+    }
+    // Meanwhile the claim goes (its finalizers stripped) and a Metal3 claim of the name comes.
+    w.force_delete_claim(&m0);
+    let foreign = json!({
+        "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+        "metadata": {"name": "m0", "namespace": m0.namespace.to_string()},
+        "spec": {"poolRef": {"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": "m3"}},
+    });
+    w.create(Kind::Claim, foreign);
+    w.answer_everything();
+    let claim = w.read(Kind::Claim, &m0).expect("the Metal3 claim");
+    assert_eq!(claim["spec"]["poolRef"]["apiGroup"], "ipam.metal3.io");
+    assert!(claim["status"].is_null(), "we wrote to another provider's claim: {claim}\n{}", w.trace_text());
+    assert!(claim["metadata"]["finalizers"].is_null(), "we wrote to another provider's claim: {claim}");
+}
+
 /// A review of the fixes found it: a Cluster moved back brings its claim and an IPAddress holding an address reserved
 /// here as moved away; the claim reads it after its create meets it (409), before the IPAddress watch shows it. It is
 /// the same address coming back, not a duplicate: the claim is bound to it and the reservation ends.

@@ -2016,6 +2016,16 @@ impl World {
         self.server_merge(kind, key, patch).expect("the patch applies");
     }
 
+    /// Patches an object's status subresource as another controller does (a merge patch, at once).
+    pub(super) fn patch_status(&mut self, kind: Kind, key: &ObjectKey, patch: Value) {
+        let patched = lock(&self.hub).server.patch_merge(kind, key, &patch, true);
+        let shown = patch.to_string();
+        self.note(|| {
+            format!("another controller patches {} {key}/status: {shown} -> {}", kind.name(), patched.is_ok())
+        });
+        patched.expect("the status patch applies");
+    }
+
     /// Creates an object as a user or clusterctl does, at once.
     pub(super) fn create(&mut self, kind: Kind, object: Value) -> Value {
         self.server_create(kind, object).expect("a new object")

@@ -65,6 +65,14 @@ pub(super) async fn set_ready(
                 .await
                 .map_err(Error::api("reading the claim status"))?
                 .ok_or_else(|| Error::api("reading the claim status")(ApiError::NotFound))?;
+            // Another claim of the name since (perhaps another provider's): never written to; the watch brings the
+            // change (helper-71 F1).
+            if live.uid != claim.uid.to_string() {
+                return Err(Error::api("reading the claim status")(ApiError::Conflict(format!(
+                    "claim {} is another claim of the name now (uid {})",
+                    claim.key, live.uid
+                ))));
+            }
             (live.conditions, live.v1beta2, live.resource_version)
         }
     };
