@@ -238,6 +238,29 @@ fn a_release_deletes_its_ipaddress_made_for_an_earlier_claim_of_its_name() {
     fails(&w, result);
 }
 
+/// helper-73 F2, the other side of the scenario below: a claim carrying another controller's condition is bound, and
+/// that condition is written back beside our Ready.
+#[test]
+fn a_claim_with_another_controllers_condition_is_bound_and_keeps_it() {
+    let mut w = World::scripted();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    let theirs = json!({"type": "MachineReady", "status": "True", "reason": "Provisioned", "message": "",
+                        "lastTransitionTime": "2023-11-14T22:13:20Z"});
+    w.patch_status(Kind::Claim, &m0, json!({"status": {"conditions": [theirs.clone()]}}));
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let result = w.finish();
+    fails(&w, result);
+    let claim = w.read(Kind::Claim, &m0).expect("m0");
+    let conditions = claim["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    assert!(conditions.contains(&theirs), "{claim}");
+    assert!(conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"), "{claim}");
+    assert_eq!(claim["status"]["addressRef"]["name"], "m0", "{claim}");
+}
+
 /// helper-71 F1: a claim carrying another controller's condition has its status written on a live read of the claim
 /// of its name (merge patches replace lists whole). Replaced meanwhile by another provider's claim of the name, that
 /// one is never written to.
