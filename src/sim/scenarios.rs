@@ -238,10 +238,9 @@ fn a_release_deletes_its_ipaddress_made_for_an_earlier_claim_of_its_name() {
     fails(&w, result);
 }
 
-/// helper-73 F2, the other side of the scenario below: a claim carrying another controller's condition is bound, and
-/// that condition is written back beside our Ready.
-#[test]
-fn a_claim_with_another_controllers_condition_is_bound_and_keeps_it() {
+/// A pool of two and its claim `m0`, which carries another controller's condition (returned), seen by a term that
+/// has not reconciled it yet.
+fn claim_with_another_controllers_condition() -> (World, ObjectKey, Value) {
     let mut w = World::scripted();
     let ip = PoolId::Ip(0);
     w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
@@ -251,6 +250,14 @@ fn a_claim_with_another_controllers_condition_is_bound_and_keeps_it() {
     w.patch_status(Kind::Claim, &m0, json!({"status": {"conditions": [theirs.clone()]}}));
     w.begin_term();
     w.deliver_all(&[]);
+    (w, m0, theirs)
+}
+
+/// helper-73 F2, the other side of the scenario below: a claim carrying another controller's condition is bound, and
+/// that condition is written back beside our Ready.
+#[test]
+fn a_claim_with_another_controllers_condition_is_bound_and_keeps_it() {
+    let (mut w, m0, theirs) = claim_with_another_controllers_condition();
     w.run_to_rest(Job::Claim(m0.clone()));
     let result = w.finish();
     fails(&w, result);
@@ -266,15 +273,7 @@ fn a_claim_with_another_controllers_condition_is_bound_and_keeps_it() {
 /// one is never written to.
 #[test]
 fn a_status_write_read_live_never_lands_on_another_providers_claim_of_the_name() {
-    let mut w = World::scripted();
-    let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
-    let m0 = w.create_claim_named(0, "m0", ip);
-    let theirs = json!({"type": "MachineReady", "status": "True", "reason": "Provisioned", "message": "",
-                        "lastTransitionTime": "2023-11-14T22:13:20Z"});
-    w.patch_status(Kind::Claim, &m0, json!({"status": {"conditions": [theirs]}}));
-    w.begin_term();
-    w.deliver_all(&[]);
+    let (mut w, m0, _) = claim_with_another_controllers_condition();
     w.run_job(Job::Claim(m0.clone()));
     // Up to the status write's live read of the claim, which comes after the IPAddress's create.
     let mut created = false;
