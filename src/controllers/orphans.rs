@@ -101,12 +101,17 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
     // Whatever the record says now: a manager that follows the object (another shard's Cluster, `keeps_moving_away`)
     // forgets the move an unmarked IPAddress's next event does not show, while its entry still waits (helper-49 P1).
     if ctx.index.moved_away_unwritten(&record.pool, key) {
-        if !record.deleting || record.delete_for_move || !owned_by_its_pool(ctx, record).await {
+        if !record.deleting
+            || record.delete_for_move
+            || record.deleting_when_moved
+            || !owned_by_its_pool(ctx, record).await
+        {
             return;
         }
         // Deleted while its address waited to be recorded, by none of those that leave the entry to be written
         // (we wait for it, clusterctl's delete carries `delete-for-move`, the garbage collector deletes an
-        // IPAddress whose pool owner is gone): an operator freeing it (docs/operations.md), as they asked.
+        // IPAddress whose pool owner is gone, our claim's withdrawal deleted it before the move was noticed): an
+        // operator freeing it (docs/operations.md), as they asked.
         ctx.index.moved_away_cancelled(&record.pool, key);
     }
     match ipaddress::release_orphan(ctx, key, record).await {

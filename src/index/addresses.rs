@@ -34,6 +34,7 @@ impl State {
         let current = self.addresses.get(&key).filter(|r| r.uid == uid);
         let kept = current.is_some_and(|r| self.keeps_moving_away(r));
         record.moving_away_noticed = kept && current.is_some_and(|r| r.moving_away_noticed);
+        record.deleting_when_moved = current.is_some_and(|r| r.deleting_when_moved);
         let moving_away = pool.kind.is_global() && (record.moving_away || kept);
         record.moving_away = moving_away;
         if pool.kind.is_global() {
@@ -279,6 +280,7 @@ impl State {
             match addresses.get(key).filter(|c| c.uid == record.uid) {
                 Some(current) => {
                     record.seen = current.seen;
+                    record.deleting_when_moved = current.deleting_when_moved;
                     // What we read or wrote knows nothing of a move its claim's deletion told (no mark on it yet):
                     // forgotten, the hold would stay for a new claim of the name (soak seed 110198788).
                     if self.keeps_moving_away(current) {

@@ -313,6 +313,7 @@ pub fn claim_moved_away(index: &mut State, claim: &ObjectKey, noticed: bool) {
             Some(record) if record.pool.kind.is_global() => {
                 record.moving_away = true;
                 record.moving_away_noticed |= noticed;
+                record.deleting_when_moved |= record.deleting;
                 let pool = (*record.pool).clone();
                 let held = index.registry.held_by(&pool, claim);
                 (pool, held)

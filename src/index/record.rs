@@ -38,6 +38,9 @@ pub struct AddressRecord {
     /// This manager noticed the move itself (its claim's deletion for a move, or its Cluster gone while paused), not
     /// from the object: kept when the object does not say it (yet).
     pub moving_away_noticed: bool,
+    /// It was deleting already when this manager noticed its move (seed 550176934): our own withdrawal's DELETE, not
+    /// an operator's freeing its reservation, which can only come after the move.
+    pub deleting_when_moved: bool,
     /// It carries clusterctl's `delete-for-move` itself.
     pub delete_for_move: bool,
     /// It carries our mark of an IPAddress a move left behind (`MOVED_AWAY_MARK`): it moved away for good, also after
@@ -76,6 +79,7 @@ impl AddressRecord {
             delete_for_move: annotation(DELETE_FOR_MOVE_ANNOTATION).is_some(),
             moving_away: annotation(DELETE_FOR_MOVE_ANNOTATION).is_some() || marked_moved_away,
             moving_away_noticed: false,
+            deleting_when_moved: false,
             marked_moved_away,
             pool,
         })

@@ -135,8 +135,8 @@ MUTATIONS = [
      "",
      "a status write whose answer is lost leaves the digest of the write before it standing"),
     ("gc-delete-cancels", "src/controllers/orphans.rs",
-     "record.delete_for_move || !owned_by_its_pool(ctx, record).await {",
-     "record.delete_for_move {",
+     "            || !owned_by_its_pool(ctx, record).await\n",
+     "",
      "the garbage collector's delete of an IPAddress a move left behind is taken for an operator freeing its address"),
     ("pool-appeared-requeue", "src/index/pools.rs",
      "            if appeared {\n",
@@ -392,6 +392,14 @@ MUTATIONS = [
      "            live_claim(claim, ctx).await?.is_none()\n",
      "            live_claim(claim, ctx).await.ok().flatten().is_none()\n",
      "a failed read of a deleted claim leaves its IPAddress, made for an earlier claim of its name, to the orphan release"),
+    ("withdrawal-taken-for-operator-cancel", "src/controllers/orphans.rs",
+     "            || record.deleting_when_moved\n",
+     "",
+     "our own withdrawal's DELETE, landed before the claim's move was noticed, cancels the moved address's entry"),
+    ("deleting-at-move-not-remembered", "src/index/moved_away.rs",
+     "                record.deleting_when_moved |= record.deleting;\n",
+     "",
+     "an IPAddress already deleting when its claim moved away is not remembered so (its entry cancelled)"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
