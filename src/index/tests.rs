@@ -1025,3 +1025,34 @@ fn a_duplicate_whose_other_holders_are_orphans_is_not_withdrawn() {
         assert_eq!(view.unwanted_duplicate(), y_lives, "withdrawn (y lives: {y_lives})");
     }
 }
+
+/// Soak seed 540515841: Velero restores claim `x` with its IPAddress (owned by the backup's claim, an earlier one of
+/// the name), while a deposed leader's create for unbound claim `y` of the address the restore's delete freed lands
+/// late. The restored one is the machine's: it stays and `y`'s goes. Not when `x` is no restore, nor when `y` is
+/// bound (its machine uses the address), nor when `y`'s IPAddress is not its own claim's create.
+#[test]
+fn a_restored_claims_ipaddress_wins_over_an_unbound_claims_late_create_of_its_address() {
+    for (restored, y_bound, y_own_create, wins) in
+        [(true, false, true, true), (false, false, true, false), (true, true, true, false), (true, false, false, false)]
+    {
+        let case = format!("restored {restored}, y bound {y_bound}, y's own create {y_own_create}");
+        let (index, _sink) = index();
+        feed_pool(&index, pool("10.0.0.1-10.0.0.3", 1));
+        let mut x = incarnation("x", 2);
+        x.restored = restored;
+        index.apply_claim(x.clone());
+        index.apply_address(&ip_address_uid("x", "10.0.0.1", &incarnation("x", 1), 1));
+        let mut y = incarnation("y", 3);
+        if y_bound {
+            y.bound = Some(Box::default());
+        }
+        index.apply_claim(y.clone());
+        let y_owner = if y_own_create { y.clone() } else { incarnation("y", 4) };
+        index.apply_address(&ip_address_uid("y", "10.0.0.1", &y_owner, 2));
+        let view = index.claim_view(&x, pool_key());
+        assert!(view.duplicate.is_some(), "a duplicate ({case})");
+        assert_eq!(view.restored_one_wins, wins, "({case})");
+        assert_eq!(view.unwanted_duplicate(), !wins, "x withdrawn ({case})");
+        assert!(index.claim_view(&y, pool_key()).unwanted_duplicate(), "y's is not unwanted ({case})");
+    }
+}

@@ -26,6 +26,11 @@ pub struct ClaimView {
     /// and no other holder is bound: it stays and the others go (withdrawn, the machine that came back would lose the
     /// address it uses).
     pub moved_one_wins: bool,
+    /// It is part of a duplicate as a claim Velero restored with its IPAddress (owned by the backup's claim, an earlier
+    /// one of its name), and every other holder is unbound and holds our own create for its claim (a late create of
+    /// the address the restore's delete freed): it stays and the others go (seed 540515841: withdrawn, the restored
+    /// machine would lose the address it uses).
+    pub restored_one_wins: bool,
     /// Every other holder of its duplicate is an orphan the orphan release deletes (a deposed leader's late create for
     /// a claim since gone): this one stays, and is adopted once they go.
     pub others_orphaned: bool,
@@ -54,9 +59,9 @@ pub enum Served {
 
 impl ClaimView {
     /// A duplicate to withdraw (or whose withdrawal to finish) before the claim is bound to it: every duplicate but
-    /// the one the moved-back IPAddress wins.
+    /// the one the moved-back or restored IPAddress wins.
     pub fn unwanted_duplicate(&self) -> bool {
-        self.duplicate.is_some() && !self.moved_one_wins && !self.others_orphaned
+        self.duplicate.is_some() && !self.moved_one_wins && !self.restored_one_wins && !self.others_orphaned
     }
 }
 
@@ -83,6 +88,16 @@ impl State {
                     other != key && self.claim(other).is_some_and(|c| c.address_ref() == Some(&*other.name))
                 })
         });
+        let restored_one_wins = claim.restored
+            && self.addresses.get(key).is_some_and(|r| r.claim_owner.is_some_and(|o| o != claim.uid.uid()))
+            && duplicate.as_ref().is_some_and(|d| {
+                d.holders.iter().filter(|o| *o != key).all(|other| {
+                    self.claim(other).is_some_and(|c| {
+                        c.address_ref() != Some(&*other.name)
+                            && self.addresses.get(other).is_some_and(|r| r.claim_owner == Some(c.uid.uid()))
+                    })
+                })
+            });
         let others_orphaned = duplicate
             .as_ref()
             .is_some_and(|d| d.holders.iter().filter(|o| *o != key).all(|other| self.released_as_orphan(other)));
@@ -94,6 +109,7 @@ impl State {
             held: self.held_by(&pool_key, key),
             duplicate,
             moved_one_wins,
+            restored_one_wins,
             holds_reserved: self.holds_reserved(&pool_key, key),
             moved_away_unwritten: self.moved_away_unwritten(&pool_key, key),
             served: self.who_serves(claim, pool_key.clone()),

@@ -1287,7 +1287,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// 520347817 (the model): an operator does not move a Cluster while its pool reports a duplicate; 540670193: a
 /// create put out of range was let go with a status write on the claim of its name read live, which had been replaced
 /// by another provider's; 550176934: our own withdrawal's DELETE of a create put out of range, landed after
-/// clusterctl paused and copied it, was taken for an operator freeing the moved address, and its entry cancelled. (A
+/// clusterctl paused and copied it, was taken for an operator freeing the moved address, and its entry cancelled;
+/// 540515841: a restored claim withdrew its own restored IPAddress for an unbound claim's late create of its address.
+/// (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1362,6 +1364,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         520_347_817,
         540_670_193,
         550_176_934,
+        540_515_841,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

@@ -311,8 +311,8 @@ MUTATIONS = [
      "",
      "a pool first seen through an IPAddress after every watch listed is taken for one whose spec may still come"),
     ("orphan-duplicate-withdrawn", "src/index/view.rs",
-     "        self.duplicate.is_some() && !self.moved_one_wins && !self.others_orphaned",
-     "        self.duplicate.is_some() && !self.moved_one_wins",
+     " && !self.others_orphaned\n",
+     "\n",
      "an unbound claim withdraws its IPAddress though every other holder of its address is an orphan"),
     ("paused-entry-kept", "src/controllers/claim.rs",
      "                && lives_bound_staying(claim, ctx).await?\n            {\n                ctx.index.claim_back(&pool_key, key, held);",
@@ -400,6 +400,10 @@ MUTATIONS = [
      "                record.deleting_when_moved |= record.deleting;\n",
      "",
      "an IPAddress already deleting when its claim moved away is not remembered so (its entry cancelled)"),
+    ("restored-duplicate-withdrawn", "src/index/view.rs",
+     " && !self.restored_one_wins",
+     "",
+     "a claim Velero restored withdraws its own IPAddress for an unbound claim's late create of the address"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

@@ -16,8 +16,9 @@ pub(super) async fn adopt(
         return belongs_elsewhere(claim, ctx, pool_key, &record.pool.to_string()).await;
     }
     ctx.index.stop_waiting(pool_key, key);
-    // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it can
-    // only come from a write that reached the API server late, after its leader's term ended (`crate::leader`).
+    // A duplicate that this claim was never told about (no addressRef yet) is withdrawn rather than handed out: it comes
+    // from a write that reached the API server late, after its leader's term ended (`crate::leader`), unless it is the
+    // one that moved away and came back, or was restored with its claim (`ClaimView::unwanted_duplicate`).
     if !told_of(claim, view.held) && view.unwanted_duplicate() {
         // Withdrawn already, or an orphan whose release did not finish: no one else finishes it while a claim of its
         // name exists (the orphan release leaves those alone), so this claim does.
