@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tracing::warn;
 
 use crate::api::{MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK};
-use crate::compact::ResourceVersion;
+use crate::compact::{ResourceVersion, Uid};
 use crate::index::PoolKey;
 use crate::index::moved_away::entries;
 
@@ -104,7 +104,7 @@ pub enum Written {
 /// Writes the changes pending for one pool (the simulation calls it as the writer does): removals first, then the
 /// additions that fit into `ctx.options.moved_away_max_bytes`.
 pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
-    let changes = ctx.index.moved_away_pending(key);
+    let mut changes = ctx.index.moved_away_pending(key);
     if changes.is_empty() {
         return Ok(Written::All);
     }
@@ -113,6 +113,14 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
         ctx.index.moved_away_written(key, &changes, None);
         return Ok(Written::All);
     };
+    let dropped = queued_for_a_pool_gone(ctx, key, &live, &changes).await?;
+    if !dropped.is_empty() {
+        ctx.index.moved_away_dropped(key, &dropped);
+        changes.retain(|entry, _| !dropped.contains(entry));
+        if changes.is_empty() {
+            return Ok(Written::All);
+        }
+    }
     let stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
     let unbacked = ctx.index.moved_away_unbacked(key, &changes);
     let (value, landed) = fit(stored, &changes, ctx.options.moved_away_max_bytes, &unbacked);
@@ -139,6 +147,33 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
     let revision = ResourceVersion::of(written.metadata.resource_version.as_deref().unwrap_or_default());
     ctx.index.moved_away_written(key, &landed, Some(revision));
     Ok(if full { Written::Full } else { Written::All })
+}
+
+/// Of `changes`, the additions queued for an earlier pool object of the name (deleted since: `live` is another) whose
+/// IPAddress is gone too, read live: the pool's deletion took their reservations (seed 520557168). One whose IPAddress
+/// is still here was left behind in the pool made again, and is written (`index::moved_away::pool_appeared`).
+async fn queued_for_a_pool_gone(
+    ctx: &Context,
+    key: &PoolKey,
+    live: &crate::api::Pool,
+    changes: &BTreeMap<String, bool>,
+) -> Result<Vec<String>, Error> {
+    let live_uid = live.metadata.uid.as_deref().map(Uid::of);
+    let mut dropped = Vec::new();
+    for addition in ctx.index.moved_away_for_another_pool(key, changes, live_uid) {
+        let here = match &addition.ipaddress {
+            Some((name, uid)) => {
+                let object = ctx.api.get_address(name).await.map_err(Error::api("reading the IPAddress"))?;
+                object.is_some_and(|o| uid.is_none_or(|uid| o.metadata.uid.as_deref().map(Uid::of) == Some(uid)))
+            }
+            // A bare entry names no IPAddress that could still be here.
+            None => false,
+        };
+        if !here {
+            dropped.push(addition.entry);
+        }
+    }
+    Ok(dropped)
 }
 
 /// The annotation's value once `changes` are applied to `stored`, removals first, then the additions no IPAddress

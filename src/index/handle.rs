@@ -309,6 +309,19 @@ impl Index {
         self.read(|s| s.moved_away_pending(pool))
     }
 
+    pub fn moved_away_for_another_pool(
+        &self,
+        pool: &PoolKey,
+        changes: &BTreeMap<String, bool>,
+        live: Option<Uid>,
+    ) -> Vec<super::moved_away::ForAnotherPool> {
+        self.read(|s| s.moved_away_for_another_pool(pool, changes, live))
+    }
+
+    pub fn moved_away_dropped(&self, pool: &PoolKey, dropped: &[String]) {
+        self.write(|s| s.moved_away_dropped(pool, dropped))
+    }
+
     pub fn moved_away_unbacked(
         &self,
         pool: &PoolKey,

@@ -22,7 +22,7 @@ use super::registry::{Held, PoolKey, reservation_key};
 use super::{Notice, ObjectKey, State};
 use crate::api::{MOVED_AWAY_ANNOTATION, Pool};
 use crate::capi::{Claim, IpAddressSpec};
-use crate::compact::ResourceVersion;
+use crate::compact::{ResourceVersion, Uid};
 
 /// The changes to the pools' annotations our manager makes, per pool: those not written yet, and those written but not
 /// yet seen in a pool event (the watch may still deliver events older than our write, which must not undo it).
@@ -43,6 +43,27 @@ struct PoolLedger {
     /// Pending additions the writer found no room for: their claims of the name say so, rather than look again every
     /// second (soak seed 400090733).
     left_out: BTreeSet<String>,
+    /// The pool object each pending addition was queued for, and its IPAddress (`QueuedFor`).
+    queued_for: HashMap<String, QueuedFor>,
+}
+
+/// The pool object (by UID) an addition was queued for: the owner reference of the IPAddress it names, else the pool as
+/// the index held it; and that IPAddress's UID. A pool deleted takes its reservations with it, those not yet written
+/// too: a manager whose watches lag may queue an entry for a pool that is gone, from news of an IPAddress that is gone
+/// too, and must not write it into a pool made again under the name (seed 520557168), where its address was handed out
+/// since. Written there only while the IPAddress it names is still here (left behind, `pool_appeared`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueuedFor {
+    pub pool: Option<Uid>,
+    pub ipaddress: Option<Uid>,
+}
+
+/// A pending addition queued for another pool object than the one the API server has now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForAnotherPool {
+    pub entry: String,
+    /// The IPAddress it names, and its UID when known: written only if that object is still here.
+    pub ipaddress: Option<(ObjectKey, Option<Uid>)>,
 }
 
 impl PoolLedger {
@@ -65,12 +86,69 @@ impl PoolLedger {
     fn is_empty(&self) -> bool {
         self.pending.is_empty() && self.written.is_empty() && self.left_out.is_empty()
     }
+
+    /// Forgets the pending change of `entry` if it is still `add`.
+    fn settle(&mut self, entry: &str, add: bool) {
+        if self.pending.get(entry) == Some(&add) {
+            self.pending.remove(entry);
+            self.queued_for.remove(entry);
+        }
+    }
 }
 
 impl State {
     pub(super) fn queue_moved_away(&mut self, pool: &PoolKey, entry: String, add: bool) {
-        self.moved_away.pools.entry(pool.clone()).or_default().pending.insert(entry, add);
+        let queued_for = add.then(|| {
+            let named = parse(pool, &entry).and_then(|e| e.address).and_then(|a| self.addresses.get(&a));
+            let pool_now = self.pools.get(pool).and_then(|p| p.metadata.uid.as_deref().map(Uid::of));
+            QueuedFor { pool: named.and_then(|r| r.pool_owner).or(pool_now), ipaddress: named.and_then(|r| r.uid) }
+        });
+        let ledger = self.moved_away.pools.entry(pool.clone()).or_default();
+        match queued_for {
+            Some(queued_for) => ledger.queued_for.insert(entry.clone(), queued_for),
+            None => ledger.queued_for.remove(&entry),
+        };
+        ledger.pending.insert(entry, add);
         self.notices.push(Notice::MovedAwayChanged(pool.clone()));
+    }
+
+    /// Of `changes` (the pending ones the writer read), the additions queued for another pool object than `live`, the
+    /// pool's UID on the API server now (see [`QueuedFor`]).
+    pub fn moved_away_for_another_pool(
+        &self,
+        pool: &PoolKey,
+        changes: &BTreeMap<String, bool>,
+        live: Option<Uid>,
+    ) -> Vec<ForAnotherPool> {
+        let Some(ledger) = self.moved_away.pools.get(pool) else { return Vec::new() };
+        changes
+            .iter()
+            .filter(|(_, add)| **add)
+            .filter_map(|(entry, _)| {
+                let queued_for = ledger.queued_for.get(entry)?;
+                (queued_for.pool.is_some() && queued_for.pool != live).then(|| ForAnotherPool {
+                    entry: entry.clone(),
+                    ipaddress: parse(pool, entry).and_then(|e| e.address).map(|a| (a, queued_for.ipaddress)),
+                })
+            })
+            .collect()
+    }
+
+    /// The pending additions `dropped` were queued for a pool object that is gone, with the IPAddresses they name: not
+    /// to be written, and the addresses they reserved here are free, as the pool's deletion left them.
+    pub fn moved_away_dropped(&mut self, pool: &PoolKey, dropped: &[String]) {
+        let Some(ledger) = self.moved_away.pools.get_mut(pool) else { return };
+        for entry in dropped {
+            ledger.settle(entry, true);
+            ledger.left_out.remove(entry);
+            warn!(pool = %pool, entry, annotation = MOVED_AWAY_ANNOTATION, "an address moved away was queued for an earlier pool of this name, deleted since with the IPAddress it names; not written");
+        }
+        if ledger.is_empty() {
+            self.moved_away.pools.remove(pool);
+        }
+        if let Some(live) = self.pool(pool) {
+            sync(self, pool, &live);
+        }
     }
 
     /// Whether an entry that reserves `held` waits to be written into the pool's annotation: queued, and not in the
@@ -116,6 +194,7 @@ impl State {
         {
             // A removal, not a forgotten addition: a write in flight that still carries the entry is undone by the
             // next one.
+            ledger.queued_for.remove(&entry);
             ledger.pending.insert(entry, false);
             self.notices.push(Notice::MovedAwayChanged(pool.clone()));
             info!(pool = %pool, ipaddress = %address, address = %held, "an IPAddress left behind by a move was deleted before its address could be recorded; the address is free");
@@ -155,9 +234,7 @@ impl State {
         let pools = &mut self.moved_away.pools;
         let ledger = pools.entry(pool.clone()).or_default();
         for (entry, add) in changes {
-            if ledger.pending.get(entry) == Some(add) {
-                ledger.pending.remove(entry);
-            }
+            ledger.settle(entry, *add);
             ledger.left_out.remove(entry);
         }
         ledger.left_out.retain(|entry| ledger.pending.get(entry) == Some(&true));

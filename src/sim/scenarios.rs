@@ -1288,8 +1288,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// create put out of range was let go with a status write on the claim of its name read live, which had been replaced
 /// by another provider's; 550176934: our own withdrawal's DELETE of a create put out of range, landed after
 /// clusterctl paused and copied it, was taken for an operator freeing the moved address, and its entry cancelled;
-/// 540515841: a restored claim withdrew its own restored IPAddress for an unbound claim's late create of its address.
-/// (A
+/// 540515841: a restored claim withdrew its own restored IPAddress for an unbound claim's late create of its address;
+/// 520557168: a manager of another shard, its watches lagging, wrote an entry queued for a deleted global pool, whose
+/// IPAddress was gone too, into the pool made again, where its address was bound meanwhile. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1365,6 +1366,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         540_670_193,
         550_176_934,
         540_515_841,
+        520_557_168,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
@@ -1529,6 +1531,36 @@ fn kept_address_of_a_claim_deleted_for_a_move(leader_change: Option<Listed>) {
     w.begin_term();
     w.deliver_all(&[]);
     new_claims_get_none_of(&mut w, &[moved]);
+}
+
+/// Soak seed 520557168's order, for the entry of a bound claim's kept hold (no IPAddress names it): the global pool is
+/// deleted and made again under its name before the entry is written. The pool's deletion took its reservations
+/// (docs/operations.md); the pool made again must not get the entry, whose address it may hand out meanwhile.
+#[test]
+fn an_entry_queued_for_a_pool_deleted_since_is_not_written_into_the_pool_made_again() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.strip_ipaddress_of(m0.clone());
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    assert!(w.is_pending_moved_away(&gip), "the entry is queued, not written yet\n{}", w.trace_text());
+    // GitOps deletes the pool (its finalizer stripped by hand) and makes it again.
+    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
+    w.remove(gip.server_kind(), &gip.key());
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let entries = moved_away_entries(&w);
+    assert!(
+        !entries.contains(moved.as_str().unwrap_or("?")),
+        "the pool made again reserves {moved}: {entries:?}\n{}",
+        w.trace_text()
+    );
 }
 
 /// Soak seed 80066535: the claim watch stalls (an API server restart) while a bound claim whose IPAddress a person

@@ -404,6 +404,10 @@ MUTATIONS = [
      " && !self.restored_one_wins",
      "",
      "a claim Velero restored withdraws its own IPAddress for an unbound claim's late create of the address"),
+    ("entry-written-into-a-pool-made-again", "src/controllers/moved_away.rs",
+     "    let dropped = queued_for_a_pool_gone(ctx, key, &live, &changes).await?;\n",
+     "    let dropped: Vec<String> = Vec::new();\n",
+     "an entry queued for a pool since deleted, with the IPAddress it names, is written into the pool made again"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
