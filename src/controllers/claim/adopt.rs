@@ -39,6 +39,18 @@ pub(super) async fn adopt(
         set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
         return Ok(Next::After(ctx.options.orphan_release_delay));
     }
+    if claim.address_ref().is_none() && view.restored_one_wins {
+        // Restored with its claim, its address held too by unbound claims' creates (seed 540515841): they withdraw
+        // theirs. Neither bound nor repaired until then (helper-76): a binding write of theirs in flight may still
+        // land, and then this one is the duplicate to withdraw; and repaired, its owner would no longer say it was
+        // restored. Their withdrawal wakes the claim.
+        let message = format!(
+            "IPAddress {key}, restored with this claim, holds an address that other claims' IPAddresses hold too; it \
+             is adopted once they are withdrawn"
+        );
+        set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
+        return Ok(Next::After(Duration::from_secs(1)));
+    }
     let bound = claim.address_ref() == Some(&*key.name);
     if bound && !told_of(claim, view.held) {
         // Bound to the address its condition names, while this IPAddress of its name holds another: a deposed
