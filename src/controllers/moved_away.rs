@@ -160,7 +160,12 @@ async fn queued_for_a_pool_gone(
 ) -> Result<Vec<String>, Error> {
     let live_uid = live.metadata.uid.as_deref().map(Uid::of);
     let mut dropped = Vec::new();
+    let stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
     for addition in ctx.index.moved_away_for_another_pool(key, changes, live_uid) {
+        if stored.contains(&addition.entry) {
+            // Written there already (another manager's write, helper-77 F2): not ours to drop.
+            continue;
+        }
         let here = match &addition.ipaddress {
             Some((name, uid)) => {
                 let object = ctx.api.get_address(name).await.map_err(Error::api("reading the IPAddress"))?;
