@@ -126,6 +126,7 @@ pub async fn delete(ctx: &Context, address: &IpAddress, what: &'static str) -> R
     } else {
         let uid = address.metadata.uid.clone().unwrap_or_default();
         let revision = address.metadata.resource_version.clone();
+        ctx.index.deleting_ourselves(&key, Uid::of(&uid));
         match ctx.api.delete_address(&key, &uid, revision.as_deref()).await {
             Ok(Deleted::Gone) | Err(ApiError::NotFound) => return Ok(true),
             Ok(Deleted::Deleting(object)) => {

@@ -104,6 +104,7 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
         if !record.deleting
             || record.delete_for_move
             || record.deleting_when_moved
+            || record.deleted_by_us
             || !owned_by_its_pool(ctx, record).await
         {
             return;

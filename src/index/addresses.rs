@@ -35,6 +35,7 @@ impl State {
         let kept = current.is_some_and(|r| self.keeps_moving_away(r));
         record.moving_away_noticed = kept && current.is_some_and(|r| r.moving_away_noticed);
         record.deleting_when_moved = current.is_some_and(|r| r.deleting_when_moved);
+        record.deleted_by_us = current.is_some_and(|r| r.deleted_by_us);
         let moving_away = pool.kind.is_global() && (record.moving_away || kept);
         record.moving_away = moving_away;
         if pool.kind.is_global() {
@@ -249,6 +250,13 @@ impl State {
         self.blocked_elsewhere.insert(key.clone());
     }
 
+    /// This manager is about to DELETE the IPAddress `key` of UID `uid` (`AddressRecord::deleted_by_us`).
+    pub fn deleting_ourselves(&mut self, key: &ObjectKey, uid: Uid) {
+        if let Some(record) = self.addresses.get_mut(key).filter(|r| r.uid == Some(uid)) {
+            record.deleted_by_us = true;
+        }
+    }
+
     pub fn address(&self, key: &ObjectKey) -> Option<AddressRecord> {
         self.addresses.get(key).cloned()
     }
@@ -281,6 +289,7 @@ impl State {
                 Some(current) => {
                     record.seen = current.seen;
                     record.deleting_when_moved = current.deleting_when_moved;
+                    record.deleted_by_us = current.deleted_by_us;
                     // What we read or wrote knows nothing of a move its claim's deletion told (no mark on it yet):
                     // forgotten, the hold would stay for a new claim of the name (soak seed 110198788).
                     if self.keeps_moving_away(current) {

@@ -129,6 +129,10 @@ impl Index {
         self.read(|s| s.address_count())
     }
 
+    pub fn deleting_ourselves(&self, key: &ObjectKey, uid: Uid) {
+        self.write(|s| s.deleting_ourselves(key, uid))
+    }
+
     pub fn remember_address(&self, key: &ObjectKey, object: &IpAddress) -> Option<AddressRecord> {
         self.write(|s| s.remember_address(key, object))
     }

@@ -41,6 +41,8 @@ pub struct AddressRecord {
     /// It was deleting already when this manager noticed its move (seed 550176934): our own withdrawal's DELETE, not
     /// an operator's freeing its reservation, which can only come after the move.
     pub deleting_when_moved: bool,
+    /// This manager sent its DELETE (helper-75 F1: the move noticed before our DELETE landed): never an operator's.
+    pub deleted_by_us: bool,
     /// It carries clusterctl's `delete-for-move` itself.
     pub delete_for_move: bool,
     /// It carries our mark of an IPAddress a move left behind (`MOVED_AWAY_MARK`): it moved away for good, also after
@@ -80,6 +82,7 @@ impl AddressRecord {
             moving_away: annotation(DELETE_FOR_MOVE_ANNOTATION).is_some() || marked_moved_away,
             moving_away_noticed: false,
             deleting_when_moved: false,
+            deleted_by_us: false,
             marked_moved_away,
             pool,
         })
