@@ -9,6 +9,7 @@ use super::server::Kind;
 use super::world::{Fate, Job, World};
 use crate::api::{
     CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, GROUP, MOVED_AWAY_ANNOTATION, PROTECT_ADDRESS_FINALIZER,
+    VELERO_RESTORE_LABEL,
 };
 use crate::index::ObjectKey;
 
@@ -1290,7 +1291,8 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// clusterctl paused and copied it, was taken for an operator freeing the moved address, and its entry cancelled;
 /// 540515841: a restored claim withdrew its own restored IPAddress for an unbound claim's late create of its address;
 /// 520557168: a manager of another shard, its watches lagging, wrote an entry queued for a deleted global pool, whose
-/// IPAddress was gone too, into the pool made again, where its address was bound meanwhile. (A
+/// IPAddress was gone too, into the pool made again, where its address was bound meanwhile; 570188279: a restored claim
+/// that won its duplicate on a cache that did not show the other claim bound yet was bound beside it. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1367,6 +1369,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         550_176_934,
         540_515_841,
         520_557_168,
+        570_188_279,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
@@ -1559,6 +1562,112 @@ fn an_entry_queued_for_a_pool_deleted_since_is_not_written_into_the_pool_made_ag
     assert!(
         !entries.contains(moved.as_str().unwrap_or("?")),
         "the pool made again reserves {moved}: {entries:?}\n{}",
+        w.trace_text()
+    );
+}
+
+/// Helper-76 F1 and soak seed 570188279, after seed 540515841's fix: Velero restores claim `b/m4` with its IPAddress,
+/// holding the address the restore's delete freed, while unbound claim `a/m3`'s create of that address landed and its
+/// binding write is still in flight. `b/m4` wins the duplicate as the cache shows it, but must not bind before `a/m3`
+/// withdraws: the write lands, `a/m3` is bound, and `b/m4` is the one to withdraw. Never two claims on one address.
+#[test]
+fn a_restored_claim_that_wins_its_duplicate_does_not_bind_beside_a_binding_in_flight() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let m3 = w.create_claim_named(0, "m3", gip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m3.clone()));
+    let binds_m3 = |op: &Op| {
+        matches!(op, Op::PatchMerge { kind: Kind::Claim, key, status: true, patch }
+            if &*key.name == "m3" && patch.to_string().contains("addressRef"))
+    };
+    let binding = loop {
+        if let Some(op) = w.hold_back_where(binds_m3) {
+            break op;
+        }
+        assert!(w.answer_where(|op| !binds_m3(op), Fate::Answered), "a/m3 never bound\n{}", w.trace_text());
+    };
+    w.answer_everything();
+    let address = w.read(Kind::Address, &m3).expect("a/m3's IPAddress")["spec"]["address"].clone();
+    // Velero restores b/m4 and its IPAddress, owned by the backup's claim.
+    let m4 = w.create_claim_named(1, "m4", gip);
+    w.patch(Kind::Claim, &m4, json!({"metadata": {"labels": { VELERO_RESTORE_LABEL: "restore-1" }}}));
+    let mut restored = global_ipaddress("b", "m4", &json!("00000000-0000-0000-00ff-000000000000"), &address, None);
+    restored["metadata"]["labels"][VELERO_RESTORE_LABEL] = json!("restore-1");
+    w.create(Kind::Address, restored);
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m4.clone()));
+    w.answer_everything();
+    // a/m3's binding lands now; then everyone settles.
+    w.land_late(&binding);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m4.clone()));
+    w.run_to_rest(Job::Claim(m3.clone()));
+    let result = w.finish();
+    fails(&w, result);
+    let bound_to = |w: &World, key: &ObjectKey| {
+        let claim = w.read(Kind::Claim, key).expect("the claim");
+        let bound = claim["status"]["addressRef"]["name"].as_str().is_some_and(|n| !n.is_empty());
+        bound.then(|| w.read(Kind::Address, key).map(|a| a["spec"]["address"].clone())).flatten()
+    };
+    assert_eq!(bound_to(&w, &m3), Some(address.clone()), "a/m3 keeps its binding\n{}", w.trace_text());
+    assert_ne!(bound_to(&w, &m4), Some(address), "b/m4 bound beside a/m3\n{}", w.trace_text());
+}
+
+/// Helper-75 F1, seed 550176934's other order: a create put out of range by a pool edit is withdrawn, and the claim's
+/// deletion for its Cluster's move is noticed while that DELETE is in flight (so the IPAddress is not deleting yet when
+/// the move is noticed); the DELETE lands and the finalizer's removal fails. The orphan release must not take our own
+/// DELETE for an operator freeing the address: the moved address's entry is written, not cancelled.
+#[test]
+fn our_withdrawal_landing_after_a_move_was_noticed_does_not_cancel_the_moved_address() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    while !w.is_pending(is_create) {
+        assert!(w.answer_where(|op| !is_create(op), Fate::Answered), "a/m0 never created\n{}", w.trace_text());
+    }
+    // The create of the first address is in flight; the edit leaves it out, and the pool's watch shows it first.
+    w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 2 });
+    w.deliver_all(&[Kind::Pool(gip.kind())]);
+    assert!(w.answer_where(is_create, Fate::Answered), "the create");
+    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    while !w.is_pending(is_delete) {
+        assert!(w.answer_where(|op| !is_delete(op), Fate::Answered), "never withdrawn\n{}", w.trace_text());
+    }
+    // clusterctl moves cl away (copying the IPAddress, still live), and the manager notices before the DELETE lands.
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[Kind::Claim]);
+    assert!(w.answer_where(is_delete, Fate::Answered), "the DELETE");
+    let strips_finalizer = |op: &Op| matches!(op, Op::PatchJson { kind: Kind::Address, .. });
+    while !w.answer_where(strips_finalizer, Fate::ServerError) {
+        assert!(w.answer_where(|op| !strips_finalizer(op), Fate::Answered), "no finalizer removal\n{}", w.trace_text());
+    }
+    // clusterctl deletes cl once moved; every write of the entry fails (a 500) until the orphan sweep has run.
+    w.remove(Kind::Cluster, &cl);
+    let writes_the_pool = |op: &Op| matches!(op, Op::PatchMerge { kind, .. } if *kind == gip.server_kind());
+    let answer_failing_the_pool = |w: &mut World| {
+        while w.answer_where(writes_the_pool, Fate::ServerError) || w.answer_where(|_| true, Fate::Answered) {}
+    };
+    answer_failing_the_pool(&mut w);
+    w.deliver_all(&[]);
+    answer_failing_the_pool(&mut w);
+    assert!(w.is_pending_moved_away(&gip), "the entry waits to be written\n{}", w.trace_text());
+    w.sweep_after_the_delay();
+    answer_failing_the_pool(&mut w);
+    w.deliver_all(&[]);
+    answer_failing_the_pool(&mut w);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let entries = moved_away_entries(&w);
+    assert!(
+        entries.contains(moved.as_str().unwrap_or("?")),
+        "the moved address {moved} is not reserved: {entries:?}\n{}",
         w.trace_text()
     );
 }

@@ -408,6 +408,14 @@ MUTATIONS = [
      "    let dropped = queued_for_a_pool_gone(ctx, key, &live, &changes).await?;\n",
      "    let dropped: Vec<String> = Vec::new();\n",
      "an entry queued for a pool since deleted, with the IPAddress it names, is written into the pool made again"),
+    ("restored-winner-bound-at-once", "src/controllers/claim/adopt.rs",
+     "    if claim.address_ref().is_none() && view.restored_one_wins {",
+     "    if false {",
+     "a restored claim that wins its duplicate on the cache is bound beside a binding of the other claim in flight"),
+    ("own-delete-taken-for-operator-cancel", "src/controllers/orphans.rs",
+     "            || record.deleted_by_us\n",
+     "",
+     "our own withdrawal's DELETE, landed after the claim's move was noticed, cancels the moved address's entry"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
