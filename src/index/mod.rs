@@ -97,6 +97,10 @@ pub struct State {
     /// the claims of their IPAddresses are another manager's.
     clusters_of_other_shards: HashSet<ObjectKey>,
     moved_away: moved_away::Ledger,
+    /// The claim owner (by UID) of the IPAddress of each name whose claim went for a move: an IPAddress of the name
+    /// owned by it is the one left behind, also when it comes back as another object (Velero restoring a backup taken
+    /// while it was left behind, seed 570216407). Until a claim of the name is bound to its address again.
+    moved_owners: HashMap<ObjectKey, Uid>,
     /// Claims an IPAddress of their name of another pool or provider blocks (`blocked_elsewhere`).
     blocked_elsewhere: HashSet<ObjectKey>,
     /// This manager's `--watch-filter`: it serves the pools labelled with it, and those labelled with none.
@@ -134,6 +138,7 @@ impl State {
             clusters_read_paused: HashMap::new(),
             clusters_of_other_shards: HashSet::new(),
             moved_away: moved_away::Ledger::default(),
+            moved_owners: HashMap::new(),
             blocked_elsewhere: HashSet::new(),
             shard: None,
             others_claims: HashSet::new(),

@@ -391,6 +391,9 @@ pub fn claim_moved_away(index: &mut State, claim: &ObjectKey, noticed: bool) {
                 record.moving_away = true;
                 record.moving_away_noticed |= noticed;
                 record.deleting_when_moved |= record.deleting;
+                if let Some(owner) = record.claim_owner {
+                    index.moved_owners.insert(claim.clone(), owner);
+                }
                 let pool = (*record.pool).clone();
                 let held = index.registry.held_by(&pool, claim);
                 (pool, held)
@@ -530,6 +533,7 @@ pub fn claim_back(index: &mut State, pool: &PoolKey, address: &ObjectKey, held: 
         return;
     }
     info!(pool = %pool, ipaddress = %address, address = %held, "moved back; the reservation ends");
+    index.moved_owners.remove(address);
     for (text, _) in entries {
         index.queue_moved_away(pool, text, false);
     }

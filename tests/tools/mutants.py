@@ -323,7 +323,7 @@ MUTATIONS = [
      "        if false {\n",
      "an entry left out for want of room waits for the next retry after its IPAddress went (unbacked, it has room)"),
     ("restored-taken-for-left-behind", "src/controllers/claim/adopt.rs",
-     "(record.moving_away || (view.holds_reserved && !claim.restored))",
+     "(record.moving_away || (view.holds_reserved && (!claim.restored || view.owner_moved_away)))",
      "(record.moving_away || view.holds_reserved)",
      "a claim Velero restored lets its own IPAddress go as one a move left behind (the owner reference is stale)"),
     ("out-of-range-withdrawn-paused", "src/controllers/claim.rs",
@@ -416,6 +416,10 @@ MUTATIONS = [
      "            || record.deleted_by_us\n",
      "",
      "our own withdrawal's DELETE, landed after the claim's move was noticed, cancels the moved address's entry"),
+    ("restored-left-behind-adopted", "src/controllers/claim/adopt.rs",
+     "        && (record.moving_away || (view.holds_reserved && (!claim.restored || view.owner_moved_away)))",
+     "        && (record.moving_away || (view.holds_reserved && !claim.restored))",
+     "a restored claim adopts the IPAddress a move left behind, restored from a backup taken while it was left behind"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
