@@ -1618,6 +1618,48 @@ fn a_restored_claim_that_wins_its_duplicate_does_not_bind_beside_a_binding_in_fl
     assert_ne!(bound_to(&w, &m4), Some(address), "b/m4 bound beside a/m3\n{}", w.trace_text());
 }
 
+/// Soak seed 570216407 (helper-80 D4): Velero restores a namespace from a backup taken while the IPAddress a move
+/// left behind was still there: the claim comes back as a new object, and beside it the left-behind IPAddress, a new
+/// object too, owned by the claim that went for the move and holding the address in use over there. The restored
+/// claim must not adopt it (Velero keeps owner references, but this owner is the moved claim, not the backup of this
+/// claim's own): its address stays reserved and the claim gets another.
+#[test]
+fn a_restored_claim_does_not_adopt_the_ipaddress_a_move_left_behind() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    let moved_uid = w.read(Kind::Claim, &m0).expect("claim a/m0")["metadata"]["uid"].clone();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "recorded\n{}", w.trace_text());
+    // clusterctl deletes cl once moved; Velero wipes namespace a and restores cl, the claim (no status) and the
+    // left-behind IPAddress, from a backup taken before it was marked.
+    w.remove(Kind::Cluster, &cl);
+    w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
+    w.remove(Kind::Address, &m0);
+    w.deliver_all(&[]);
+    cluster(&mut w, false);
+    claim_of_cluster(&mut w, "m0");
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"labels": { VELERO_RESTORE_LABEL: "restore-1" }}}));
+    let mut restored = global_ipaddress("a", "m0", &moved_uid, &moved, Some("cl"));
+    restored["metadata"]["labels"][VELERO_RESTORE_LABEL] = json!("restore-1");
+    w.create(Kind::Address, restored);
+    w.deliver_all(&[]);
+    for _ in 0..3 {
+        w.run_to_rest(Job::Claim(m0.clone()));
+        w.run_to_rest(Job::MovedAway(gip.pool_key()));
+        w.sweep_after_the_delay();
+        w.answer_everything();
+        w.deliver_all(&[]);
+    }
+    let claim = w.read(Kind::Claim, &m0).expect("the restored claim a/m0");
+    let bound_to_moved = claim["status"]["addressRef"]["name"] == "m0"
+        && w.read(Kind::Address, &m0).is_some_and(|a| a["spec"]["address"] == moved);
+    assert!(!bound_to_moved, "the restored claim took {moved}, in use over there\n{}", w.trace_text());
+    assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "reservation gone\n{}", w.trace_text());
+}
+
 /// Helper-75 F1, seed 550176934's other order: a create put out of range by a pool edit is withdrawn, and the claim's
 /// deletion for its Cluster's move is noticed while that DELETE is in flight (so the IPAddress is not deleting yet when
 /// the move is noticed); the DELETE lands and the finalizer's removal fails. The orphan release must not take our own
