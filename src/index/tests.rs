@@ -1056,3 +1056,41 @@ fn a_restored_claims_ipaddress_wins_over_an_unbound_claims_late_create_of_its_ad
         assert!(index.claim_view(&y, pool_key()).unwanted_duplicate(), "y's is not unwanted ({case})");
     }
 }
+
+/// Helper-82: IPAddress `x` came back with its Cluster (the pool's moved-away annotation names it) and wins its
+/// duplicate with `y`'s, whose claim is unbound as the cache shows it. When `y`'s is our create for its claim, a
+/// binding write of `y` may be in flight: `x` waits for it to be withdrawn. Not when `y`'s is restored (owned by an
+/// earlier claim of its name): that one waits for `x` (`restored_one_wins`), and both waiting would be stuck.
+#[test]
+fn the_ipaddress_that_came_back_waits_only_for_a_holder_of_ours_whose_binding_may_be_in_flight() {
+    for (y_own_create, waits) in [(true, true), (false, false)] {
+        let (index, _sink) = index();
+        let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+        Relist::default().on_event(
+            &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
+            Event::Apply(global_pool(10, Some("10.1.0.1@ns/x"))),
+        );
+        let of_global = |mut c: Claim| {
+            c.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
+            c.pool_name = intern("g");
+            c
+        };
+        let in_global = |name: &str, owner: &Claim, n: u8| {
+            let mut address = ip_address_uid(name, "10.1.0.1", owner, n);
+            address.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+            address.spec.pool_ref.name = "g".to_owned();
+            address
+        };
+        let x = of_global(incarnation("x", 2));
+        index.apply_claim(x.clone());
+        index.apply_address(&in_global("x", &x, 1));
+        let mut y = of_global(incarnation("y", 3));
+        y.restored = !y_own_create;
+        index.apply_claim(y.clone());
+        let y_owner = if y_own_create { y.clone() } else { of_global(incarnation("y", 4)) };
+        index.apply_address(&in_global("y", &y_owner, 2));
+        let view = index.claim_view(&x, global.clone());
+        assert!(view.moved_one_wins, "x is the one that came back (y's own create: {y_own_create})");
+        assert_eq!(view.moved_one_waits, waits, "(y's own create: {y_own_create})");
+    }
+}

@@ -26,6 +26,10 @@ pub struct ClaimView {
     /// and no other holder is bound: it stays and the others go (withdrawn, the machine that came back would lose the
     /// address it uses).
     pub moved_one_wins: bool,
+    /// It wins so, and another holder is an IPAddress of ours for its own claim, which is unbound as the cache shows
+    /// it: a binding write of that claim may be in flight (a deposed leader's), so this one is neither bound nor
+    /// repaired until the other is withdrawn (helper-82: bound at once, both claims end up bound to one address).
+    pub moved_one_waits: bool,
     /// It is part of a duplicate as a claim Velero restored with its IPAddress (owned by the backup's claim, an earlier
     /// one of its name), and every other holder is unbound and holds our own create for its claim (a late create of
     /// the address the restore's delete freed): it stays and the others go (seed 540515841: withdrawn, the restored
@@ -91,6 +95,15 @@ impl State {
                     other != key && self.claim(other).is_some_and(|c| c.address_ref() == Some(&*other.name))
                 })
         });
+        let moved_one_waits = moved_one_wins
+            && duplicate.as_ref().is_some_and(|d| {
+                d.holders.iter().any(|other| {
+                    other != key
+                        && self.claim(other).is_some_and(|c| {
+                            self.addresses.get(other).is_some_and(|r| r.claim_owner == Some(c.uid.uid()))
+                        })
+                })
+            });
         let restored_one_wins = claim.restored
             && self.addresses.get(key).is_some_and(|r| r.claim_owner.is_some_and(|o| o != claim.uid.uid()))
             && duplicate.as_ref().is_some_and(|d| {
@@ -112,6 +125,7 @@ impl State {
             held: self.held_by(&pool_key, key),
             duplicate,
             moved_one_wins,
+            moved_one_waits,
             restored_one_wins,
             holds_reserved: self.holds_reserved(&pool_key, key),
             owner_moved_away: self

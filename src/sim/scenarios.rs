@@ -716,9 +716,10 @@ fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
     }
     w.answer_everything();
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
-    w.run_job(Job::Claim(m0.clone()));
-    w.answer_everything();
     w.run_job(Job::Claim(m1.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
     w.answer_everything();
     let result = w.finish();
     fails(&w, result);
@@ -728,6 +729,57 @@ fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
     assert_eq!(address["spec"]["address"], moved, "the IPAddress that came back was withdrawn:\n{}", w.trace_text());
     assert!(w.read(Kind::Address, &m1).is_none_or(|a| a["spec"]["address"] != moved), "{}", w.trace_text());
     assert_eq!(moved_away_entries(&w), "", "the reservation outlived the move back:\n{}", w.trace_text());
+}
+
+/// Helper-82: the same late IPAddress of `b/m1`, and its deposed leader's binding write of `b/m1` still in flight when
+/// Cluster `cl` comes back with `a/m0`. The one that came back wins the duplicate as the cache shows it (no other
+/// holder bound), but must not bind before `b/m1`'s is withdrawn: bound at once, the late write lands and two claims
+/// are bound to one address.
+#[test]
+fn the_ipaddress_that_came_back_does_not_bind_beside_a_binding_in_flight() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    let m1 = w.create_claim_named(1, "m1", gip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::Claim(m1.clone()));
+    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    move_away_and_release(&mut w, &cl, &m0);
+    // A deposed leader's create of b/m1's IPAddress lands; clusterctl brings cl back with a/m0 and its IPAddress.
+    let m1_uid = w.read(Kind::Claim, &m1).expect("claim b/m1")["metadata"]["uid"].clone();
+    w.create(Kind::Address, global_ipaddress("b", "m1", &m1_uid, &moved, None));
+    cluster(&mut w, true);
+    let (_, back) = claim_of_cluster(&mut w, "m0");
+    w.create(Kind::Address, global_ipaddress("a", "m0", &back["metadata"]["uid"], &moved, Some("cl")));
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    // The deposed leader's binding of b/m1 lands now.
+    let allocated = format!("allocated {} from {}", moved.as_str().unwrap_or("?"), gip.pool_key());
+    let condition = json!({"type": "Ready", "status": "True", "reason": "Allocated", "message": allocated,
+                           "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    w.patch_status(Kind::Claim, &m1, json!({"status": {"addressRef": {"name": "m1"}, "conditions": [condition]}}));
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::Claim(m1.clone()));
+    let result = w.finish();
+    fails(&w, result);
+    let bound_to = |w: &World, key: &ObjectKey| {
+        let claim = w.read(Kind::Claim, key).expect("the claim");
+        let bound = claim["status"]["addressRef"]["name"].as_str().is_some_and(|n| !n.is_empty());
+        bound.then(|| w.read(Kind::Address, key).map(|a| a["spec"]["address"].clone())).flatten()
+    };
+    let (m0_has, m1_has) = (bound_to(&w, &m0), bound_to(&w, &m1));
+    assert!(
+        m0_has.is_none() || m0_has != m1_has,
+        "a/m0 and b/m1 are bound to one address ({m0_has:?})\n{}",
+        w.trace_text()
+    );
 }
 
 /// The same review found it: the IPAddress a move left behind is released, and before the IPAddress watch delivers

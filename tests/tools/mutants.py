@@ -420,6 +420,14 @@ MUTATIONS = [
      "        && (record.moving_away || (view.holds_reserved && (!claim.restored || view.owner_moved_away)))",
      "        && (record.moving_away || (view.holds_reserved && !claim.restored))",
      "a restored claim adopts the IPAddress a move left behind, restored from a backup taken while it was left behind"),
+    ("moved-winner-bound-at-once", "src/controllers/claim/adopt.rs",
+     "    if claim.address_ref().is_none() && view.moved_one_waits {",
+     "    if false {",
+     "the IPAddress that came back wins its duplicate on the cache and is bound beside a binding in flight"),
+    ("moved-winner-waits-for-a-restored-one", "src/index/view.rs",
+     "                            self.addresses.get(other).is_some_and(|r| r.claim_owner == Some(c.uid.uid()))\n",
+     "                            self.addresses.contains_key(other)\n",
+     "the IPAddress that came back waits for a restored holder too, which waits for it: both stuck"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

@@ -51,6 +51,17 @@ pub(super) async fn adopt(
         set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
         return Ok(Next::After(Duration::from_secs(1)));
     }
+    if claim.address_ref().is_none() && view.moved_one_waits {
+        // Came back with its Cluster, its address held too by another claim's IPAddress of ours, whose binding write
+        // may still land (helper-82): that one is withdrawn first, and its withdrawal wakes this claim. Bound now, and
+        // the write landing, two claims would be bound to one address.
+        let message = format!(
+            "IPAddress {key}, which came back with its Cluster, holds an address that another claim's IPAddress holds \
+             too; it is adopted once that one is withdrawn"
+        );
+        set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
+        return Ok(Next::After(Duration::from_secs(1)));
+    }
     let bound = claim.address_ref() == Some(&*key.name);
     if bound && !told_of(claim, view.held) {
         // Bound to the address its condition names, while this IPAddress of its name holds another: a deposed
