@@ -1060,15 +1060,18 @@ fn a_restored_claims_ipaddress_wins_over_an_unbound_claims_late_create_of_its_ad
 /// Helper-82: IPAddress `x` came back with its Cluster (the pool's moved-away annotation names it) and wins its
 /// duplicate with `y`'s, whose claim is unbound as the cache shows it. When `y`'s is our create for its claim, a
 /// binding write of `y` may be in flight: `x` waits for it to be withdrawn. Not when `y`'s is restored (owned by an
-/// earlier claim of its name): that one waits for `x` (`restored_one_wins`), and both waiting would be stuck.
+/// earlier claim of its name): that one waits for `x` (`restored_one_wins`), and both waiting would be stuck; nor when
+/// an entry names `y` too (helper-83 F1: two came back holding one address, and each would wait for the other).
 #[test]
 fn the_ipaddress_that_came_back_waits_only_for_a_holder_of_ours_whose_binding_may_be_in_flight() {
-    for (y_own_create, waits) in [(true, true), (false, false)] {
+    for (y_own_create, y_named, waits) in [(true, false, true), (false, false, false), (true, true, false)] {
+        let case = format!("y's own create {y_own_create}, an entry names y {y_named}");
         let (index, _sink) = index();
         let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+        let entries = if y_named { "10.1.0.1@ns/x,10.1.0.1@ns/y" } else { "10.1.0.1@ns/x" };
         Relist::default().on_event(
             &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
-            Event::Apply(global_pool(10, Some("10.1.0.1@ns/x"))),
+            Event::Apply(global_pool(10, Some(entries))),
         );
         let of_global = |mut c: Claim| {
             c.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
@@ -1090,7 +1093,7 @@ fn the_ipaddress_that_came_back_waits_only_for_a_holder_of_ours_whose_binding_ma
         let y_owner = if y_own_create { y.clone() } else { of_global(incarnation("y", 4)) };
         index.apply_address(&in_global("y", &y_owner, 2));
         let view = index.claim_view(&x, global.clone());
-        assert!(view.moved_one_wins, "x is the one that came back (y's own create: {y_own_create})");
-        assert_eq!(view.moved_one_waits, waits, "(y's own create: {y_own_create})");
+        assert!(view.moved_one_wins, "x is the one that came back ({case})");
+        assert_eq!(view.moved_one_waits, waits, "({case})");
     }
 }

@@ -28,7 +28,8 @@ pub struct ClaimView {
     pub moved_one_wins: bool,
     /// It wins so, and another holder is an IPAddress of ours for its own claim, which is unbound as the cache shows
     /// it: a binding write of that claim may be in flight (a deposed leader's), so this one is neither bound nor
-    /// repaired until the other is withdrawn (helper-82: bound at once, both claims end up bound to one address).
+    /// repaired until the other is withdrawn (helper-82: bound at once, both claims end up bound to one address). Not
+    /// for a holder restored by Velero (it waits for this one: `restored_one_wins`) or one an entry names too.
     pub moved_one_waits: bool,
     /// It is part of a duplicate as a claim Velero restored with its IPAddress (owned by the backup's claim, an earlier
     /// one of its name), and every other holder is unbound and holds our own create for its claim (a late create of
@@ -98,7 +99,10 @@ impl State {
         let moved_one_waits = moved_one_wins
             && duplicate.as_ref().is_some_and(|d| {
                 d.holders.iter().any(|other| {
+                    // Not one an entry names too (two came back with one address, an annotation edited by hand):
+                    // it waits for this one, and both waiting would be stuck (helper-83 F1).
                     other != key
+                        && !self.is_moved_holder(&pool_key, other)
                         && self.claim(other).is_some_and(|c| {
                             self.addresses.get(other).is_some_and(|r| r.claim_owner == Some(c.uid.uid()))
                         })

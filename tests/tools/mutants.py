@@ -428,6 +428,10 @@ MUTATIONS = [
      "                            self.addresses.get(other).is_some_and(|r| r.claim_owner == Some(c.uid.uid()))\n",
      "                            self.addresses.contains_key(other)\n",
      "the IPAddress that came back waits for a restored holder too, which waits for it: both stuck"),
+    ("moved-winner-waits-for-another-moved-one", "src/index/view.rs",
+     "                        && !self.is_moved_holder(&pool_key, other)\n",
+     "",
+     "two IPAddresses that came back holding one address each wait for the other: both stuck"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

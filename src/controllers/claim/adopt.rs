@@ -55,9 +55,10 @@ pub(super) async fn adopt(
         // Came back with its Cluster, its address held too by another claim's IPAddress of ours, whose binding write
         // may still land (helper-82): that one is withdrawn first, and its withdrawal wakes this claim. Bound now, and
         // the write landing, two claims would be bound to one address.
+        let others = view.duplicate.as_ref().map_or_else(String::new, |d| format!(" ({d})"));
         let message = format!(
             "IPAddress {key}, which came back with its Cluster, holds an address that another claim's IPAddress holds \
-             too; it is adopted once that one is withdrawn"
+             too{others}; it is adopted once that one is withdrawn"
         );
         set_ready(claim, ctx, ClaimReason::WaitingForIPAddress, message, None).await?;
         return Ok(Next::After(Duration::from_secs(1)));
