@@ -1061,11 +1061,21 @@ fn a_restored_claims_ipaddress_wins_over_an_unbound_claims_late_create_of_its_ad
 /// duplicate with `y`'s, whose claim is unbound as the cache shows it. When `y`'s is our create for its claim, a
 /// binding write of `y` may be in flight: `x` waits for it to be withdrawn. Not when `y`'s is restored (owned by an
 /// earlier claim of its name): that one waits for `x` (`restored_one_wins`), and both waiting would be stuck; nor when
-/// an entry names `y` too (helper-83 F1: two came back holding one address, and each would wait for the other).
+/// an entry names `y` too (helper-83 F1: two came back holding one address, and each would wait for the other). A `y`
+/// bound to another address (its condition names it: a late create under its name) is no binding of this one's
+/// address: `x` still wins, and waits (helper-83 F2).
 #[test]
 fn the_ipaddress_that_came_back_waits_only_for_a_holder_of_ours_whose_binding_may_be_in_flight() {
-    for (y_own_create, y_named, waits) in [(true, false, true), (false, false, false), (true, true, false)] {
-        let case = format!("y's own create {y_own_create}, an entry names y {y_named}");
+    let cases = [
+        (true, false, false, true),
+        (false, false, false, false),
+        (true, true, false, false),
+        (true, false, true, true),
+    ];
+    for (y_own_create, y_named, y_bound_elsewhere, waits) in cases {
+        let case = format!(
+            "y's own create {y_own_create}, an entry names y {y_named}, y bound to another address {y_bound_elsewhere}"
+        );
         let (index, _sink) = index();
         let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
         let entries = if y_named { "10.1.0.1@ns/x,10.1.0.1@ns/y" } else { "10.1.0.1@ns/x" };
@@ -1089,6 +1099,10 @@ fn the_ipaddress_that_came_back_waits_only_for_a_holder_of_ours_whose_binding_ma
         index.apply_address(&in_global("x", &x, 1));
         let mut y = of_global(incarnation("y", 3));
         y.restored = !y_own_create;
+        if y_bound_elsewhere {
+            y.bound = Some(Box::default());
+            y.bound_address = Some("10.1.0.2".parse().expect("an address"));
+        }
         index.apply_claim(y.clone());
         let y_owner = if y_own_create { y.clone() } else { of_global(incarnation("y", 4)) };
         index.apply_address(&in_global("y", &y_owner, 2));

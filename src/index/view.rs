@@ -93,7 +93,13 @@ impl State {
         let moved_one_wins = duplicate.as_ref().is_some_and(|d| {
             self.is_moved_holder(&pool_key, key)
                 && !d.holders.iter().any(|other| {
-                    other != key && self.claim(other).is_some_and(|c| c.address_ref() == Some(&*other.name))
+                    // Bound to it as its claim was told: a claim bound to another address (a deposed leader's late
+                    // create under its name, its own deleted by a person) withdraws this one (helper-83 F2).
+                    other != key
+                        && self.claim(other).is_some_and(|c| {
+                            c.address_ref() == Some(&*other.name)
+                                && c.bound_address.is_none_or(|b| d.held.address().is_none_or(|a| a == b))
+                        })
                 })
         });
         let moved_one_waits = moved_one_wins

@@ -432,6 +432,10 @@ MUTATIONS = [
      "                        && !self.is_moved_holder(&pool_key, other)\n",
      "",
      "two IPAddresses that came back holding one address each wait for the other: both stuck"),
+    ("moved-winner-loses-to-a-claim-bound-elsewhere", "src/index/view.rs",
+     "                                && c.bound_address.is_none_or(|b| d.held.address().is_none_or(|a| a == b))\n",
+     "",
+     "the IPAddress that came back is withdrawn for a late create of a claim bound to another address"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
