@@ -1111,3 +1111,46 @@ fn the_ipaddress_that_came_back_waits_only_for_a_holder_of_ours_whose_binding_ma
         assert_eq!(view.moved_one_waits, waits, "({case})");
     }
 }
+
+/// Helper-84 F1: in a global prefix pool, IPAddress `x` came back holding fd00::/56, and `y`, bound to
+/// fd00:0:0:1::/64 as its condition tells (made after the pool's allocation length was edited), overlaps it. `y` is
+/// bound to its own prefix: `x` does not win (read against the duplicate's wider prefix, `y` looked bound elsewhere,
+/// `x` won and waited for a withdrawal that never comes).
+#[test]
+fn in_a_prefix_pool_a_claim_bound_to_its_own_prefix_is_bound_as_told() {
+    use crate::api::v1alpha2::{GlobalInClusterPrefixPool, PrefixPoolSpec};
+    let (index, _sink) = index();
+    let global = PoolKey::new(PoolKind::GlobalInClusterPrefixPool, "", "gp");
+    let spec: PrefixPoolSpec =
+        serde_json::from_value(json!({"prefixes": ["fd00::/48"], "allocationPrefixLength": 64})).expect("spec");
+    let mut pool = GlobalInClusterPrefixPool::new("gp", spec.into());
+    pool.metadata.uid = Some("20000000-0000-0000-0000-000000000003".to_owned());
+    pool.metadata.resource_version = Some("10".to_owned());
+    pool.metadata.annotations =
+        Some([(crate::api::MOVED_AWAY_ANNOTATION.to_owned(), "fd00::/56@ns/x".to_owned())].into());
+    Relist::default().on_event(&Pools::<GlobalInClusterPrefixPool>::of(&index), Event::Apply(pool));
+    let of_global = |mut c: Claim| {
+        c.pool_kind = Some(PoolKind::GlobalInClusterPrefixPool);
+        c.pool_name = intern("gp");
+        c
+    };
+    let in_global = |name: &str, prefix: (&str, i64), owner: &Claim, n: u8| {
+        let mut address = ip_address_uid(name, prefix.0, owner, n);
+        address.spec.prefix = Some(prefix.1);
+        address.spec.pool_ref.kind = "GlobalInClusterPrefixPool".to_owned();
+        address.spec.pool_ref.name = "gp".to_owned();
+        address
+    };
+    let x = of_global(incarnation("x", 2));
+    index.apply_claim(x.clone());
+    index.apply_address(&in_global("x", ("fd00::", 56), &x, 1));
+    let mut y = of_global(incarnation("y", 3));
+    y.bound = Some(Box::default());
+    y.bound_address = Some("fd00:0:0:1::".parse().expect("an address"));
+    index.apply_claim(y.clone());
+    index.apply_address(&in_global("y", ("fd00:0:0:1::", 64), &y, 2));
+    let view = index.claim_view(&x, global);
+    assert!(view.duplicate.is_some(), "x and y overlap");
+    assert!(view.holds_reserved, "x holds the reserved prefix");
+    assert!(!view.moved_one_wins, "y is bound to its own prefix: x does not win");
+}

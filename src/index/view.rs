@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{AddressRecord, Duplicate, Held, PoolKey, State};
+use super::{AddressRecord, Duplicate, Held, ObjectKey, PoolKey, State};
 use crate::api::Pool;
 use crate::capi::Claim;
 
@@ -27,7 +27,7 @@ pub struct ClaimView {
     /// address it uses).
     pub moved_one_wins: bool,
     /// It wins so, and another holder is an IPAddress of ours for its own claim, which is unbound as the cache shows
-    /// it: a binding write of that claim may be in flight (a deposed leader's), so this one is neither bound nor
+    /// it (or bound to another address, as its condition tells): a binding write of that claim may be in flight (a deposed leader's), so this one is neither bound nor
     /// repaired until the other is withdrawn (helper-82: bound at once, both claims end up bound to one address). Not
     /// for a holder restored by Velero (it waits for this one: `restored_one_wins`) or one an entry names too.
     pub moved_one_waits: bool,
@@ -86,6 +86,15 @@ impl State {
         Served::Nowhere { pool_shard: crate::compact::intern(pool_shard), claim_shard: claim.watch_filter.clone() }
     }
 
+    /// Whether `claim` is bound to the IPAddress `key` as its condition tells (`told_of` in the claim's adopt): a
+    /// claim bound to another address (a deposed leader's late create under its name, its own deleted by a person)
+    /// withdraws this one (helper-83 F2). Its own hold: in a prefix pool, a duplicate's may be a wider prefix
+    /// overlapping it (helper-84 F1).
+    fn bound_as_told(&self, pool_key: &PoolKey, key: &ObjectKey, claim: &Claim) -> bool {
+        let holds = self.held_by(pool_key, key).and_then(Held::address);
+        claim.address_ref() == Some(&*key.name) && claim.bound_address.is_none_or(|b| holds.is_none_or(|a| a == b))
+    }
+
     /// The view of `claim`, whose pool is `pool_key`.
     pub fn claim_view(&self, claim: &Claim, pool_key: PoolKey) -> ClaimView {
         let key = &claim.key;
@@ -93,13 +102,7 @@ impl State {
         let moved_one_wins = duplicate.as_ref().is_some_and(|d| {
             self.is_moved_holder(&pool_key, key)
                 && !d.holders.iter().any(|other| {
-                    // Bound to it as its claim was told: a claim bound to another address (a deposed leader's late
-                    // create under its name, its own deleted by a person) withdraws this one (helper-83 F2).
-                    other != key
-                        && self.claim(other).is_some_and(|c| {
-                            c.address_ref() == Some(&*other.name)
-                                && c.bound_address.is_none_or(|b| d.held.address().is_none_or(|a| a == b))
-                        })
+                    other != key && self.claim(other).is_some_and(|c| self.bound_as_told(&pool_key, other, &c))
                 })
         });
         let moved_one_waits = moved_one_wins

@@ -433,9 +433,13 @@ MUTATIONS = [
      "",
      "two IPAddresses that came back holding one address each wait for the other: both stuck"),
     ("moved-winner-loses-to-a-claim-bound-elsewhere", "src/index/view.rs",
-     "                                && c.bound_address.is_none_or(|b| d.held.address().is_none_or(|a| a == b))\n",
+     " && claim.bound_address.is_none_or(|b| holds.is_none_or(|a| a == b))",
      "",
      "the IPAddress that came back is withdrawn for a late create of a claim bound to another address"),
+    ("moved-winner-reads-the-duplicates-hold", "src/index/view.rs",
+     "        let holds = self.held_by(pool_key, key).and_then(Held::address);",
+     "        let holds = self.duplicate_of(pool_key, key).and_then(|d| d.held.address());",
+     "in a prefix pool, a claim bound to its own prefix is taken for bound elsewhere when a wider one overlaps it"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
