@@ -138,7 +138,10 @@ elif [[ $set_name == capi* ]]; then
     chmod -R u+w "$dir.tmp"
   fi
 elif [[ $set_name == operator ]]; then
-  src=$(cd "$here/capi-operator" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-operator)
+  # Downloaded first: `go list -m` prints an empty Dir for a module not in the module cache yet (a fresh machine).
+  src=$(cd "$here/capi-operator" && go mod download sigs.k8s.io/cluster-api-operator &&
+    go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-operator)
+  [[ -n $src && -d $src ]] || { echo "k8s-bin: downloading the Cluster API Operator module failed" >&2; exit 1; }
   if [[ ! -x $dir/operator || ! -x $dir/capioperator ]]; then
     # Its webhook server has no host flag and would listen on every interface; tests listen on 127.0.0.1 only. So
     # it is built from a copy of its module whose main sets the host (one line; the build fails if it moved).
