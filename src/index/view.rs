@@ -23,13 +23,14 @@ pub struct ClaimView {
     /// The duplicate it is part of, if another IPAddress of the pool holds its address too.
     pub duplicate: Option<Duplicate>,
     /// It is part of a duplicate as the one that moved away and came back (the pool's moved-away annotation names it),
-    /// and no other holder is bound: it stays and the others go (withdrawn, the machine that came back would lose the
+    /// and no other holder is bound to it (`State::bound_as_told`): it stays and the others go (withdrawn, the machine that came back would lose the
     /// address it uses).
     pub moved_one_wins: bool,
     /// It wins so, and another holder is an IPAddress of ours for its own claim, which is unbound as the cache shows
-    /// it (or bound to another address, as its condition tells): a binding write of that claim may be in flight (a deposed leader's), so this one is neither bound nor
-    /// repaired until the other is withdrawn (helper-82: bound at once, both claims end up bound to one address). Not
-    /// for a holder restored by Velero (it waits for this one: `restored_one_wins`) or one an entry names too.
+    /// it (or bound to another address, as its condition tells): a binding write of that claim may be in flight (a
+    /// deposed leader's), so this one is neither bound nor repaired until the other is withdrawn (helper-82: bound at
+    /// once, both claims end up bound to one address). Not for a holder restored by Velero (it waits for this one:
+    /// `restored_one_wins`) or one an entry names too.
     pub moved_one_waits: bool,
     /// It is part of a duplicate as a claim Velero restored with its IPAddress (owned by the backup's claim, an earlier
     /// one of its name), and every other holder is unbound and holds our own create for its claim (a late create of
