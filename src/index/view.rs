@@ -23,8 +23,8 @@ pub struct ClaimView {
     /// The duplicate it is part of, if another IPAddress of the pool holds its address too.
     pub duplicate: Option<Duplicate>,
     /// It is part of a duplicate as the one that moved away and came back (the pool's moved-away annotation names it),
-    /// and no other holder is bound to it (`State::bound_as_told`): it stays and the others go (withdrawn, the machine that came back would lose the
-    /// address it uses).
+    /// and no other holder is bound to it (`State::bound_as_told`): it stays and the others go (withdrawn, the machine
+    /// that came back would lose the address it uses).
     pub moved_one_wins: bool,
     /// It wins so, and another holder is an IPAddress of ours for its own claim, which is unbound as the cache shows
     /// it (or bound to another address, as its condition tells): a binding write of that claim may be in flight (a
