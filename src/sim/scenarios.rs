@@ -681,13 +681,11 @@ fn global_ipaddress(namespace: &str, name: &str, owner_uid: &Value, address: &Va
     })
 }
 
-/// The review of the fix above found it: a late IPAddress of `b/m1` holding an address reserved for `a/m0` lands, and
-/// before `b/m1`'s claim withdraws it, Cluster `cl` moves back with `a/m0` and the IPAddress of that name. The one that
-/// came back wins: it is the address its machine uses, so `a/m0` is bound to it and the reservation ends, while the
-/// late one is withdrawn. A second review added: even when `a/m0`'s first status write fails (the reservation must
-/// not end before the binding is written, or the next look finds two unnamed holders and withdraws `a/m0`).
-#[test]
-fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
+/// A global pool of one address; `a/m0` of Cluster `cl` bound to it and `b/m1` waiting. `cl` moves away, and the
+/// IPAddress it left behind is released into a reservation; a deposed leader's create of `b/m1`'s IPAddress holding
+/// that address lands; clusterctl brings `cl` back with `a/m0` and its IPAddress, and unpauses it. Returns the world,
+/// the pool, `a/m0`, `b/m1` and the address.
+fn came_back_beside_a_late_ipaddress() -> (World, PoolId, ObjectKey, ObjectKey, Value) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
     w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
@@ -700,7 +698,6 @@ fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
     w.run_to_rest(Job::Claim(m1.clone()));
     let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
     move_away_and_release(&mut w, &cl, &m0);
-    // The late create of b/m1's IPAddress lands, and clusterctl brings cl back with a/m0 and its IPAddress.
     let m1_uid = w.read(Kind::Claim, &m1).expect("claim b/m1")["metadata"]["uid"].clone();
     w.create(Kind::Address, global_ipaddress("b", "m1", &m1_uid, &moved, None));
     cluster(&mut w, true);
@@ -708,6 +705,24 @@ fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
     w.create(Kind::Address, global_ipaddress("a", "m0", &back["metadata"]["uid"], &moved, Some("cl")));
     w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
     w.deliver_all(&[]);
+    (w, gip, m0, m1, moved)
+}
+
+/// The address the claim `key` is bound to: its IPAddress's, when its status names one.
+fn bound_to(w: &World, key: &ObjectKey) -> Option<Value> {
+    let claim = w.read(Kind::Claim, key).expect("the claim");
+    let bound = claim["status"]["addressRef"]["name"].as_str().is_some_and(|n| !n.is_empty());
+    bound.then(|| w.read(Kind::Address, key).map(|a| a["spec"]["address"].clone())).flatten()
+}
+
+/// The review of the fix above found it: a late IPAddress of `b/m1` holding an address reserved for `a/m0` lands, and
+/// before `b/m1`'s claim withdraws it, Cluster `cl` moves back with `a/m0` and the IPAddress of that name. The one that
+/// came back wins: it is the address its machine uses, so `a/m0` is bound to it and the reservation ends, while the
+/// late one is withdrawn. A second review added: even when `a/m0`'s first status write fails (the reservation must
+/// not end before the binding is written, or the next look finds two unnamed holders and withdraws `a/m0`).
+#[test]
+fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
+    let (mut w, gip, m0, m1, moved) = came_back_beside_a_late_ipaddress();
     // a/m0's first binding fails (its status write never arrives); the moved-away writer runs meanwhile.
     w.run_job(Job::Claim(m0.clone()));
     let is_status_write = |op: &Op| matches!(op, Op::PatchMerge { kind: Kind::Claim, status: true, .. });
@@ -737,26 +752,7 @@ fn the_ipaddress_that_came_back_wins_over_a_late_one_holding_its_address() {
 /// are bound to one address.
 #[test]
 fn the_ipaddress_that_came_back_does_not_bind_beside_a_binding_in_flight() {
-    let mut w = World::scripted();
-    let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
-    let cl = cluster(&mut w, false);
-    let (m0, _) = claim_of_cluster(&mut w, "m0");
-    let m1 = w.create_claim_named(1, "m1", gip);
-    w.begin_term();
-    w.deliver_all(&[]);
-    w.run_to_rest(Job::Claim(m0.clone()));
-    w.run_to_rest(Job::Claim(m1.clone()));
-    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
-    move_away_and_release(&mut w, &cl, &m0);
-    // A deposed leader's create of b/m1's IPAddress lands; clusterctl brings cl back with a/m0 and its IPAddress.
-    let m1_uid = w.read(Kind::Claim, &m1).expect("claim b/m1")["metadata"]["uid"].clone();
-    w.create(Kind::Address, global_ipaddress("b", "m1", &m1_uid, &moved, None));
-    cluster(&mut w, true);
-    let (_, back) = claim_of_cluster(&mut w, "m0");
-    w.create(Kind::Address, global_ipaddress("a", "m0", &back["metadata"]["uid"], &moved, Some("cl")));
-    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
-    w.deliver_all(&[]);
+    let (mut w, gip, m0, m1, moved) = came_back_beside_a_late_ipaddress();
     w.run_job(Job::Claim(m0.clone()));
     w.answer_everything();
     // The deposed leader's binding of b/m1 lands now.
@@ -769,11 +765,6 @@ fn the_ipaddress_that_came_back_does_not_bind_beside_a_binding_in_flight() {
     w.run_to_rest(Job::Claim(m1.clone()));
     let result = w.finish();
     fails(&w, result);
-    let bound_to = |w: &World, key: &ObjectKey| {
-        let claim = w.read(Kind::Claim, key).expect("the claim");
-        let bound = claim["status"]["addressRef"]["name"].as_str().is_some_and(|n| !n.is_empty());
-        bound.then(|| w.read(Kind::Address, key).map(|a| a["spec"]["address"].clone())).flatten()
-    };
     let (m0_has, m1_has) = (bound_to(&w, &m0), bound_to(&w, &m1));
     assert!(
         m0_has.is_none() || m0_has != m1_has,
@@ -1664,11 +1655,6 @@ fn a_restored_claim_that_wins_its_duplicate_does_not_bind_beside_a_binding_in_fl
     w.run_to_rest(Job::Claim(m3.clone()));
     let result = w.finish();
     fails(&w, result);
-    let bound_to = |w: &World, key: &ObjectKey| {
-        let claim = w.read(Kind::Claim, key).expect("the claim");
-        let bound = claim["status"]["addressRef"]["name"].as_str().is_some_and(|n| !n.is_empty());
-        bound.then(|| w.read(Kind::Address, key).map(|a| a["spec"]["address"].clone())).flatten()
-    };
     assert_eq!(bound_to(&w, &m3), Some(address.clone()), "a/m3 keeps its binding\n{}", w.trace_text());
     assert_ne!(bound_to(&w, &m4), Some(address), "b/m4 bound beside a/m3\n{}", w.trace_text());
 }
