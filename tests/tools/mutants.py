@@ -448,6 +448,10 @@ EQUIVALENT = {
                      "address freed and every change of its pool, and the simulation settles without firing RECHECK "
                      "and finds no claim waiting beside a free address; a wake could only be lost in the real work "
                      "queue, which the simulation does not run yet (its own tests cover a wake during a run)",
+    "bound-meanwhile-create": "let_go reads the claim live before it deletes anything (`unbound_ipaddress`, "
+                              "claim/adopt.rs) and leaves an IPAddress its live claim is bound to (`told_of`), so the "
+                              "read this mutation drops repeats that check; it only spares let_go's two GETs (the run "
+                              "of stop 46: every scenario and 8,000 seeds pass with it)",
     "status-digest-forget": "the digest of a write counts only while the cached claim is no newer than the version it "
                             "was written on (`State::already_written`): a write applied with its answer lost makes the "
                             "claim newer once the watch shows it, and the earlier digest no longer hides anything; "
