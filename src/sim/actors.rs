@@ -452,11 +452,15 @@ impl World {
                 // Velero logs the failure and goes on: the claim made its own IPAddress before its own was restored,
                 // and the machine's address is free in the pool (finding 6 of issue 33). Only within the restore
                 // wait (120 s in the simulation): a restore slower than that is documented to lose the race.
+                // The backup's IPAddress of the claim's own pool only: one of another pool (an earlier claim's orphan
+                // of the name) is not this claim's to adopt (seed 610567943).
                 if waited.is_some_and(|ms| ms < 115_000)
                     && let Some(existing) = self.object(Kind::Address, &key)
                     && existing["spec"]["address"] != object["spec"]["address"]
                     && self.object(Kind::Claim, &key).is_some_and(|c| {
                         existing.pointer("/metadata/ownerReferences/0/uid") == c.pointer("/metadata/uid")
+                            && object["spec"]["poolRef"]["kind"] == c["spec"]["poolRef"]["kind"]
+                            && object["spec"]["poolRef"]["name"] == c["spec"]["poolRef"]["name"]
                     })
                 {
                     self.found.get_or_insert_with(|| {

@@ -1338,7 +1338,10 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// that won its duplicate on a cache that did not show the other claim bound yet was bound beside it; 570216407: a
 /// restored claim adopted the IPAddress a move left behind, restored from a backup taken while it was left behind;
 /// 580059062 (the checker): a later claim's entry for an address whose earlier move the manager missed (a leader
-/// change over clusterctl's deletions, documented) does not record that earlier move. (A
+/// change over clusterctl's deletions, documented) does not record that earlier move; 610608073 (the checker): an
+/// IPAddress marked after its pool was deleted, and being deleted, records nothing for the pool made again; 610567943
+/// (the checker): Velero's failed restore of an earlier claim's orphan of another pool is no IPAddress of the claim's
+/// own. (A
 /// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
@@ -1418,6 +1421,8 @@ fn seeds_the_soak_found_keep_every_invariant() {
         570_188_279,
         570_216_407,
         580_059_062,
+        610_567_943,
+        610_608_073,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

@@ -2408,11 +2408,18 @@ impl World {
             .iter()
             .filter_map(|e| Some((Held::of_entry(pool, e)?, e.split_once('@').map(|(_, named)| named.to_owned()))))
             .collect();
-        // An address the annotation had no room for is recorded on the IPAddress left behind, by our mark.
+        // An address the annotation had no room for is recorded on the IPAddress left behind, by our mark. Not one
+        // being deleted that names no live pool as its owner: marked after its pool was deleted, it records nothing
+        // for the pool made again (docs/operations.md; seed 610608073).
+        let pool_uid = object["metadata"]["uid"].clone();
+        let of_the_live_pool = |a: &Value| {
+            a["metadata"]["ownerReferences"].as_array().is_some_and(|refs| refs.iter().any(|o| o["uid"] == pool_uid))
+        };
         let marked: Vec<String> = self
             .objects(Kind::Address)
             .iter()
             .filter(|a| is_marked_moved_away(a))
+            .filter(|a| a["metadata"]["deletionTimestamp"].is_null() || of_the_live_pool(a))
             .filter_map(|a| a["metadata"]["uid"].as_str().map(str::to_owned))
             .collect();
         for (h, e) in &mut self.elsewhere {
