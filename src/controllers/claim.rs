@@ -177,9 +177,14 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
                 ctx.index.claim_back(&pool_key, key, held);
             }
             debug!(claim = %key, reason = reason.as_str(), "waiting for the Cluster");
-            // A bound claim keeps its Ready as it is (nothing changes for it).
-            if claim.address_ref().is_none() && claim.deletion_timestamp.is_none() {
-                set_ready(claim, ctx, reason, message, None).await?;
+            if claim.deletion_timestamp.is_none() {
+                if claim.address_ref().is_none() {
+                    set_ready(claim, ctx, reason, message, None).await?;
+                } else if says_not_ready_while_held(claim, &view) {
+                    // A bound claim keeps its Ready as it is (nothing changes for it), but for a failure it no longer
+                    // has: its IPAddress made again, that status write lost, and a leader change (seed 630015735).
+                    set_ready(claim, ctx, ClaimReason::Allocated, allocated_message(&view), Some(&key.name)).await?;
+                }
             }
             return Ok(Next::AwaitChange);
         }
@@ -280,6 +285,16 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
             Ok(Next::After(RECHECK))
         }
     }
+}
+
+/// Whether the bound `claim`'s condition says it is not Ready while the IPAddress of its name in its pool holds the
+/// address it is bound to (what `adopt` says Ready of).
+fn says_not_ready_while_held(claim: &Claim, view: &ClaimView) -> bool {
+    claim.ready.as_ref().is_none_or(|ready| ready.status != Some(true))
+        && claim.address_ref() == Some(&*claim.key.name)
+        && view.record.as_ref().is_some_and(|r| *r.pool == view.pool_key)
+        && view.held.is_some()
+        && told_of(claim, view.held)
 }
 
 fn claim_reference(claim: &Claim, version: CapiVersion) -> ObjectReference {

@@ -1341,8 +1341,8 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// change over clusterctl's deletions, documented) does not record that earlier move; 610608073 (the checker): an
 /// IPAddress marked after its pool was deleted, and being deleted, records nothing for the pool made again; 610567943
 /// (the checker): Velero's failed restore of an earlier claim's orphan of another pool is no IPAddress of the claim's
-/// own. (A
-/// seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
+/// own; 630015735: a bound claim waiting for its deleted Cluster kept the refusal its condition told after its IPAddress
+/// was made again (that status write lost, then a leader change). (A seed is a regression check only while the simulation draws the same numbers; the scenarios above script the orders
 /// that matter. Here rather than in `sim::tests`, so that `make mutants` runs it too.)
 #[test]
 fn seeds_the_soak_found_keep_every_invariant() {
@@ -1423,6 +1423,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         580_059_062,
         610_567_943,
         610_608_073,
+        630_015_735,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
@@ -2128,5 +2129,76 @@ fn a_claim_the_cache_shows_unbound_keeps_the_address_kept_for_it_while_its_clust
         let kept = w.live_index().is_some_and(|i| i.held_by(&PoolId::Global.pool_key(), &m0).is_some());
         assert!(kept, "{case}: the address kept for a/m0 went\n{}", w.trace_text());
         new_claims_get_none_of(&mut w, &[held]);
+    }
+}
+
+/// Answers every request before the first that `which` matches, and gives that one `fate`.
+fn answer_until(w: &mut World, which: impl Fn(&Op) -> bool, fate: Fate) {
+    while !w.answer_where(&which, fate) {
+        assert!(w.answer_where(|op| !which(op), Fate::Answered), "no such request was sent:\n{}", w.trace_text());
+    }
+}
+
+/// Cluster `a/cl`'s claim `a/m0`, bound in a global pool of two; a person deletes its IPAddress, and the claim's first
+/// create of it again is refused (its condition says so). Returns the world, the Cluster, the claim and the address
+/// its machine uses.
+fn bound_claim_refused_its_ipaddress_again() -> (World, ObjectKey, ObjectKey, Value) {
+    let (mut w, _, cl, m0, address) = claim_of_a_cluster_bound_in_the_global_pool();
+    w.strip_ipaddress_of(m0.clone());
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    answer_until(&mut w, is_create, Fate::RefusedByAdmission);
+    w.answer_everything();
+    w.deliver_all(&[]);
+    let refused = w.read(Kind::Claim, &m0).expect("claim a/m0")["status"]["conditions"][0].clone();
+    assert_eq!(refused["status"], "False", "{refused}\n{}", w.trace_text());
+    (w, cl, m0, address)
+}
+
+/// The Cluster goes, and the leader changes: the claim waits for its Cluster from now on.
+fn cluster_deleted_and_a_new_term(w: &mut World, cl: &ObjectKey, m0: &ObjectKey) {
+    w.remove(Kind::Cluster, cl);
+    w.end_this_term();
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+}
+
+/// Soak seed 630015735, scripted: a bound claim's second create of its IPAddress (deleted by a person) lands, but its
+/// status write does not; then its Cluster is deleted and the leader changes. Waiting for its Cluster, bound to an
+/// IPAddress that holds its address, its condition says so rather than the refusal it no longer has.
+#[test]
+fn a_bound_claim_waiting_for_its_cluster_says_ready_once_its_ipaddress_is_made_again() {
+    let (mut w, cl, m0, address) = bound_claim_refused_its_ipaddress_again();
+    w.run_job(Job::Claim(m0.clone()));
+    answer_until(&mut w, is_create, Fate::Answered);
+    answer_until(&mut w, |op| matches!(op, Op::PatchMerge { kind: Kind::Claim, status: true, .. }), Fate::NotApplied);
+    w.answer_everything();
+    cluster_deleted_and_a_new_term(&mut w, &cl, &m0);
+    settles_with_ipaddress_made_again(&mut w, &m0, &address);
+    let ready = w.read(Kind::Claim, &m0).expect("claim a/m0")["status"]["conditions"][0].clone();
+    assert_eq!(ready["status"], "True", "{ready}\n{}", w.trace_text());
+    let allocated = format!("allocated {} from GlobalInClusterIPPool \"gip\"", address.as_str().unwrap_or("?"));
+    assert_eq!(ready["message"], allocated);
+}
+
+/// Its twins: no IPAddress of its name is made again (the new leader holds its address for it), or the one that lands
+/// is a deposed leader's late create holding another address. The claim waiting for its Cluster is told Ready of
+/// neither: its condition keeps naming its machine's address, as missing.
+#[test]
+fn a_bound_claim_waiting_for_its_cluster_is_not_told_ready_of_an_ipaddress_it_does_not_have() {
+    for late in [None, Some("10.1.0.2")] {
+        let (mut w, cl, m0, address) = bound_claim_refused_its_ipaddress_again();
+        assert_eq!(address, "10.1.0.1");
+        if let Some(late) = late {
+            let uid = w.read(Kind::Claim, &m0).expect("claim a/m0")["metadata"]["uid"].clone();
+            w.create(Kind::Address, global_ipaddress("a", "m0", &uid, &json!(late), Some("cl")));
+        }
+        cluster_deleted_and_a_new_term(&mut w, &cl, &m0);
+        let result = w.finish();
+        fails(&w, result);
+        let ready = w.read(Kind::Claim, &m0).expect("claim a/m0")["status"]["conditions"][0].clone();
+        assert_eq!(ready["status"], "False", "late {late:?}: {ready}\n{}", w.trace_text());
+        assert!(ready["message"].as_str().is_some_and(|m| m.starts_with("allocated 10.1.0.1 ")), "{ready}");
     }
 }

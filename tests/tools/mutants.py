@@ -440,6 +440,18 @@ MUTATIONS = [
      "        let holds = self.held_by(pool_key, key).and_then(Held::address);",
      "        let holds = self.duplicate_of(pool_key, key).and_then(|d| d.held.address());",
      "in a prefix pool, a claim bound to its own prefix is taken for bound elsewhere when a wider one overlaps it"),
+    ("waiting-bound-keeps-a-stale-failure", "src/controllers/claim.rs",
+     "                } else if says_not_ready_while_held(claim, &view) {",
+     "                } else if false {",
+     "a bound claim waiting for its Cluster keeps a failure its condition tells after its IPAddress was made again"),
+    ("waiting-bound-ready-of-any-address", "src/controllers/claim.rs",
+     "        && view.held.is_some()\n        && told_of(claim, view.held)\n}",
+     "        && view.held.is_some()\n}",
+     "a bound claim waiting for its Cluster is told Ready of a late IPAddress of its name holding another address"),
+    ("waiting-bound-ready-without-ipaddress", "src/controllers/claim.rs",
+     "        && view.record.as_ref().is_some_and(|r| *r.pool == view.pool_key)\n",
+     "",
+     "a bound claim waiting for its Cluster is told Ready of the address held for it while it has no IPAddress"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

@@ -122,25 +122,7 @@ pub(super) async fn adopt(
     // The view from before the repair still holds: repair adopted the very IPAddress judged (its UID), whose spec, and
     // so what it holds, is immutable.
     let held = view.held;
-    // The address as `spec.address` shows it; one that does not parse is said so.
-    let address = held.map_or_else(String::new, |held| {
-        held.address().map_or_else(|| held.to_string(), |address| address.to_string())
-    });
-    let mut message = format!("allocated {address} from {pool_key}");
-    if let Some(duplicate) = &view.duplicate {
-        // Bound, so it stays (a machine may use it); the condition says so until one holder is released.
-        message.push_str(&format!(
-            "; DUPLICATE: {duplicate}. Delete one of these claims to resolve it (see docs/operations.md)"
-        ));
-    }
-    if view.out_of_range {
-        // Bound, so it stays too; the pool's Ready condition names it as well.
-        message.push_str(
-            "; the pool's spec no longer allocates this address (it was edited while the address was being handed \
-             out): delete the claim to move it to an address the pool allocates",
-        );
-    }
-    set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await?;
+    set_ready(claim, ctx, ClaimReason::Allocated, allocated_message(view), Some(&key.name)).await?;
     if let Some(held) = held {
         // Bound to a claim again: an address that was moved away came back with its Cluster. Only once the binding is
         // written: the entry naming this IPAddress is what keeps it from being withdrawn as a duplicate until then.
@@ -292,4 +274,27 @@ pub(super) async fn belongs_elsewhere(
     let message = format!("IPAddress {key} already exists and belongs to {owner}, not to {pool_key}");
     set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
     Ok(Next::AwaitChange)
+}
+
+/// The Ready message of a claim bound to the IPAddress of its name, holding `view.held`.
+pub(super) fn allocated_message(view: &ClaimView) -> String {
+    // The address as `spec.address` shows it; one that does not parse is said so.
+    let address = view.held.map_or_else(String::new, |held| {
+        held.address().map_or_else(|| held.to_string(), |address| address.to_string())
+    });
+    let mut message = format!("allocated {address} from {}", view.pool_key);
+    if let Some(duplicate) = &view.duplicate {
+        // Bound, so it stays (a machine may use it); the condition says so until one holder is released.
+        message.push_str(&format!(
+            "; DUPLICATE: {duplicate}. Delete one of these claims to resolve it (see docs/operations.md)"
+        ));
+    }
+    if view.out_of_range {
+        // Bound, so it stays too; the pool's Ready condition names it as well.
+        message.push_str(
+            "; the pool's spec no longer allocates this address (it was edited while the address was being handed \
+             out): delete the claim to move it to an address the pool allocates",
+        );
+    }
+    message
 }
