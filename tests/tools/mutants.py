@@ -460,6 +460,12 @@ EQUIVALENT = {
                      "address freed and every change of its pool, and the simulation settles without firing RECHECK "
                      "and finds no claim waiting beside a free address; a wake could only be lost in the real work "
                      "queue, which the simulation does not run yet (its own tests cover a wake during a run)",
+    "unwritten-ignores-annotation": "since d49553a its one caller (`moved_away`, index/moved_away.rs) only wakes the "
+                                    "moved-away writer (the release waits on `moved_away_unwritten_named`); the "
+                                    "writer merges the pending entries into the annotation as read, so a wake for an "
+                                    "entry it holds already costs a GET and writes the value it read (the run of "
+                                    "stop 46: every scenario passes with it, and a scripted relist-before-pool order "
+                                    "kept the entry)",
     "bound-meanwhile-create": "let_go reads the claim live before it deletes anything (`unbound_ipaddress`, "
                               "claim/adopt.rs) and leaves an IPAddress its live claim is bound to (`told_of`), so the "
                               "read this mutation drops repeats that check; it only spares let_go's two GETs (the run "
