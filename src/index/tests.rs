@@ -618,6 +618,32 @@ fn a_relist_that_still_lists_an_ipaddress_we_deleted_keeps_it_deleted() {
     assert_eq!(index.pool_counts(&pool_key()).0.used, 1);
 }
 
+/// Soak seed 90039322's guard: our DELETE of an IPAddress its finalizer holds answers with it being deleted, and that
+/// answer is recorded; the watch, behind, then delivers the object's ADDED event, older than the answer. It is no news:
+/// taken for news, the record says the IPAddress lives, and the claim of its name is bound to the one we deleted.
+#[test]
+fn an_older_event_of_an_ipaddress_does_not_undo_our_record_of_its_deletion() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.3", 1));
+    let mut added = ip_address("a", "10.0.0.1", &claim("a"));
+    added.metadata.resource_version = Some("5".to_owned());
+    index.remember_address(&key("a"), &added);
+    let mut deleting = added.clone();
+    deleting.metadata.resource_version = Some("7".to_owned());
+    deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    index.deleting_ourselves(&key("a"), crate::compact::Uid::of(added.metadata.uid.as_deref().unwrap_or_default()));
+    index.remember_address(&key("a"), &deleting);
+    assert!(index.address(&key("a")).is_some_and(|r| r.deleting), "our DELETE's answer was not recorded");
+    index.apply_address(&added);
+    assert!(index.address(&key("a")).is_some_and(|r| r.deleting), "the older ADDED event undid our record");
+    // The watch's own event of the deletion, when it comes, is news again.
+    let mut gone_finalizer = deleting.clone();
+    gone_finalizer.metadata.resource_version = Some("8".to_owned());
+    gone_finalizer.metadata.finalizers = None;
+    index.apply_address(&gone_finalizer);
+    assert!(index.address(&key("a")).is_some_and(|r| r.deleting && !r.protected), "a newer event was taken for stale");
+}
+
 /// Issue 25, hole 5: an IP pool changed to the other family and back keeps every address in use.
 #[test]
 fn a_family_change_and_back_keeps_every_address_in_use() {
