@@ -2216,3 +2216,28 @@ fn a_bound_claim_waiting_for_its_cluster_is_not_told_ready_of_an_ipaddress_it_do
         assert!(ready["message"].as_str().is_some_and(|m| m.starts_with("allocated 10.1.0.1 ")), "{ready}");
     }
 }
+
+/// Soak seed 420069014's guard, scripted: clusterctl pauses Cluster `cl` and deletes its claim `a/m0` for the move;
+/// this manager's Cluster watch has not shown the pause yet, and its claim watch relists past the deletion (so the
+/// mark is not seen either). The IPAddress left behind is an orphan as the cache has it; the release reads the
+/// Cluster live, finds it paused, and keeps it: its address is the moved machine's.
+#[test]
+fn an_orphan_of_a_cluster_paused_live_but_not_in_the_cache_is_kept() {
+    let (mut w, _, cl, m0, address) = claim_of_a_cluster_bound_in_the_global_pool();
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.force_delete_claim(&m0);
+    w.expire_watch_of(Kind::Claim);
+    w.deliver_all(&[Kind::Claim, Kind::Address]);
+    w.sweep_after_the_delay();
+    w.answer_everything();
+    let kept = w.read(Kind::Address, &m0);
+    assert!(
+        kept.is_some_and(|a| a["metadata"]["deletionTimestamp"].is_null() && a["spec"]["address"] == address),
+        "released while its Cluster is paused for a move:\n{}",
+        w.trace_text()
+    );
+    w.deliver_all(&[]);
+    let result = w.finish();
+    fails(&w, result);
+}
