@@ -2241,3 +2241,35 @@ fn an_orphan_of_a_cluster_paused_live_but_not_in_the_cache_is_kept() {
     let result = w.finish();
     fails(&w, result);
 }
+
+/// Soak seed 460166466's guard, scripted: claim `a/m0`'s create is in flight when its pool is edited to no longer
+/// allocate that address and its Cluster is paused for a move (clusterctl pauses, then copies). The create lands: not
+/// handed out, but kept, as the Cluster read live is paused (the cache does not show it yet): the move may have copied
+/// it, and the claim over there adopts it.
+#[test]
+fn a_create_put_out_of_range_is_kept_once_its_cluster_is_paused() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    while !w.is_pending(is_create) {
+        assert!(w.answer_where(|op| !is_create(op), Fate::Answered), "a/m0 sent no create:\n{}", w.trace_text());
+    }
+    w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 1 });
+    w.deliver_all(&[gip.server_kind()]);
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.answer_everything();
+    let kept = w.read(Kind::Address, &m0);
+    assert!(
+        kept.is_some_and(|a| a["metadata"]["deletionTimestamp"].is_null()),
+        "withdrawn though its Cluster is paused for a move:\n{}",
+        w.trace_text()
+    );
+    w.deliver_all(&[]);
+    let result = w.finish();
+    fails(&w, result);
+}
