@@ -2273,3 +2273,41 @@ fn a_create_put_out_of_range_is_kept_once_its_cluster_is_paused() {
     let result = w.finish();
     fails(&w, result);
 }
+
+/// Soak seed 500178236's guard, scripted: clusterctl moves Cluster `cl` away and leaves `a/m0`'s IPAddress behind; a
+/// new claim `a/m0` appears before the entry reserving its address is written, and is deleted. Its release leaves the
+/// IPAddress left behind to the orphan release: deleted by the release, its mark (the only record of the move that
+/// survives a restart) would go before the entry, and a new term would hand the address out while the machine over
+/// there uses it.
+#[test]
+fn a_new_claim_of_a_moved_claims_name_deleted_before_the_entry_is_written_leaves_the_ipaddress_left_behind() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    let again = w.create_claim_named(0, "m0", gip);
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(again.clone()));
+    w.answer_everything();
+    w.remove(Kind::Claim, &again);
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(again.clone()));
+    w.answer_everything();
+    let left = w.read(Kind::Address, &m0);
+    assert!(
+        left.is_some_and(|a| a["metadata"]["deletionTimestamp"].is_null() && a["spec"]["address"] == moved),
+        "the release of the new claim deleted the IPAddress the move left behind:\n{}",
+        w.trace_text()
+    );
+    w.end_this_term();
+    w.begin_term();
+    w.deliver_all(&[]);
+    let m1 = w.create_claim_named(0, "m1", gip);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    w.run_to_rest(Job::Claim(m1.clone()));
+    let result = w.finish();
+    fails(&w, result);
+    let made = w.read(Kind::Address, &m1).map(|a| a["spec"]["address"].clone());
+    assert_ne!(made, Some(moved), "the address in use over there was handed out:\n{}", w.trace_text());
+}
