@@ -2311,3 +2311,57 @@ fn a_new_claim_of_a_moved_claims_name_deleted_before_the_entry_is_written_leaves
     let made = w.read(Kind::Address, &m1).map(|a| a["spec"]["address"].clone());
     assert_ne!(made, Some(moved), "the address in use over there was handed out:\n{}", w.trace_text());
 }
+
+/// Seed 550176934's order across a leader change: our withdrawal's DELETE of a create put out of range lands, its
+/// finalizer's removal fails, and the term ends. clusterctl marks the claim for its Cluster's move, the next term lists
+/// the IPAddress already being deleted, and then sees the claim deleted for the move. The orphan release must not take
+/// that deletion (ours, from a term this one knows nothing of) for an operator freeing the address: the entry of the
+/// moved address is written, not cancelled.
+#[test]
+fn our_withdrawal_landed_in_an_earlier_term_does_not_cancel_the_moved_address() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3 });
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    while !w.is_pending(is_create) {
+        assert!(w.answer_where(|op| !is_create(op), Fate::Answered), "a/m0 never created\n{}", w.trace_text());
+    }
+    w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 2 });
+    w.deliver_all(&[Kind::Pool(gip.kind())]);
+    assert!(w.answer_where(is_create, Fate::Answered), "the create");
+    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    answer_until(&mut w, is_delete, Fate::Answered);
+    let strips_finalizer = |op: &Op| matches!(op, Op::PatchJson { kind: Kind::Address, .. });
+    answer_until(&mut w, strips_finalizer, Fate::ServerError);
+    w.answer_everything();
+    w.end_this_term();
+    // clusterctl pauses cl and marks a/m0; the next term lists them, then sees a/m0 deleted for the move.
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.force_delete_claim(&m0);
+    w.remove(Kind::Cluster, &cl);
+    let writes_the_pool = |op: &Op| matches!(op, Op::PatchMerge { kind, .. } if *kind == gip.server_kind());
+    let answer_failing_the_pool = |w: &mut World| {
+        while w.answer_where(writes_the_pool, Fate::ServerError) || w.answer_where(|_| true, Fate::Answered) {}
+    };
+    w.deliver_all(&[]);
+    answer_failing_the_pool(&mut w);
+    assert!(w.is_pending_moved_away(&gip), "the entry waits to be written\n{}", w.trace_text());
+    w.sweep_after_the_delay();
+    answer_failing_the_pool(&mut w);
+    w.deliver_all(&[]);
+    answer_failing_the_pool(&mut w);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let entries = moved_away_entries(&w);
+    assert!(
+        entries.contains(moved.as_str().unwrap_or("?")),
+        "the moved address {moved} is not reserved: {entries:?}\n{}",
+        w.trace_text()
+    );
+}
