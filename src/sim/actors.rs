@@ -506,7 +506,17 @@ impl World {
                         && super::world::claim_pool(&c) == Some(pool)
                 })
         });
-        if taken_here || taken_in_index || taken_by_lost {
+        // The backup holds another IPAddress of the address (taken while a duplicate was unresolved): nothing tells the
+        // manager which one is the machine's, and Velero's restore order is no answer (seed 640181799).
+        let taken_in_backup = self.actors.velero.as_ref().is_some_and(|r| {
+            r.pending.iter().any(|(kind, o)| {
+                *kind == Kind::Address
+                    && key_of(o) != key
+                    && super::world::pool_of_address(o) == Some(pool)
+                    && Held::of_address(pool, o).is_some_and(|h| h.overlaps(held))
+            })
+        });
+        if taken_here || taken_in_index || taken_by_lost || taken_in_backup {
             self.actors.velero_duplicates.extend(created["metadata"]["uid"].as_str().map(str::to_owned));
             return;
         }
