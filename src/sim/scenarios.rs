@@ -1711,12 +1711,10 @@ fn a_restored_claim_does_not_adopt_the_ipaddress_a_move_left_behind() {
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "reservation gone\n{}", w.trace_text());
 }
 
-/// Helper-75 F1, seed 550176934's other order: a create put out of range by a pool edit is withdrawn, and the claim's
-/// deletion for its Cluster's move is noticed while that DELETE is in flight (so the IPAddress is not deleting yet when
-/// the move is noticed); the DELETE lands and the finalizer's removal fails. The orphan release must not take our own
-/// DELETE for an operator freeing the address: the moved address's entry is written, not cancelled.
-#[test]
-fn our_withdrawal_landing_after_a_move_was_noticed_does_not_cancel_the_moved_address() {
+/// Cluster `cl`'s claim `a/m0` in a global pool of three: its create of the first address is in flight when the pool
+/// is edited to leave that address out (the pool's watch shows it first); the create lands, and the claim's
+/// withdrawal of it is in flight. Returns the world, the pool, the Cluster, the claim and the address.
+fn a_withdrawal_of_a_create_put_out_of_range_in_flight() -> (World, PoolId, ObjectKey, ObjectKey, Value) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
     w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3 });
@@ -1728,7 +1726,6 @@ fn our_withdrawal_landing_after_a_move_was_noticed_does_not_cancel_the_moved_add
     while !w.is_pending(is_create) {
         assert!(w.answer_where(|op| !is_create(op), Fate::Answered), "a/m0 never created\n{}", w.trace_text());
     }
-    // The create of the first address is in flight; the edit leaves it out, and the pool's watch shows it first.
     w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 2 });
     w.deliver_all(&[Kind::Pool(gip.kind())]);
     assert!(w.answer_where(is_create, Fate::Answered), "the create");
@@ -1736,6 +1733,22 @@ fn our_withdrawal_landing_after_a_move_was_noticed_does_not_cancel_the_moved_add
     while !w.is_pending(is_delete) {
         assert!(w.answer_where(|op| !is_delete(op), Fate::Answered), "never withdrawn\n{}", w.trace_text());
     }
+    (w, gip, cl, m0, moved)
+}
+
+/// Answers every request in flight, each write of the pool `gip` failing (a 500).
+fn answer_failing_the_pool(w: &mut World, gip: PoolId) {
+    let writes_the_pool = |op: &Op| matches!(op, Op::PatchMerge { kind, .. } if *kind == gip.server_kind());
+    while w.answer_where(writes_the_pool, Fate::ServerError) || w.answer_where(|_| true, Fate::Answered) {}
+}
+
+/// Helper-75 F1, seed 550176934's other order: a create put out of range by a pool edit is withdrawn, and the claim's
+/// deletion for its Cluster's move is noticed while that DELETE is in flight (so the IPAddress is not deleting yet when
+/// the move is noticed); the DELETE lands and the finalizer's removal fails. The orphan release must not take our own
+/// DELETE for an operator freeing the address: the moved address's entry is written, not cancelled.
+#[test]
+fn our_withdrawal_landing_after_a_move_was_noticed_does_not_cancel_the_moved_address() {
+    let (mut w, gip, cl, m0, moved) = a_withdrawal_of_a_create_put_out_of_range_in_flight();
     // clusterctl moves cl away (copying the IPAddress, still live), and the manager notices before the DELETE lands.
     clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
     w.deliver_all(&[Kind::Claim]);
@@ -1746,18 +1759,14 @@ fn our_withdrawal_landing_after_a_move_was_noticed_does_not_cancel_the_moved_add
     }
     // clusterctl deletes cl once moved; every write of the entry fails (a 500) until the orphan sweep has run.
     w.remove(Kind::Cluster, &cl);
-    let writes_the_pool = |op: &Op| matches!(op, Op::PatchMerge { kind, .. } if *kind == gip.server_kind());
-    let answer_failing_the_pool = |w: &mut World| {
-        while w.answer_where(writes_the_pool, Fate::ServerError) || w.answer_where(|_| true, Fate::Answered) {}
-    };
-    answer_failing_the_pool(&mut w);
+    answer_failing_the_pool(&mut w, gip);
     w.deliver_all(&[]);
-    answer_failing_the_pool(&mut w);
+    answer_failing_the_pool(&mut w, gip);
     assert!(w.is_pending_moved_away(&gip), "the entry waits to be written\n{}", w.trace_text());
     w.sweep_after_the_delay();
-    answer_failing_the_pool(&mut w);
+    answer_failing_the_pool(&mut w, gip);
     w.deliver_all(&[]);
-    answer_failing_the_pool(&mut w);
+    answer_failing_the_pool(&mut w, gip);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     let entries = moved_away_entries(&w);
     assert!(
@@ -2315,22 +2324,8 @@ fn a_new_claim_of_a_moved_claims_name_deleted_before_the_entry_is_written_leaves
 /// moved address is written, not cancelled.
 #[test]
 fn our_withdrawal_landed_in_an_earlier_term_does_not_cancel_the_moved_address() {
-    let mut w = World::scripted();
-    let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3 });
-    let cl = cluster(&mut w, false);
-    let (m0, _) = claim_of_cluster(&mut w, "m0");
-    w.begin_term();
-    w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    while !w.is_pending(is_create) {
-        assert!(w.answer_where(|op| !is_create(op), Fate::Answered), "a/m0 never created\n{}", w.trace_text());
-    }
-    w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 2 });
-    w.deliver_all(&[Kind::Pool(gip.kind())]);
-    assert!(w.answer_where(is_create, Fate::Answered), "the create");
-    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
-    answer_until(&mut w, is_delete, Fate::Answered);
+    let (mut w, gip, cl, m0, moved) = a_withdrawal_of_a_create_put_out_of_range_in_flight();
+    assert!(w.answer_where(is_delete, Fate::Answered), "the DELETE");
     let strips_finalizer = |op: &Op| matches!(op, Op::PatchJson { kind: Kind::Address, .. });
     answer_until(&mut w, strips_finalizer, Fate::ServerError);
     w.answer_everything();
@@ -2342,17 +2337,13 @@ fn our_withdrawal_landed_in_an_earlier_term_does_not_cancel_the_moved_address() 
     w.deliver_all(&[]);
     w.force_delete_claim(&m0);
     w.remove(Kind::Cluster, &cl);
-    let writes_the_pool = |op: &Op| matches!(op, Op::PatchMerge { kind, .. } if *kind == gip.server_kind());
-    let answer_failing_the_pool = |w: &mut World| {
-        while w.answer_where(writes_the_pool, Fate::ServerError) || w.answer_where(|_| true, Fate::Answered) {}
-    };
     w.deliver_all(&[]);
-    answer_failing_the_pool(&mut w);
+    answer_failing_the_pool(&mut w, gip);
     assert!(w.is_pending_moved_away(&gip), "the entry waits to be written\n{}", w.trace_text());
     w.sweep_after_the_delay();
-    answer_failing_the_pool(&mut w);
+    answer_failing_the_pool(&mut w, gip);
     w.deliver_all(&[]);
-    answer_failing_the_pool(&mut w);
+    answer_failing_the_pool(&mut w, gip);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     let entries = moved_away_entries(&w);
     assert!(
