@@ -1742,6 +1742,23 @@ fn answer_failing_the_pool(w: &mut World, gip: PoolId) {
     while w.answer_where(writes_the_pool, Fate::ServerError) || w.answer_where(|_| true, Fate::Answered) {}
 }
 
+/// The entry of `moved` waits to be written (the pool's writes fail until the orphan sweep has run), and is written
+/// once the sweep has run: the sweep did not cancel it.
+fn the_moved_address_is_reserved_after_the_sweep(w: &mut World, gip: PoolId, moved: &Value) {
+    assert!(w.is_pending_moved_away(&gip), "the entry waits to be written\n{}", w.trace_text());
+    w.sweep_after_the_delay();
+    answer_failing_the_pool(w, gip);
+    w.deliver_all(&[]);
+    answer_failing_the_pool(w, gip);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let entries = moved_away_entries(w);
+    assert!(
+        entries.contains(moved.as_str().unwrap_or("?")),
+        "the moved address {moved} is not reserved: {entries:?}\n{}",
+        w.trace_text()
+    );
+}
+
 /// Helper-75 F1, seed 550176934's other order: a create put out of range by a pool edit is withdrawn, and the claim's
 /// deletion for its Cluster's move is noticed while that DELETE is in flight (so the IPAddress is not deleting yet when
 /// the move is noticed); the DELETE lands and the finalizer's removal fails. The orphan release must not take our own
@@ -1762,18 +1779,7 @@ fn our_withdrawal_landing_after_a_move_was_noticed_does_not_cancel_the_moved_add
     answer_failing_the_pool(&mut w, gip);
     w.deliver_all(&[]);
     answer_failing_the_pool(&mut w, gip);
-    assert!(w.is_pending_moved_away(&gip), "the entry waits to be written\n{}", w.trace_text());
-    w.sweep_after_the_delay();
-    answer_failing_the_pool(&mut w, gip);
-    w.deliver_all(&[]);
-    answer_failing_the_pool(&mut w, gip);
-    w.run_to_rest(Job::MovedAway(gip.pool_key()));
-    let entries = moved_away_entries(&w);
-    assert!(
-        entries.contains(moved.as_str().unwrap_or("?")),
-        "the moved address {moved} is not reserved: {entries:?}\n{}",
-        w.trace_text()
-    );
+    the_moved_address_is_reserved_after_the_sweep(&mut w, gip, &moved);
 }
 
 /// Soak seed 80066535: the claim watch stalls (an API server restart) while a bound claim whose IPAddress a person
@@ -2339,16 +2345,5 @@ fn our_withdrawal_landed_in_an_earlier_term_does_not_cancel_the_moved_address() 
     w.remove(Kind::Cluster, &cl);
     w.deliver_all(&[]);
     answer_failing_the_pool(&mut w, gip);
-    assert!(w.is_pending_moved_away(&gip), "the entry waits to be written\n{}", w.trace_text());
-    w.sweep_after_the_delay();
-    answer_failing_the_pool(&mut w, gip);
-    w.deliver_all(&[]);
-    answer_failing_the_pool(&mut w, gip);
-    w.run_to_rest(Job::MovedAway(gip.pool_key()));
-    let entries = moved_away_entries(&w);
-    assert!(
-        entries.contains(moved.as_str().unwrap_or("?")),
-        "the moved address {moved} is not reserved: {entries:?}\n{}",
-        w.trace_text()
-    );
+    the_moved_address_is_reserved_after_the_sweep(&mut w, gip, &moved);
 }
