@@ -1711,13 +1711,11 @@ fn a_restored_claim_does_not_adopt_the_ipaddress_a_move_left_behind() {
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "reservation gone\n{}", w.trace_text());
 }
 
-/// Cluster `cl`'s claim `a/m0` in a global pool of three: its create of the first address is in flight when the pool
-/// is edited to leave that address out (the pool's watch shows it first); the create lands, and the claim's
-/// withdrawal of it is in flight. Returns the world, the pool, the Cluster, the claim and the address.
-fn a_withdrawal_of_a_create_put_out_of_range_in_flight() -> (World, PoolId, ObjectKey, ObjectKey, Value) {
+/// Cluster `cl`'s claim `a/m0` in a global pool of `size` addresses, its create of the first address in flight.
+fn a_create_of_a_cluster_claim_in_flight(size: u8) -> (World, PoolId, ObjectKey, ObjectKey) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size });
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
@@ -1726,6 +1724,14 @@ fn a_withdrawal_of_a_create_put_out_of_range_in_flight() -> (World, PoolId, Obje
     while !w.is_pending(is_create) {
         assert!(w.answer_where(|op| !is_create(op), Fate::Answered), "a/m0 never created\n{}", w.trace_text());
     }
+    (w, gip, cl, m0)
+}
+
+/// Cluster `cl`'s claim `a/m0` in a global pool of three: its create of the first address is in flight when the pool
+/// is edited to leave that address out (the pool's watch shows it first); the create lands, and the claim's
+/// withdrawal of it is in flight. Returns the world, the pool, the Cluster, the claim and the address.
+fn a_withdrawal_of_a_create_put_out_of_range_in_flight() -> (World, PoolId, ObjectKey, ObjectKey, Value) {
+    let (mut w, gip, cl, m0) = a_create_of_a_cluster_claim_in_flight(3);
     w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 2 });
     w.deliver_all(&[Kind::Pool(gip.kind())]);
     assert!(w.answer_where(is_create, Fate::Answered), "the create");
@@ -2269,17 +2275,7 @@ fn assert_kept(w: &World, key: &ObjectKey, address: &Value, what: &str) {
 /// it, and the claim over there adopts it.
 #[test]
 fn a_create_put_out_of_range_is_kept_once_its_cluster_is_paused() {
-    let mut w = World::scripted();
-    let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
-    let cl = cluster(&mut w, false);
-    let (m0, _) = claim_of_cluster(&mut w, "m0");
-    w.begin_term();
-    w.deliver_all(&[]);
-    w.run_job(Job::Claim(m0.clone()));
-    while !w.is_pending(is_create) {
-        assert!(w.answer_where(|op| !is_create(op), Fate::Answered), "a/m0 sent no create:\n{}", w.trace_text());
-    }
+    let (mut w, gip, cl, m0) = a_create_of_a_cluster_claim_in_flight(2);
     w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 1 });
     w.deliver_all(&[gip.server_kind()]);
     w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
