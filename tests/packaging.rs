@@ -414,3 +414,33 @@ fn the_chart_refuses_wrong_values_by_name_and_renders_every_override() {
     // One replica: no spread constraint.
     assert!(pod.get("topologySpreadConstraints").is_none());
 }
+
+/// The kustomize overlay docs/install.md gives for the NetworkPolicy's metrics peer, rendered by kustomize: that peer
+/// alone changes, everything else is `config/default` as it is.
+#[test]
+fn the_kustomize_overlay_of_install_md_names_another_metrics_namespace() {
+    let doc = std::fs::read_to_string(repo_root().join("docs/install.md")).expect("install.md");
+    let overlay = doc
+        .split("```yaml\n# kustomization.yaml of your overlay\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the overlay in install.md");
+    // The overlay in a folder of its own, naming config/default by a relative path as a checkout beside it would.
+    let dir = repo_root().join(".dev/scratch").join(support::unique_name("overlay"));
+    std::fs::create_dir_all(&dir).expect("scratch");
+    let overlay = overlay.replace("../capi-ipam-in-cluster/config/default", "../../../config/default");
+    std::fs::write(dir.join("kustomization.yaml"), &overlay).expect("kustomization.yaml");
+    let kustomize = support::release::tool_dir("kustomize").join("kustomize");
+    let build = |path: &std::path::Path| {
+        ok(std::process::Command::new(&kustomize).arg("build").arg(path).output().expect("kustomize"), "kustomize")
+    };
+    let (ours, theirs) = (build(&repo_root().join("config/default")), build(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+    let peer = "kubernetes.io/metadata.name: monitoring\n";
+    assert_eq!(ours.matches(peer).count(), 1, "config/default's NetworkPolicy has one metrics peer:\n{ours}");
+    assert_eq!(
+        theirs,
+        ours.replace(peer, "kubernetes.io/metadata.name: observability\n"),
+        "the overlay changes the metrics peer and nothing else"
+    );
+}

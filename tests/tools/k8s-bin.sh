@@ -3,9 +3,11 @@
 # outside the repository keyed by the pins and the go.sum files, only when they are missing. Prints the folder on the
 # last line of stdout; progress goes to stderr.
 #
-#   tests/tools/k8s-bin.sh [--print-dir] [k8s|release|capi|capi-v1.10|caip|image|capm3|capv|vcsim|kcm|operator|prometheus]
+#   tests/tools/k8s-bin.sh [--print-dir] [k8s|release|kustomize|capi|capi-v1.10|caip|image|capm3|capv|vcsim|kcm|operator|prometheus]
 #     k8s         kube-apiserver and kubectl (k8s.io/kubernetes v1.36.3) and etcd (v3.6.16)   (default)
-#     release     helm (v3.22.0) and clusterctl (v1.14.2), for the packaging checks
+#     release     helm (v3.22.0) and clusterctl (v1.14.2), for the packaging checks and make release
+#     kustomize   kustomize (sigs.k8s.io/kustomize/kustomize/v5 v5.8.1: kustomize/api v0.21.1, as in kubectl v1.36.3),
+#                 which renders the release manifests without building Kubernetes
 #     capi        the Cluster API core controller-manager v1.14.2 (`manager`), with its CRDs (`crd/`) and webhook
 #                 configuration (`webhook.yaml`) from the same module, for every test control plane
 #     capi-v1.10  the same for Cluster API v1.10.10 (IPAM v1beta1 storage), for the v1beta1 tests
@@ -36,6 +38,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
+KUSTOMIZE_VERSION=v5.8.1
 CLUSTERCTL_VERSION=v1.14.2
 CAPI_VERSION=v1.14.2
 CAPI_V110_VERSION=v1.10.10
@@ -54,12 +57,13 @@ set_name=k8s
 for arg in "$@"; do
   case $arg in
     --print-dir) print_dir=1 ;;
-    k8s|release|capi|capi-v1.10|caip|image|prometheus|capm3|capv|vcsim|kcm|operator) set_name=$arg ;;
+    k8s|release|kustomize|capi|capi-v1.10|caip|image|prometheus|capm3|capv|vcsim|kcm|operator) set_name=$arg ;;
     *) echo "k8s-bin: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
 case $set_name in
   k8s) modules=(k8s etcd); label="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}"; bins=(kube-apiserver kubectl etcd) ;;
+  kustomize) modules=(kustomize); label="kustomize-${KUSTOMIZE_VERSION}"; bins=(kustomize) ;;
   release) modules=(helm clusterctl); label="helm-${HELM_VERSION}-clusterctl-${CLUSTERCTL_VERSION}"; bins=(helm clusterctl) ;;
   capi) modules=(capi); label="capi-${CAPI_VERSION}"; bins=(manager) ;;
   capi-v1.10) modules=(capi-v1.10); label="capi-${CAPI_V110_VERSION}"; bins=(manager) ;;
@@ -137,6 +141,10 @@ elif [[ $set_name == capi* ]]; then
     cp "$src/webhook/manifests.yaml" "$dir.tmp/webhook.yaml"
     chmod -R u+w "$dir.tmp"
   fi
+elif [[ $set_name == kustomize ]]; then
+  build "kustomize ($KUSTOMIZE_VERSION)" kustomize "$dir.tmp/kustomize" kustomize -- \
+    -ldflags "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=kustomize/$KUSTOMIZE_VERSION" \
+    sigs.k8s.io/kustomize/kustomize/v5
 elif [[ $set_name == operator ]]; then
   # Downloaded first: `go list -m` prints an empty Dir for a module not in the module cache yet (a fresh machine).
   src=$(cd "$here/capi-operator" && go mod download sigs.k8s.io/cluster-api-operator &&
