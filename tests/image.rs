@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 use support::claims::{Capi, address_of, create_pool};
-use support::manager::{Launch, Manager, free_port};
-use support::release::{ok, tool_dir};
+use support::manager::{Launch, Manager};
+use support::oci::{Registry, blob, crane, json_blob, layout_index, needs_a_loader, run_with_stdin, sha256_hex};
 use support::{Plane, SharedScratch, TestEnv, enterable_by_anyone, repo_root};
 
 const NONROOT: u32 = 65532;
@@ -21,55 +21,6 @@ fn image_dir() -> PathBuf {
     let dir = repo_root().join("out/image");
     assert!(dir.join("oci/index.json").is_file(), "no image in {}: run `make image` first", dir.display());
     dir
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A blob of the OCI layout, checked against its digest.
-fn blob(layout: &Path, digest: &str) -> Vec<u8> {
-    let hex = digest.strip_prefix("sha256:").unwrap_or_else(|| panic!("not a sha256 digest: {digest}"));
-    let data = std::fs::read(layout.join("blobs/sha256").join(hex)).expect("blob");
-    assert_eq!(sha256_hex(&data), hex, "blob {digest} does not match its digest");
-    data
-}
-
-fn json_blob(layout: &Path, descriptor: &Value) -> Value {
-    let data = blob(layout, descriptor["digest"].as_str().expect("digest"));
-    assert_eq!(data.len() as u64, descriptor["size"].as_u64().expect("size"), "size of {descriptor}");
-    serde_json::from_slice(&data).expect("JSON blob")
-}
-
-fn run_with_stdin(program: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
-    let mut stdin = child.stdin.take().expect("stdin");
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().expect(program);
-    writer.join().expect("writer").expect("writing stdin");
-    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
-}
-
-/// Whether an ELF executable asks for a dynamic loader (a PT_INTERP program header).
-fn needs_a_loader(elf: &[u8]) -> bool {
-    assert_eq!(&elf[..4], b"\x7fELF", "not an ELF file");
-    assert_eq!(elf[4], 2, "not a 64-bit ELF file");
-    let u16_at = |at: usize| u16::from_le_bytes([elf[at], elf[at + 1]]) as usize;
-    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().expect("8 bytes")) as usize;
-    let (entry_size, count) = (u16_at(0x36), u16_at(0x38));
-    (0..count).any(|i| {
-        let at = phoff + i * entry_size;
-        u32::from_le_bytes(elf[at..at + 4].try_into().expect("4 bytes")) == 3
-    })
 }
 
 struct Image {
@@ -84,9 +35,7 @@ struct Image {
 /// Reads the OCI layout: index → manifest → config and the one layer, each against its digest; extracts the layer.
 fn take_apart(dir: &Path) -> Image {
     let layout = dir.join("oci");
-    let marker: Value = serde_json::from_slice(&std::fs::read(layout.join("oci-layout")).expect("oci-layout")).unwrap();
-    assert_eq!(marker["imageLayoutVersion"], "1.0.0");
-    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).expect("index")).unwrap();
+    let index = layout_index(&layout);
     let manifests = index["manifests"].as_array().expect("manifests");
     assert_eq!(manifests.len(), 1, "{index}");
     let name = std::fs::read_to_string(dir.join("name")).expect("the image name");
@@ -160,44 +109,29 @@ fn the_image_holds_the_static_manager_run_as_nonroot_and_nothing_else() {
 #[test]
 fn crane_accepts_the_oci_layout_and_the_docker_tarball() {
     let dir = image_dir();
-    let crane = tool_dir("image").join("crane");
     let tarball = dir.join("image.tar").to_string_lossy().into_owned();
-    let out = ok(Command::new(&crane).args(["validate", "--tarball", &tarball]).output().unwrap(), "crane validate");
-    assert!(out.starts_with("PASS"), "{out}");
+    assert!(crane(&["validate", "--tarball", &tarball]).starts_with("PASS"));
     let manifest = String::from_utf8(run_with_stdin("tar", &["-xOf", &tarball, "manifest.json"], b"")).unwrap();
     let name = std::fs::read_to_string(dir.join("name")).unwrap();
     assert_eq!(serde_json::from_str::<Value>(&manifest).unwrap()[0]["RepoTags"], json!([name.trim()]));
 
-    // A registry on 127.0.0.1 (crane's own, in memory) takes both, and serves back the layout's digest.
-    let port = free_port();
-    let mut registry = Command::new(&crane)
-        .args(["registry", "serve", "--address", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("crane registry serve");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(std::time::Instant::now() < deadline, "the registry did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let crane_ok = |args: &[&str]| ok(Command::new(&crane).args(args).output().expect("crane"), &format!("{args:?}"));
+    // A registry on 127.0.0.1 takes both, and serves back the layout's digest.
+    let registry = Registry::start();
     let layout = dir.join("oci").to_string_lossy().into_owned();
-    let (from_layout, from_tarball) = (format!("127.0.0.1:{port}/manager:layout"), format!("127.0.0.1:{port}/m:tar"));
-    let pushed = crane_ok(&["push", &layout, &from_layout]);
-    crane_ok(&["push", &tarball, &from_tarball]);
+    let (from_layout, from_tarball) =
+        (format!("{}:layout", registry.reference("manager")), format!("{}:tar", registry.reference("m")));
+    let pushed = crane(&["push", &layout, &from_layout]);
+    crane(&["push", &tarball, &from_tarball]);
     for reference in [&from_layout, &from_tarball] {
-        assert!(crane_ok(&["validate", "--remote", reference]).starts_with("PASS"));
+        assert!(crane(&["validate", "--remote", reference]).starts_with("PASS"));
     }
-    let index: Value = serde_json::from_slice(&std::fs::read(dir.join("oci/index.json")).unwrap()).unwrap();
+    let index = layout_index(&dir.join("oci"));
     let digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
     assert!(pushed.trim().ends_with(&digest), "{pushed} is not {digest}");
-    assert_eq!(crane_ok(&["digest", &from_layout]).trim(), digest);
+    assert_eq!(crane(&["digest", &from_layout]).trim(), digest);
     // The docker tarball carries the same config (its manifest is a docker one, hence another digest).
-    let config = |r: &str| serde_json::from_str::<Value>(&crane_ok(&["config", r])).expect("config");
+    let config = |r: &str| serde_json::from_str::<Value>(&crane(&["config", r])).expect("config");
     assert_eq!(config(&from_layout), config(&from_tarball));
-    let _ = registry.kill();
-    let _ = registry.wait();
 }
 
 /// The two entrypoint tests each register our webhooks at their manager (one configuration for the control plane):

@@ -6,6 +6,7 @@ pub mod claims;
 pub mod consumers;
 pub mod load;
 pub mod manager;
+pub mod oci;
 pub mod process;
 pub mod proxy;
 pub mod release;

@@ -79,15 +79,19 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 pub fn helm(args: &[&str]) -> Output {
+    helm_command(args).output().expect("helm")
+}
+
+/// helm with these arguments, run from the checkout with a state of its own (no user's repositories or plugins).
+pub fn helm_command(args: &[&str]) -> Command {
     let state = scratch("helm");
-    Command::new(release_bin_dir().join("helm"))
-        .args(args)
+    let mut helm = Command::new(release_bin_dir().join("helm"));
+    helm.args(args)
         .env("HELM_CACHE_HOME", &state)
         .env("HELM_CONFIG_HOME", &state)
         .env("HELM_DATA_HOME", &state)
-        .current_dir(repo_root())
-        .output()
-        .expect("helm")
+        .current_dir(repo_root());
+    helm
 }
 
 /// The CRDs the chart and clusterctl expect beside ours: cert-manager's (a fixture) and the Prometheus Operator's
@@ -163,6 +167,12 @@ pub fn repository_of(dir: &Path, releases: &[Release], with_core: bool) -> PathB
         std::fs::write(folder.join("metadata.yaml"), release.metadata).expect("write");
         url = folder.join("ipam-components.yaml");
     }
+    repository_config(dir, &url, with_core)
+}
+
+/// A clusterctl config in `dir` whose `in-cluster` IPAM provider is the release at `url` (a repository's
+/// `.../ipam-in-cluster/<version>/ipam-components.yaml`), with the stand-ins of [`repository`] for `init`.
+pub fn repository_config(dir: &Path, url: &Path, with_core: bool) -> PathBuf {
     let mut config =
         format!("providers:\n  - name: in-cluster\n    type: IPAMProvider\n    url: \"file://{}\"\n", url.display());
     if with_core {
