@@ -10,8 +10,8 @@ help: ## Show the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: ## Install missing Debian packages the scripts use (openssl, curl, python3)
-	@$(TOOLS)/deps.sh
+deps: ## Install missing Debian packages the scripts use (openssl, curl, python3, the arm64 cross toolchain, qemu-user)
+	@$(TOOLS)/deps.sh release
 
 .PHONY: k8s-bin
 k8s-bin: deps ## Build kube-apiserver, kubectl, etcd and the Cluster API manager from their Go modules (cached outside the repo)
@@ -32,11 +32,15 @@ generate: ## Regenerate the CRDs and webhook manifests from the Rust types, and 
 	python3 $(TOOLS)/chart-readme.py
 
 .PHONY: release-manifests
-release-manifests: k8s-bin ## Write out/ipam-components.yaml and out/metadata.yaml (the clusterctl provider artifacts)
+release-manifests: ## Write out/ipam-components.yaml and out/metadata.yaml (the clusterctl provider artifacts)
 	@mkdir -p out
-	"$$($(TOOLS)/k8s-bin.sh --print-dir)/kubectl" kustomize config/clusterctl > out/ipam-components.yaml
+	"$$($(TOOLS)/k8s-bin.sh kustomize | tail -n1)/kustomize" build config/clusterctl > out/ipam-components.yaml
 	cp config/metadata.yaml out/metadata.yaml
 	@echo "wrote out/ipam-components.yaml and out/metadata.yaml"
+
+.PHONY: release
+release: ## Everything a release publishes, in out/release: amd64+arm64 image index, SBOMs, clusterctl and Operator artifacts, chart, SHA256SUMS
+	@$(TOOLS)/release.sh
 
 .PHONY: image
 image: ## The manager's OCI image without a container engine: out/image/oci (OCI layout) and out/image/image.tar (docker load)

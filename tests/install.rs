@@ -20,10 +20,11 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::claims::{Capi, create_pool};
-use support::manager::{Launch, Manager, free_port, http_get, wait_go_ready};
+use support::manager::{Launch, Manager, free_port, wait_go_ready};
+use support::oci::{Registry, crane};
 use support::release::{
-    GoProvider, Release, clusterctl, clusterctl_init_from, go_provider_dir, helm, install_fixture_crds, ok,
-    our_version, release_manifests, repository_of, scratch, tool_dir,
+    GoProvider, Release, clusterctl, clusterctl_init_from, go_provider_dir, helm, helm_command, install_fixture_crds,
+    ok, our_version, release_manifests, repository_of, scratch, tool_dir,
 };
 use support::{Plane, create_namespace, eventually, repo_root};
 use tokio::sync::Mutex;
@@ -90,6 +91,88 @@ fn kept(before: &BTreeMap<String, String>, now: &BTreeMap<String, String>, step:
     }
 }
 
+/// `helm test ipam`, with this test as the kubelet of its pod (none runs here): once the pod is created, its kubectl
+/// command runs here as the pod would run it (its ConfigMap volume's files at their mount path, a token of its
+/// ServiceAccount, so the Role the chart gives it is what it may do), and the exit status becomes the pod's phase, which
+/// is what `helm test` waits for. Returns whether `helm test` passed, and what it and the probe said.
+fn helm_test(plane: &Plane) -> (bool, String) {
+    let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
+    let args = ["test", "ipam", "--namespace", PROVIDER_NAMESPACE, "--kubeconfig", &kubeconfig, "--timeout", "90s"];
+    let helm = std::thread::spawn({
+        let mut command = helm_command(&args);
+        move || command.output().expect("helm test")
+    });
+    let name = "ipam-capi-ipam-in-cluster-test";
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let pod = loop {
+        match kubectl_json(plane, &["get", "pod", "-n", PROVIDER_NAMESPACE, name]) {
+            Some(pod) if pod["metadata"]["deletionTimestamp"].is_null() && pod["status"]["phase"] == "Pending" => {
+                break pod;
+            }
+            _ if helm.is_finished() => panic!("helm test ended before its pod was created: {:?}", helm.join()),
+            _ => {}
+        }
+        assert!(std::time::Instant::now() < deadline, "helm test created no pod {name}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    // The pod as the kubelet would run it.
+    let spec = &pod["spec"];
+    let container = &spec["containers"][0];
+    assert_eq!(container["command"], json!(["kubectl"]), "{container}");
+    let root = scratch("helm-test-pod");
+    let mut container_args: Vec<String> =
+        container["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("an arg").to_owned()).collect();
+    for mount in container["volumeMounts"].as_array().expect("volumeMounts") {
+        let volume = spec["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).expect("volume");
+        let at = root.join(mount["name"].as_str().unwrap());
+        std::fs::create_dir_all(&at).expect("the volume");
+        if let Some(config_map) = volume["configMap"]["name"].as_str() {
+            let data = kubectl_json(plane, &["get", "configmap", "-n", PROVIDER_NAMESPACE, config_map]).expect("cm");
+            for (file, content) in data["data"].as_object().expect("data") {
+                std::fs::write(at.join(file), content.as_str().expect("text")).expect("a file of the volume");
+            }
+        }
+        let path = mount["mountPath"].as_str().expect("mountPath");
+        for arg in &mut container_args {
+            if let Some(rest) = arg.strip_prefix(path) {
+                *arg = format!("{}{rest}", at.display());
+            }
+        }
+    }
+    let account = spec["serviceAccountName"].as_str().expect("serviceAccountName");
+    let token = plane.kubectl(&["create", "token", account, "-n", PROVIDER_NAMESPACE]);
+    let restricted = std::fs::read_to_string(plane.restricted_kubeconfig()).expect("kubeconfig");
+    let as_the_pod = restricted
+        .lines()
+        .map(|l| if l.trim_start().starts_with("token: ") { format!("    token: {}", token.trim()) } else { l.into() })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let pod_kubeconfig = root.join("kubeconfig");
+    std::fs::write(&pod_kubeconfig, as_the_pod).expect("the pod's kubeconfig");
+    let probe = std::process::Command::new(plane.bin_dir().join("kubectl"))
+        .args(&container_args)
+        .env_clear()
+        .env("KUBECONFIG", &pod_kubeconfig)
+        .env("HOME", &root)
+        .output()
+        .expect("the probe");
+    let phase = if probe.status.success() { "Succeeded" } else { "Failed" };
+    let status = json!({"status": {"phase": phase}}).to_string();
+    let patch = ["patch", "pod", name, "-n", PROVIDER_NAMESPACE, "--subresource=status", "--type=merge", "-p", &status];
+    ok(plane.kubectl_output(&patch), "the pod's phase");
+
+    let out = helm.join().expect("helm test");
+    let said = format!(
+        "helm test: {}{}\nthe probe: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&probe.stdout),
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    (out.status.success(), said)
+}
+
 #[tokio::test]
 async fn helm_install_upgrade_and_uninstall_keep_the_pools_and_their_addresses() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -121,9 +204,30 @@ async fn helm_install_upgrade_and_uninstall_keep_the_pools_and_their_addresses()
     create_pool(&client, "InClusterIPPool", &tenant, "nodes", spec).await;
     let installed = claim_and_wait(&client, &tenant, &["a", "b"]).await;
 
+    // `helm test` passes while the webhooks are served, with the rights the chart gives its pod, and stores nothing.
+    let dir = plane.dir.clone();
+    let (passed, said) = tokio::task::spawn_blocking(move || helm_test(&Plane::at(&dir))).await.expect("helm test");
+    assert!(passed, "{said}");
+    assert!(
+        said.contains("inclusterippool.ipam.cluster.x-k8s.io/ipam-capi-ipam-in-cluster-test created (server dry run)")
+    );
+    assert!(
+        kubectl_json(&plane, &["get", "inclusterippool", "-n", PROVIDER_NAMESPACE, "ipam-capi-ipam-in-cluster-test"])
+            .is_none()
+    );
+    assert!(
+        kubectl_json(&plane, &["get", "pod", "-n", PROVIDER_NAMESPACE, "ipam-capi-ipam-in-cluster-test"]).is_none()
+    );
+
     // Upgrade to other values: two replicas (and their PodDisruptionBudget), debug logs, the alerts and the dashboard.
     // The pod keeps running; only the stand-in's rewiring of the API server is undone for Helm to see its own.
     restore_wiring(&plane, &wiring);
+    // The webhooks now point at the chart's Service, which no pod backs here: every pool write is refused, and so is
+    // helm test's ("no endpoints", as after a migration that left the Go provider's webhooks in place).
+    let dir = plane.dir.clone();
+    let (passed, said) = tokio::task::spawn_blocking(move || helm_test(&Plane::at(&dir))).await.expect("helm test");
+    assert!(!passed, "helm test passed with no webhook served:\n{said}");
+    assert!(said.contains("failed calling webhook"), "{said}");
     let upgraded = ok(
         helm_in_plane(&[
             "upgrade",
@@ -758,58 +862,35 @@ impl Drop for Operator {
     }
 }
 
-/// An OCI registry on 127.0.0.1 (go-containerregistry's, `crane registry serve`, in memory), where
-/// `capioperator publish` pushes a release as the artifact an `IPAMProvider`'s `fetchConfig.oci` reads. Killed when
-/// dropped.
-struct Registry {
-    child: std::process::Child,
-    port: u16,
+/// Pushes a release (`ipam-components.yaml` and `metadata.yaml`) to `registry` as `<repository>:<version>`, as the OCI
+/// artifact `make release` writes (`oci-image artifact`, the files titled by name as the Operator reads them); returns
+/// the artifact's URL as `fetchConfig.oci` takes it (plain HTTP).
+fn publish(registry: &Registry, repository: &str, version: &str, components: &str, metadata: &str) -> String {
+    let dir = scratch("oci-artifact");
+    let files = [dir.join("ipam-components.yaml"), dir.join("metadata.yaml")];
+    std::fs::write(&files[0], components).expect("ipam-components.yaml");
+    std::fs::write(&files[1], metadata).expect("metadata.yaml");
+    let reference = format!("{}:{version}", registry.reference(repository));
+    let layout = dir.join("oci");
+    let out = std::process::Command::new(tool_dir("image").join("oci-image"))
+        .args(["artifact", "--layout", &layout.to_string_lossy(), "--tag", &reference])
+        .args(&files)
+        .output()
+        .expect("oci-image artifact");
+    ok(out, "oci-image artifact");
+    crane(&["push", &layout.to_string_lossy(), &reference]);
+    format!("http://{reference}")
 }
 
-impl Registry {
-    fn start() -> Registry {
-        let port = free_port();
-        let child = std::process::Command::new(tool_dir("image").join("crane"))
-            .args(["registry", "serve", "--address", &format!("127.0.0.1:{port}")])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("crane registry serve");
-        let registry = Registry { child, port };
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while http_get(port, "/v2/").map(|(code, _)| code) != Some(200) {
-            assert!(std::time::Instant::now() < deadline, "the registry does not answer on 127.0.0.1:{port}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        registry
-    }
-
-    /// Pushes a release (`components.yaml` and `metadata.yaml`, the titles the operator looks for) as
-    /// `<repository>:<version>`; returns the artifact's URL as `fetchConfig.oci` takes it (plain HTTP).
-    fn publish(&self, repository: &str, version: &str, components: &str, metadata: &str) -> String {
-        let dir = scratch("oci-artifact");
-        std::fs::write(dir.join("components.yaml"), components).expect("components.yaml");
-        std::fs::write(dir.join("metadata.yaml"), metadata).expect("metadata.yaml");
-        let url = format!("http://127.0.0.1:{}/{repository}:{version}", self.port);
-        let out = std::process::Command::new(tool_dir("operator").join("capioperator"))
-            .args(["publish", "-d", &dir.to_string_lossy(), "-u", &url])
-            .output()
-            .expect("capioperator publish");
-        ok(out, "capioperator publish");
-        url
-    }
+/// Our release's ConfigMap for the Operator's air-gapped `fetchConfig.selector`, as `make release` writes it.
+fn released_config_map(version: &str) -> String {
+    let path = repo_root().join(format!("out/release/operator/ipam-in-cluster-{version}.configmap.yaml"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}: run `make release` first", path.display()))
 }
 
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The label the operator's `fetchConfig.selector` matches, beside the version label.
-const COMPONENTS_LABEL: &str = "test.capi-ipam/components";
+/// The label the operator's `fetchConfig.selector` matches, beside the version label (as in docs/install.md and the
+/// ConfigMap of make release).
+const COMPONENTS_LABEL: &str = "provider-components";
 
 /// A ConfigMap in the operator's air-gapped layout: one release of a provider, its components and metadata, labelled
 /// with its version (one ConfigMap per version: a selector that matches two is an error to the operator).
@@ -949,10 +1030,15 @@ async fn the_cluster_api_operator_installs_and_upgrades_us_and_every_address_is_
     let later_metadata = format!("{}\n  - major: 2\n    minor: 1\n    contract: v1beta2\n", metadata.trim_end());
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROVIDER_NAMESPACE}});
     ok(plane.kubectl_stdin(&["apply", "-f", "-"], &namespace.to_string()), "our namespace");
-    let config_map = components_config_map(PROVIDER_NAMESPACE, "ipam-in-cluster", &version, &components, &metadata);
+    // The release's own ConfigMap, holding what make release-manifests writes.
+    let config_map: Value = serde_json::from_str(&released_config_map(&version)).expect("the release's ConfigMap");
+    assert_eq!(
+        (config_map["data"]["components"].as_str(), config_map["data"]["metadata"].as_str()),
+        (Some(components.as_str()), Some(metadata.as_str()))
+    );
     ok(plane.kubectl_stdin(&["create", "-f", "-"], &config_map.to_string()), "our ConfigMap");
     let registry = Registry::start();
-    let later_artifact = registry.publish("ipam-in-cluster", later, &later_components, &later_metadata);
+    let later_artifact = publish(&registry, "ipam-in-cluster", later, &later_components, &later_metadata);
     let variables = json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "ipam-variables", "namespace": PROVIDER_NAMESPACE},

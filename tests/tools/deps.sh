@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
 # Installs what the scripts need beyond Rust and Go (from Debian's packages), when it is missing.
+#   deps.sh           what make test needs
+#   deps.sh release   that, and the arm64 cross toolchain make release (and so make test) builds with: Rust's
+#                     aarch64-unknown-linux-gnu standard library, Debian's aarch64 linker and libc, qemu-user
 set -euo pipefail
 need=()
+python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
+if [[ ${1:-} == release ]]; then
+  command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+  command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+  if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+    echo "deps: adding Rust's aarch64-unknown-linux-gnu target" >&2
+    rustup target add aarch64-unknown-linux-gnu >&2
+  fi
+fi
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl ca-certificates)
 command -v python3 >/dev/null || need+=(python3)

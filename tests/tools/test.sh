@@ -30,7 +30,7 @@ report() {
 }
 
 stage 1 "Go tools, built once from their Go modules and cached (~/.cache/capi-ipam-in-cluster)"
-sets=(k8s capi release capi-v1.10 caip prometheus image capm3 capv vcsim kcm operator)
+sets=(k8s capi release kustomize capi-v1.10 caip prometheus image capm3 capv vcsim kcm operator)
 for i in "${!sets[@]}"; do
   step "$((i + 1)) of ${#sets[@]}: k8s-bin.sh ${sets[$i]}"
   set_started=$SECONDS
@@ -51,8 +51,10 @@ if [[ -f .dev/manager.pid ]] && kill -0 "$(cat .dev/manager.pid)" 2>/dev/null; t
   rm -f .dev/manager.pid
 fi
 
-stage 3 "make image: the static manager in its OCI image (tests/image.rs takes it apart and runs its entrypoint)"
+stage 3 "make image and make release: the static manager in its OCI image, and a whole release (tests/image.rs and tests/release.rs take them apart)"
 tests/tools/image.sh
+tests/tools/release.sh
+tests/tools/spdx-tools.sh >/dev/null
 
 stage 4 "the control plane (etcd, kube-apiserver, the Cluster API core manager)"
 plane_started=0
