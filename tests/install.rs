@@ -24,7 +24,7 @@ use support::manager::{Launch, Manager, free_port, wait_go_ready};
 use support::oci::{Registry, crane};
 use support::release::{
     GoProvider, Release, clusterctl, clusterctl_init_from, go_provider_dir, helm, helm_command, install_fixture_crds,
-    ok, our_version, release_manifests, repository_of, scratch, tool_dir,
+    ipam_provider_version, ok, our_version, release_manifests, repository_of, scratch, tool_dir,
 };
 use support::{Plane, create_namespace, eventually, repo_root};
 use tokio::sync::Mutex;
@@ -404,19 +404,6 @@ async fn hold_the_lease(client: &Client, namespace: &str) {
     }))
     .expect("Lease");
     Api::<Lease>::namespaced(client.clone(), namespace).create(&PostParams::default(), &lease).await.expect("Lease");
-}
-
-/// The version clusterctl's inventory records for the IPAM provider.
-fn ipam_provider_version(plane: &Plane) -> String {
-    plane.kubectl(&[
-        "get",
-        "providers.clusterctl.cluster.x-k8s.io",
-        "-n",
-        PROVIDER_NAMESPACE,
-        "ipam-in-cluster",
-        "-o",
-        "jsonpath={.type} {.version}",
-    ])
 }
 
 /// The Go provider v1.1.0 installed by clusterctl, at work: three claims bound by it.

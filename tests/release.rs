@@ -17,8 +17,8 @@ use support::oci::{
     sha256_hex,
 };
 use support::release::{
-    clusterctl, clusterctl_init_from, helm, install_fixture_crds, ok, our_version, release_manifests,
-    repository_config, scratch,
+    clusterctl, clusterctl_init_from, helm, install_fixture_crds, ipam_provider_version, ok, our_version,
+    release_manifests, repository_config, scratch,
 };
 
 const IMAGE: &str = "ghcr.io/capi-ipam-in-cluster/manager";
@@ -302,25 +302,10 @@ async fn clusterctl_installs_the_release_from_its_repository_layout() {
     install_fixture_crds(&plane);
     let log = clusterctl_init_from(&plane, &scratch_dir, &config, Some(&version));
     assert!(log.contains("Installing provider=\"ipam-in-cluster\""), "{log}");
-    let installed = plane.kubectl(&[
-        "get",
-        "providers.clusterctl.cluster.x-k8s.io",
-        "-n",
-        "capi-ipam-in-cluster-system",
-        "ipam-in-cluster",
-        "-o",
-        "jsonpath={.type} {.version}",
-    ]);
-    assert_eq!(installed, format!("IPAMProvider {version}"));
-    let image = plane.kubectl(&[
-        "get",
-        "deployment",
-        "-n",
-        "capi-ipam-in-cluster-system",
-        "capi-ipam-in-cluster-controller-manager",
-        "-o",
-        "jsonpath={.spec.template.spec.containers[0].image}",
-    ]);
+    assert_eq!(ipam_provider_version(&plane), format!("IPAMProvider {version}"));
+    let deployment = "deployment/capi-ipam-in-cluster-controller-manager";
+    let image = "jsonpath={.spec.template.spec.containers[0].image}";
+    let image = plane.kubectl(&["get", deployment, "-n", "capi-ipam-in-cluster-system", "-o", image]);
     assert_eq!(image, format!("{IMAGE}:{version}"), "clusterctl installed another image than the release's");
 }
 

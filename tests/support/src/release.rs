@@ -276,3 +276,9 @@ pub fn clusterctl_init_from(plane: &Plane, dir: &Path, config: &Path, ipam: Opti
     ok(out, "clusterctl init");
     log
 }
+
+/// The type and version clusterctl's inventory records for our IPAM provider ("IPAMProvider v2.0.0").
+pub fn ipam_provider_version(plane: &Plane) -> String {
+    let inventory = "providers.clusterctl.cluster.x-k8s.io/ipam-in-cluster";
+    plane.kubectl(&["get", inventory, "-n", "capi-ipam-in-cluster-system", "-o", "jsonpath={.type} {.version}"])
+}
