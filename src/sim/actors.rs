@@ -489,7 +489,7 @@ impl World {
                 && super::world::pool_of_address(a) == Some(pool)
                 && Held::of_address(pool, a).is_some_and(|h| h.overlaps(held))
         });
-        let taken_in_index = self.live_index().is_none_or(|index| {
+        let taken_in_index = self.serving_index(pool).is_none_or(|index| {
             index
                 .holders(&pool.pool_key())
                 .iter()

@@ -1344,7 +1344,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// own; 630015735: a bound claim waiting for its deleted Cluster kept the refusal its condition told after its
 /// IPAddress was made again (that status write lost, then a leader change); 640181799 (the checker): a backup holding
 /// both IPAddresses of an unresolved duplicate restores two holders, and the one restored first is no more the
-/// machine's than the other. (A seed is a regression check only while the simulation draws the same numbers; the
+/// machine's than the other; 650546392 (the checker): a restored IPAddress of a deleting claim, its address taken
+/// meanwhile by the second manager for its shard's pool, is a restored duplicate (the first manager's index was asked).
+/// (A seed is a regression check only while the simulation draws the same numbers; the
 /// scenarios above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it
 /// too.)
 #[test]
@@ -1428,6 +1430,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         610_608_073,
         630_015_735,
         640_181_799,
+        650_546_392,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

@@ -756,6 +756,25 @@ impl World {
         self.term.as_ref().map(|t| &*t.ctx.index)
     }
 
+    /// The live index of the manager serving `pool`: the second manager's for its shard's pool (seed 650546392: the
+    /// first manager's index knows nothing of what the second one holds there).
+    pub(super) fn serving_index(&self, pool: PoolId) -> Option<&crate::index::Index> {
+        let shards_pool = self.options.sharded && pool == SHARD_POOL;
+        match self.serving {
+            // Outside `as_shard` the live term is the first manager's, and the second one's is put aside.
+            None if shards_pool => self.shard.as_ref()?.term.as_ref().map(|t| &*t.ctx.index),
+            None => self.live_index(),
+            // Inside it, the other way round; the first manager's term is out of reach.
+            Some(_) => {
+                if shards_pool {
+                    self.live_index()
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
     pub(super) fn object(&self, kind: Kind, key: &ObjectKey) -> Option<Value> {
         lock(&self.hub).server.get(kind, key).cloned()
     }
