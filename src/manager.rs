@@ -27,14 +27,7 @@ pub const LEADER_ELECTION_ID: &str = "7bb7acb4.ipam.cluster.x-k8s.io";
 const CERT_POLL: Duration = Duration::from_secs(2);
 
 pub async fn main(args: Args) -> ExitCode {
-    let format = match args.log_format() {
-        Ok(format) => format,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    crate::telemetry::init(format, &args.log_filter());
+    crate::telemetry::init(args.log_format(), &args.log_filter());
     for notice in args.notices() {
         info!(notice, "a flag this manager takes differently");
     }

@@ -976,7 +976,6 @@ async fn ours_with_the_operators_flags(plane: &Plane) -> Manager {
         "--webhook-host",
         "--webhook-port",
         "--webhook-cert-dir",
-        "--log-format",
     ];
     let mut flags: Vec<String> =
         manager_args(plane).into_iter().filter(|a| !local.iter().any(|f| a.split('=').next() == Some(*f))).collect();
@@ -1052,6 +1051,8 @@ async fn the_cluster_api_operator_installs_and_upgrades_us_and_every_address_is_
                 "metrics": {"bindAddress": ":8080", "diagnosticsAddress": ":8443", "insecureDiagnostics": true},
                 "webhook": {"port": 9443, "host": "0.0.0.0", "certDir": "/tmp/k8s-webhook-server/serving-certs"},
                 "profilerAddress": "localhost:6060",
+                // The Deployment says --log-format=json and --log-level=info; these, written after, win.
+                "additionalArgs": {"--logging-format": "text"},
             },
         },
     });
@@ -1085,6 +1086,7 @@ async fn the_cluster_api_operator_installs_and_upgrades_us_and_every_address_is_
         "--webhook-port=9443",
         "--webhook-host=0.0.0.0",
         "--profiler-address=localhost:6060",
+        "--logging-format=text",
     ] {
         assert!(args.iter().any(|a| a == expected), "the operator did not write {expected}: {args:?}");
     }
@@ -1108,9 +1110,13 @@ async fn the_cluster_api_operator_installs_and_upgrades_us_and_every_address_is_
         "--feature-gates=",
         "--profiler-address=",
         "--inclusterippool.ipam.cluster.x-k8s.io-concurrency=2:",
+        "--log-level=info is overridden by --v=4, given after it",
+        "--log-format=json is overridden by --logging-format=text, given after it",
     ] {
         assert!(log.contains(notice), "no notice of {notice} in the manager's log:\n{log}");
     }
+    // --v=4 is debug, in the text format.
+    assert!(log.lines().any(|l| l.contains(" DEBUG ")), "no debug line in the manager's log:\n{log}");
     let tenant = create_namespace(&client, "tenant").await;
     let spec = json!({"addresses": ["10.84.0.10-10.84.0.30"], "prefix": 24, "gateway": "10.84.0.1"});
     create_pool(&client, "InClusterIPPool", &tenant, "nodes", spec).await;

@@ -111,9 +111,7 @@ pub fn notices(args: &Args) -> Vec<String> {
         let named: Vec<String> = gates.iter().map(|(name, on)| format!("{name}={on}")).collect();
         notices.push(format!("--feature-gates={}: this manager has no feature gates; ignored", named.join(",")));
     }
-    if let (Some(v), Some(level)) = (args.verbosity, &args.log_level) {
-        notices.push(format!("--v={v} is overridden by --log-level={level}"));
-    }
+    notices.extend(args.superseded.iter().cloned());
     for k in &args.kind_concurrency {
         if k.kind == "ipaddressclaim" {
             continue;
@@ -165,7 +163,7 @@ mod tests {
         let a = Args::from_args(std::iter::once("manager").chain(OPERATOR_FLAGS));
         assert_eq!(a.health_probe_bind_address, ":9440");
         assert_eq!(a.metrics_endpoint(), ("metrics-bind-addr", ":8080", true));
-        assert_eq!((a.log_filter().as_str(), a.log_format()), ("debug", Ok(super::super::LogFormat::Text)));
+        assert_eq!((a.log_filter().as_str(), a.log_format()), ("debug", super::super::LogFormat::Text));
         assert_eq!(a.claim_concurrency(), 8);
         assert_eq!(a.namespace, "team-a");
         assert!(a.leader_elect);
@@ -196,7 +194,24 @@ mod tests {
         assert_eq!((a.claim_concurrency(), a.log_filter().as_str()), (5, "trace"));
         let a = Args::from_args(["manager", "--v=2", "--log-level=warn"]);
         assert_eq!(a.log_filter(), "warn");
-        assert!(a.notices().join("\n").contains("--v=2 is overridden by --log-level=warn"));
+        assert!(a.notices().join("\n").contains("--v=2 is overridden by --log-level=warn, given after it"));
+    }
+
+    /// The Deployment of our release passes --log-format and --log-level; the Operator appends --v and
+    /// --logging-format from the IPAMProvider after them, and those are what the user asked for.
+    #[test]
+    fn of_capis_flag_and_ours_for_one_setting_the_one_given_last_wins() {
+        let deployment = ["manager", "--log-format=json", "--log-level=info"];
+        let a = Args::from_args(deployment.iter().copied().chain(["--v=4", "--logging-format=text"]));
+        assert_eq!((a.log_filter().as_str(), a.log_format()), ("debug", super::super::LogFormat::Text));
+        let notices = a.notices().join("\n");
+        assert!(notices.contains("--log-level=info is overridden by --v=4, given after it"), "{notices}");
+        assert!(notices.contains("--log-format=json is overridden by --logging-format=text"), "{notices}");
+        let a = Args::from_args(["manager", "--logging-format=text", "--v=5", "--log-format=json", "--log-level=warn"]);
+        assert_eq!((a.log_filter().as_str(), a.log_format()), ("warn", super::super::LogFormat::Json));
+        // Given twice, a flag still takes its last value (and each pair its last given).
+        let a = Args::from_args(["manager", "--log-level=warn", "--v=4", "--log-level=error"]);
+        assert_eq!(a.log_filter(), "error");
     }
 
     #[test]
@@ -210,8 +225,6 @@ mod tests {
         assert!(parse_feature_gates("A=true,B").unwrap_err().contains("\"B\""));
         assert!(parse_feature_gates("A=maybe").unwrap_err().contains("\"maybe\""));
         assert!(parse_bind_address("not an address").unwrap_err().contains("--profiler-address"));
-        let mixed = Args::from_args(["manager", "--log-format=json", "--logging-format=text"]);
-        assert!(mixed.log_format().unwrap_err().contains("--logging-format=text"));
         for wrong in [
             ["manager", "--v=loud"],
             ["manager", "--sync-period=10"],

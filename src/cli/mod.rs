@@ -126,7 +126,7 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
 
-    /// Cluster API's name of --log-format (text or json).
+    /// Cluster API's name of --log-format (text or json); with --log-format too, the one given last wins.
     #[arg(long, value_enum)]
     pub logging_format: Option<LogFormat>,
 
@@ -136,7 +136,7 @@ pub struct Args {
     pub log_level: Option<String>,
 
     /// klog's verbosity, as Cluster API's managers take it: 0-3 log at info, 4 at debug, 5 and more at trace.
-    /// --log-level, when given, wins.
+    /// With --log-level too, the one given last wins.
     #[arg(long = "v", value_name = "LEVEL")]
     pub verbosity: Option<u8>,
 
@@ -164,6 +164,10 @@ pub struct Args {
     /// (`compat::split_kind_concurrency`).
     #[arg(skip)]
     pub kind_concurrency: Vec<compat::KindConcurrency>,
+
+    /// Flags another one given after them overrode (Cluster API's and ours for one setting), for the notices.
+    #[arg(skip)]
+    pub superseded: Vec<String>,
 
     /// Seconds an IPAddress made by us must have had no claim before it is released (a safety net against leaks;
     /// claims normally release their address through their finalizer).
@@ -209,7 +213,15 @@ impl Args {
 
     pub fn from_args<T: Into<std::ffi::OsString>>(args: impl IntoIterator<Item = T>) -> Self {
         match compat::split_kind_concurrency(args.into_iter().map(Into::into)) {
-            Ok((rest, kinds)) => Args { kind_concurrency: kinds, ..<Args as clap::Parser>::parse_from(rest) },
+            Ok((rest, kinds)) => {
+                let mut command = <Args as clap::CommandFactory>::command();
+                let matches = command.try_get_matches_from_mut(rest).unwrap_or_else(|e| e.exit());
+                let mut args = <Args as clap::FromArgMatches>::from_arg_matches(&matches)
+                    .unwrap_or_else(|e| e.format(&mut command).exit());
+                args.kind_concurrency = kinds;
+                args.keep_the_last_of_each_pair(&matches);
+                args
+            }
             Err(error) => {
                 let mut command = <Args as clap::CommandFactory>::command();
                 command.error(clap::error::ErrorKind::ValueValidation, error).exit()
@@ -217,16 +229,44 @@ impl Args {
         }
     }
 
-    pub fn log_format(&self) -> Result<LogFormat, String> {
-        match (self.log_format, self.logging_format) {
-            (Some(ours), Some(capi)) if ours != capi => {
-                Err(format!("--log-format={} and --logging-format={} disagree; give one", ours.name(), capi.name()))
+    /// Where Cluster API's flag and ours set one thing (--v and --log-level, --logging-format and --log-format), the
+    /// one given last wins, as a flag given twice does: the Cluster API Operator appends its flags (`verbosity`,
+    /// `additionalArgs`) after the Deployment's own, which set ours. The other is dropped and said in a notice.
+    fn keep_the_last_of_each_pair(&mut self, matches: &clap::ArgMatches) {
+        let last = |id: &str| matches.indices_of(id).and_then(Iterator::max);
+        if let (Some(ours), Some(capi)) = (last("log_level"), last("verbosity")) {
+            let (level, v) = (self.log_level.clone().unwrap_or_default(), self.verbosity.unwrap_or_default());
+            if ours > capi {
+                self.verbosity = None;
+                self.superseded.push(format!("--v={v} is overridden by --log-level={level}, given after it"));
+            } else {
+                self.log_level = None;
+                self.superseded.push(format!("--log-level={level} is overridden by --v={v}, given after it"));
             }
-            (ours, capi) => Ok(ours.or(capi).unwrap_or(LogFormat::Json)),
+        }
+        if let (Some(ours), Some(capi)) = (last("log_format"), last("logging_format")) {
+            let format = self.log_format.map_or("", LogFormat::name);
+            let logging = self.logging_format.map_or("", LogFormat::name);
+            if format == logging {
+                self.logging_format = None;
+            } else if ours > capi {
+                self.logging_format = None;
+                self.superseded
+                    .push(format!("--logging-format={logging} is overridden by --log-format={format}, given after it"));
+            } else {
+                self.log_format = None;
+                self.superseded
+                    .push(format!("--log-format={format} is overridden by --logging-format={logging}, given after it"));
+            }
         }
     }
 
-    /// The log filter: --log-level, else what --v says, else info.
+    /// The log format: --log-format or --logging-format (the last given of the two), else json.
+    pub fn log_format(&self) -> LogFormat {
+        self.log_format.or(self.logging_format).unwrap_or(LogFormat::Json)
+    }
+
+    /// The log filter: --log-level or what --v says (the last given of the two), else info.
     pub fn log_filter(&self) -> String {
         match (&self.log_level, self.verbosity) {
             (Some(level), _) => level.clone(),
@@ -366,7 +406,7 @@ mod tests {
         assert_eq!(a.webhook_cert_dir(), PathBuf::from("/tmp/k8s-webhook-server/serving-certs"));
         assert_eq!((a.webhook_cert_name(), a.webhook_key_name()), ("tls.crt", "tls.key"));
         assert_eq!(a.tls_min_version, TlsVersion::Tls12);
-        assert_eq!(a.log_format(), Ok(LogFormat::Json));
+        assert_eq!(a.log_format(), LogFormat::Json);
         assert_eq!((a.log_filter().as_str(), a.claim_concurrency()), ("info", 32));
         assert_eq!(a.metrics_endpoint(), ("diagnostics-address", ":8443", false));
         assert!(a.notices().is_empty());
