@@ -409,10 +409,18 @@ fn the_chart_refuses_wrong_values_by_name_and_renders_every_override() {
     assert!(pod["securityContext"].get("runAsUser").is_none(), "{}", pod["securityContext"]);
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
-    let account = docs.iter().find(|d| d["kind"] == "ServiceAccount").expect("a ServiceAccount");
+    let account = docs.iter().find(|d| d["kind"] == "ServiceAccount" && d["metadata"]["name"] == "ipam-x");
+    let account = account.expect("the manager's ServiceAccount");
     assert_eq!(account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"], "arn:aws:iam::1:role/ipam");
     // One replica: no spread constraint.
     assert!(pod.get("topologySpreadConstraints").is_none());
+    // `helm test`'s pod is no pod of the Deployment's: its ReplicaSet would adopt it (and the PodDisruptionBudget and
+    // NetworkPolicy, which select the same labels, would count and admit it).
+    let test_pod = docs.iter().find(|d| d["kind"] == "Pod").expect("helm test's pod");
+    assert_eq!(test_pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let selector = deployment["spec"]["selector"]["matchLabels"].as_object().expect("the Deployment's selector");
+    let labels = &test_pod["metadata"]["labels"];
+    assert!(selector.iter().any(|(k, v)| &labels[k] != v), "the Deployment selects helm test's pod: {labels}");
 }
 
 /// The kustomize overlay docs/install.md gives for the NetworkPolicy's metrics peer, rendered by kustomize: that peer

@@ -33,6 +33,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 cluster.x-k8s.io/provider: ipam-in-cluster
 {{- end -}}
 
+{{/* The labels of `helm test`'s objects: not the manager's selector labels, or its ReplicaSet would adopt the test
+pod, and its PodDisruptionBudget and NetworkPolicy would count and admit it. */}}
+{{- define "capi-ipam.testLabels" -}}
+app.kubernetes.io/name: {{ include "capi-ipam.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: helm-test
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
 {{- define "capi-ipam.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "capi-ipam.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
