@@ -284,6 +284,16 @@ fn release_manifests_follow_the_clusterctl_provider_contract(plane: &Plane) {
         "clusterctl generate provider",
     );
     assert!(!processed.contains("${"), "every variable has a default");
+    assert!(processed.contains("kubernetes.io/metadata.name: monitoring\n"), "the metrics peer's default");
+    // The metrics peer set as clusterctl variables are (in clusterctl.yaml or the environment).
+    let mut with_peer = std::fs::read_to_string(&config).expect("clusterctl.yaml");
+    with_peer.push_str("CAPI_IPAM_IN_CLUSTER_METRICS_NAMESPACE: observability\n");
+    std::fs::write(&config, with_peer).expect("clusterctl.yaml");
+    let observed = ok(
+        clusterctl(&dir, &["generate", "provider", "--ipam", &ipam, "--config", &config_arg]),
+        "clusterctl generate provider with the metrics namespace",
+    );
+    assert_eq!(observed, processed.replace("metadata.name: monitoring\n", "metadata.name: observability\n"));
     let ns = plane.kubectl_output(&["get", "namespace", "capi-ipam-in-cluster-system"]);
     if !ns.status.success() {
         ok(plane.kubectl_output(&["create", "namespace", "capi-ipam-in-cluster-system"]), "create namespace");
@@ -393,6 +403,8 @@ fn the_chart_refuses_wrong_values_by_name_and_renders_every_override() {
             "podSecurityContext.runAsUser=null",
             "--set",
             "podSecurityContext.runAsGroup=null",
+            "--set",
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=observability",
         ]),
         "helm template with overrides",
     );
@@ -414,6 +426,9 @@ fn the_chart_refuses_wrong_values_by_name_and_renders_every_override() {
     assert_eq!(account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"], "arn:aws:iam::1:role/ipam");
     // One replica: no spread constraint.
     assert!(pod.get("topologySpreadConstraints").is_none());
+    let policy = docs.iter().find(|d| d["kind"] == "NetworkPolicy").expect("the NetworkPolicy");
+    let peer = &policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"]["matchLabels"];
+    assert_eq!(peer["kubernetes.io/metadata.name"], "observability", "{policy}");
     // `helm test`'s pod is no pod of the Deployment's: its ReplicaSet would adopt it (and the PodDisruptionBudget and
     // NetworkPolicy, which select the same labels, would count and admit it).
     let test_pod = docs.iter().find(|d| d["kind"] == "Pod").expect("helm test's pod");
