@@ -7,8 +7,11 @@ set -euo pipefail
 need=()
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
 if [[ ${1:-} == release ]]; then
-  command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+  command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
+  # The static libc the arm64 manager links (crt-static).
+  [[ -f /usr/aarch64-linux-gnu/lib/libc.a ]] || need+=(libc6-dev-arm64-cross)
   command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+  command -v rustup >/dev/null || { echo "deps: rustup is required to add Rust's aarch64 target (https://rustup.rs)" >&2; exit 1; }
   if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
     echo "deps: adding Rust's aarch64-unknown-linux-gnu target" >&2
     rustup target add aarch64-unknown-linux-gnu >&2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make release: everything a release publishes, in out/release/, building only what it ships (no Kubernetes, no
-# control plane). tests/release.rs runs it and checks each part; docs/release.md says how to publish them.
+# control plane). make test runs it (tests/tools/test.sh) and tests/release.rs takes each part apart; docs/install.md
+# ("A release") says how to publish them.
 #
 #   image/oci/                   one OCI image index: the manager for linux/amd64 and linux/arm64
 #                                (crane push out/release/image/oci <registry>/…/manager:<version>)
@@ -22,9 +23,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 version=v$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 repository=ghcr.io/capi-ipam-in-cluster/manager
 image=$repository:$version
-artifact=${OPERATOR_ARTIFACT:-ghcr.io/capi-ipam-in-cluster/ipam-in-cluster}:$version
+# The artifact's reference (its tag is all the layout records; push it under any name).
+artifact=ghcr.io/capi-ipam-in-cluster/ipam-in-cluster:$version
 out=out/release
 say() { echo "release: $*" >&2; }
+# The arm64 manager is cross-linked and run under qemu-aarch64: from an x86_64 machine, as CI's.
+[[ $(uname -m) == x86_64 ]] || { say "make release builds on x86_64 (here: $(uname -m))"; exit 1; }
 
 tests/tools/deps.sh release
 kustomize=$(tests/tools/k8s-bin.sh kustomize | tail -n1)/kustomize
@@ -44,7 +48,7 @@ for arch in amd64 arm64; do
     cargo build --release --locked --quiet --target "$triple" --bin manager
   binary=target/$triple/release/manager
   runner=()
-  [[ $arch == arm64 && $(uname -m) != aarch64 ]] && runner=(qemu-aarch64)
+  [[ $arch == arm64 ]] && runner=(qemu-aarch64)
   # The binary runs on its architecture (arm64 under qemu-user here): the exec format error users met is caught here.
   ran=$("${runner[@]}" "$binary" --version) || { say "$binary does not run${runner:+ under ${runner[*]}}"; exit 1; }
   [[ $ran == *"${version#v}"* ]] || { say "$binary --version says '$ran', not ${version#v}"; exit 1; }
