@@ -2,7 +2,9 @@
 //! tests on synthetic series (`promtool test rules`, promtool built from its Go module), every metric the dashboard
 //! and the rules name is one a running manager exports, and the chart ships both only when asked, unchanged. Cluster
 //! API's controller-runtime dashboard (its queries in `tests/fixtures/capi-controller-runtime-dashboard-exprs.json`)
-//! finds every series a manager that is not a Go program can have, and they move when claims are reconciled.
+//! finds every series a manager that is not a Go program can have, and they move when claims are reconciled; and
+//! every controller-runtime and client-go family the Go provider v1.1.0 exports is ours, with its type, help, labels
+//! and buckets.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -281,4 +283,142 @@ async fn cluster_apis_controller_runtime_dashboard_finds_its_series_and_they_mov
             > 0.0
     );
     assert!(!after.contains("result=\"Success\""), "capitalized results are gone");
+}
+
+/// A metric family as a scrape shows it: its type, help text, label names (`le` aside) and bucket bounds.
+#[derive(Debug, Default, PartialEq)]
+struct Family {
+    kind: String,
+    help: String,
+    labels: BTreeSet<String>,
+    buckets: BTreeSet<String>,
+}
+
+/// A sample's label pairs, `a="x",b="y"` (values may hold escaped quotes and commas).
+fn label_pairs(text: &str) -> Vec<(String, String)> {
+    let (mut pairs, mut rest) = (Vec::new(), text);
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let (mut value, mut chars) = (String::new(), after.char_indices());
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => value.extend(chars.next().map(|(_, c)| c)),
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        pairs.push((key.trim_start_matches(',').trim().to_owned(), value));
+        rest = &after[end..];
+    }
+    pairs
+}
+
+/// The families of a scrape by base name. The Go client's text format names a counter's family `x_total`, OpenMetrics
+/// (ours) `x`; bucket bounds are compared as numbers (the Go client prints `60`, ours `60.0`).
+fn families(scrape: &str) -> std::collections::BTreeMap<String, Family> {
+    let base = |name: &str| name.strip_suffix("_total").unwrap_or(name).to_owned();
+    let mut families: std::collections::BTreeMap<String, Family> = Default::default();
+    for line in scrape.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            families.entry(base(name)).or_default().help = help.to_owned();
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            families.entry(base(name)).or_default().kind = kind.to_owned();
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            let family = ["", "_bucket", "_sum", "_count", "_total", "_created"]
+                .iter()
+                .filter_map(|suffix| name.strip_suffix(suffix))
+                .map(base)
+                .find(|f| families.contains_key(f));
+            let Some(family) = family.and_then(|f| families.get_mut(&f)) else { continue };
+            for (key, value) in label_pairs(labels.trim_end_matches('}')) {
+                if key == "le" {
+                    family.buckets.insert(value.parse::<f64>().map_or(value, |v| v.to_string()));
+                } else {
+                    family.labels.insert(key);
+                }
+            }
+        }
+    }
+    families
+}
+
+/// Our `/metrics` held against the Go provider v1.1.0's own, both running on one plane and both having reconciled the
+/// same claim and pool: every family it exports under controller-runtime's and client-go's names is ours too, with
+/// the same type, help text, label names and bucket bounds (it found `controller_runtime_webhook_panics_total` missing,
+/// and client-go's workqueue bounds printed from exact decimals, not from Go's floats).
+#[tokio::test]
+async fn every_controller_runtime_family_of_the_go_provider_is_ours_with_the_same_type_help_labels_and_buckets() {
+    use support::claims::{Capi, create_pool};
+    use support::manager::{Launch, Manager, http_get};
+    use support::release::{GoProvider, go_provider_dir};
+    let plane = tokio::task::spawn_blocking(|| support::Plane::private("metrics-vs-go")).await.expect("plane");
+    let go_dir = tokio::task::spawn_blocking(go_provider_dir).await.expect("the Go provider");
+    let plane_dir = plane.dir.clone();
+    let go = tokio::task::spawn_blocking(move || GoProvider::start(&support::Plane::at(&plane_dir), &go_dir))
+        .await
+        .expect("the Go provider running");
+    let manager = Manager::started(&plane, Launch::default(), &["--insecure-diagnostics"]).await;
+    let client = plane.client().await;
+    let ns = support::create_namespace(&client, "metrics").await;
+    create_pool(
+        &client,
+        "InClusterIPPool",
+        &ns,
+        "pool",
+        serde_json::json!({"addresses": ["10.9.1.1-10.9.1.9"], "prefix": 24}),
+    )
+    .await;
+    Capi::V1Beta2.create_claim(&client, &ns, "c", "InClusterIPPool", "pool").await;
+    Capi::V1Beta2.wait_bound(&client, &ns, "c").await;
+
+    // Each has reconciled the claim and the pool once its reconcile histogram has their samples.
+    let reconciled = |scrape: &str| {
+        ["ipaddressclaim", "inclusterippool"]
+            .iter()
+            .all(|c| scrape.contains(&format!("controller_runtime_reconcile_time_seconds_count{{controller=\"{c}\"}}")))
+    };
+    let mut scrapes = None;
+    for _ in 0..120 {
+        let theirs = http_get(go.metrics_port, "/metrics").map(|(_, body)| body).unwrap_or_default();
+        let ours = manager.metrics().unwrap_or_default();
+        if reconciled(&theirs) && reconciled(&ours) {
+            scrapes = Some((theirs, ours));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let (theirs, ours) = scrapes.expect("both reconciled the claim and the pool within a minute");
+    let (theirs, ours) = (families(&theirs), families(&ours));
+    assert!(theirs.len() > 20 && ours.len() > 20, "too few families read: {} and {}", theirs.len(), ours.len());
+    let mut differences = Vec::new();
+    for (name, family) in &theirs {
+        let compared = ["controller_runtime_", "workqueue_", "rest_client_", "leader_election_", "process_"];
+        if !compared.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        match ours.get(name) {
+            None => differences.push(format!("{name}: not ours ({} {:?})", family.kind, family.help)),
+            Some(mine) => {
+                for (what, same) in [
+                    ("type", family.kind == mine.kind),
+                    ("help", family.help == mine.help),
+                    // Label names and bounds show only once a series has samples on both sides.
+                    ("labels", family.labels.is_empty() || mine.labels.is_empty() || family.labels == mine.labels),
+                    ("buckets", family.buckets.is_empty() || mine.buckets.is_empty() || family.buckets == mine.buckets),
+                ] {
+                    if !same {
+                        differences.push(format!("{name}: {what} differs: theirs {family:?}, ours {mine:?}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n"));
 }

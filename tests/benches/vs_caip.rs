@@ -79,7 +79,7 @@ async fn run(provider: Provider, n: usize, caip: &std::path::Path, cap: Duration
             let (dir, caip) = (plane.dir.clone(), caip.to_path_buf());
             let c =
                 tokio::task::spawn_blocking(move || GoProvider::start(&Plane::at(&dir), &caip)).await.expect("CAIP");
-            let pid = c.0.id();
+            let pid = c.pid();
             (None, Some(c), pid)
         }
     };

@@ -38,12 +38,16 @@ pub fn go_provider_dir() -> PathBuf {
 /// The Go provider's binary (in `dir`, from [`go_provider_dir`]) running out of cluster against `plane`, as a single
 /// replica runs it: leader election and its webhook server off (the server would listen on every interface). Its log
 /// is `logs/go-provider.log` in the plane's folder. Killed when dropped.
-pub struct GoProvider(pub std::process::Child);
+pub struct GoProvider {
+    child: std::process::Child,
+    /// Its `/metrics`, over plain HTTP on 127.0.0.1 (`--insecure-diagnostics`).
+    pub metrics_port: u16,
+}
 
 impl GoProvider {
     pub fn start(plane: &Plane, dir: &Path) -> GoProvider {
         use crate::manager::free_port;
-        let health = free_port();
+        let (health, metrics_port) = (free_port(), free_port());
         let log_path = plane.dir.join("logs/go-provider.log");
         let log = std::fs::File::create(&log_path).expect("log");
         let child = Command::new(dir.join("caip"))
@@ -52,7 +56,7 @@ impl GoProvider {
                 "--leader-elect=false",
                 "--webhook-port=0",
                 &format!("--health-probe-bind-address=127.0.0.1:{health}"),
-                &format!("--diagnostics-address=127.0.0.1:{}", free_port()),
+                &format!("--diagnostics-address=127.0.0.1:{metrics_port}"),
                 "--insecure-diagnostics",
             ])
             .stdin(std::process::Stdio::null())
@@ -61,14 +65,18 @@ impl GoProvider {
             .spawn()
             .expect("starting the Go provider");
         crate::manager::wait_go_ready(health, || format!("the Go provider, log {}", log_path.display()));
-        GoProvider(child)
+        GoProvider { child, metrics_port }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
 impl Drop for GoProvider {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
