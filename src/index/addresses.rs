@@ -134,7 +134,9 @@ impl State {
     /// Whether the hold of the IPAddress `key` (`record`), gone from under its claim (a finalizer stripped, a
     /// restore's garbage collection), stays for that claim: it lives, uses the pool, and is not being deleted, the
     /// address is no duplicate (a duplicate's claim gets another), and it is the address the claim's condition names
-    /// when it names one (a late IPAddress of another address, withdrawn, is no machine's).
+    /// when it names one (a late IPAddress of another address, withdrawn, is no machine's). A claim clusterctl marked
+    /// for a move keeps it too: its machine uses the address over there, and the claim's deletion makes the hold the
+    /// reservation (seed 650784791: the mark seen before the IPAddress's deletion freed it for a waiting claim).
     fn keeps_hold_for_claim(&self, record: &AddressRecord, key: &ObjectKey) -> bool {
         // One moving away (clusterctl's, or left behind by a move) keeps its address reserved instead.
         if record.moving_away {
@@ -145,7 +147,6 @@ impl State {
         self.claims.get(key).is_some_and(|c| {
             c.deletion_timestamp.is_none()
                 && c.uses_pool(pool.kind, &pool.namespace, &pool.name)
-                && !c.moving_away
                 && c.bound_address.is_none_or(|bound| held == Some(bound))
         }) && held.is_some()
             && self.registry.duplicate_of(pool, key).is_none()

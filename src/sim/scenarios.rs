@@ -1345,8 +1345,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// IPAddress was made again (that status write lost, then a leader change); 640181799 (the checker): a backup holding
 /// both IPAddresses of an unresolved duplicate restores two holders, and the one restored first is no more the
 /// machine's than the other; 650546392 (the checker): a restored IPAddress of a deleting claim, its address taken
-/// meanwhile by the second manager for its shard's pool, is a restored duplicate (the first manager's index was asked).
-/// (A seed is a regression check only while the simulation draws the same numbers; the
+/// meanwhile by the second manager for its shard's pool, is a restored duplicate (the first manager's index was asked);
+/// 650784791: a bound claim marked for the move before its IPAddress's deletion was seen lost its hold, and a waiting
+/// claim took its address, in use over there. (A seed is a regression check only while the simulation draws the same numbers; the
 /// scenarios above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it
 /// too.)
 #[test]
@@ -1431,6 +1432,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         630_015_735,
         640_181_799,
         650_546_392,
+        650_784_791,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
@@ -1595,6 +1597,40 @@ fn kept_address_of_a_claim_deleted_for_a_move(leader_change: Option<Listed>) {
     w.begin_term();
     w.deliver_all(&[]);
     new_claims_get_none_of(&mut w, &[moved]);
+}
+
+/// Soak seed 650784791: clusterctl marks the claim of a global pool for the move (its Cluster paused) and the mark is
+/// seen before the deletion of its IPAddress (a person's, or clusterctl's own seen through a relist). The address is
+/// its machine's over there: it stays held for the claim, and becomes the reservation when clusterctl deletes the
+/// claim; never free in between for a waiting claim to take.
+#[test]
+fn a_claim_marked_for_the_move_before_its_ipaddress_is_seen_gone_keeps_its_address() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.deliver_all(&[]);
+    w.strip_ipaddress_of(m0.clone());
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.deliver_all(&[Kind::Claim]);
+    w.deliver_all(&[]);
+    // Claims waiting on the pool's one free address, before the claim's deletion would reserve the moved one.
+    let others: Vec<ObjectKey> = ["x0", "x1"].iter().map(|n| w.create_claim_named(1, n, gip)).collect();
+    w.deliver_all(&[]);
+    for x in &others {
+        w.run_to_rest(Job::Claim(x.clone()));
+        let got = w.read(Kind::Address, x).map(|a| a["spec"]["address"].clone());
+        assert_ne!(got.as_ref(), Some(&moved), "{x} got {moved}, in use over there:\n{}", w.trace_text());
+    }
+    w.force_delete_claim(&m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let entry = moved_away_entries(&w);
+    assert!(entry.contains(moved.as_str().unwrap_or("?")), "the entry is written: {entry:?}\n{}", w.trace_text());
+    let result = w.finish();
+    fails(&w, result);
 }
 
 /// Soak seed 520557168's order, for the entry of a bound claim's kept hold (no IPAddress names it): the global pool is

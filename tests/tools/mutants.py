@@ -452,6 +452,11 @@ MUTATIONS = [
      "        && view.record.as_ref().is_some_and(|r| *r.pool == view.pool_key)\n",
      "",
      "a bound claim waiting for its Cluster is told Ready of the address held for it while it has no IPAddress"),
+    ("marked-claim-loses-its-hold", "src/index/addresses.rs",
+     "                && c.uses_pool(pool.kind, &pool.namespace, &pool.name)\n                && c.bound_address",
+     "                && c.uses_pool(pool.kind, &pool.namespace, &pool.name)\n                && !c.moving_away\n"
+     "                && c.bound_address",
+     "a claim marked for a move before its IPAddress's deletion is seen frees the address its machine uses over there"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
