@@ -1633,6 +1633,46 @@ fn a_claim_marked_for_the_move_before_its_ipaddress_is_seen_gone_keeps_its_addre
     fails(&w, result);
 }
 
+/// Helper-93, on seed 650784791's fix: the claim marked for the move before its IPAddress was seen gone keeps its hold,
+/// so clusterctl's deletion of it notes a create that may still be in flight (no record yet) as well as reserving the
+/// address. No create was in flight; a new claim of the name, bound to another address here, must not be taken for
+/// moved: its own address, its IPAddress deleted from under it, stays held for it, not handed to a waiting claim.
+#[test]
+fn a_new_claim_of_the_name_of_a_claim_moved_with_its_kept_hold_keeps_its_own_address() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.deliver_all(&[]);
+    w.strip_ipaddress_of(m0.clone());
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.deliver_all(&[Kind::Claim]);
+    w.deliver_all(&[]);
+    w.force_delete_claim(&m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    // A new a/m0 of no Cluster gets the pool's other address.
+    let m0 = w.create_claim_named(0, "m0", gip);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let own = w.read(Kind::Address, &m0).expect("the new m0's IPAddress")["spec"]["address"].clone();
+    assert_ne!(own, moved, "{}", w.trace_text());
+    // A person deletes its IPAddress from under it; a claim waits on the pool.
+    w.strip_ipaddress_of(m0.clone());
+    w.deliver_all(&[Kind::Address]);
+    let x0 = w.create_claim_named(1, "x0", gip);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(x0.clone()));
+    let got = w.read(Kind::Address, &x0).map(|a| a["spec"]["address"].clone());
+    assert_ne!(got.as_ref(), Some(&own), "x0 took {own}, the new m0's machine's:\n{}", w.trace_text());
+    let result = w.finish();
+    fails(&w, result);
+}
+
 /// Soak seed 520557168's order, for the entry of a bound claim's kept hold (no IPAddress names it): the global pool is
 /// deleted and made again under its name before the entry is written. The pool's deletion took its reservations
 /// (docs/operations.md); the pool made again must not get the entry, whose address it may hand out meanwhile.

@@ -251,7 +251,7 @@ MUTATIONS = [
      "    match allocate(",
      "a claim whose pool was labelled for another shard while its run awaited allocates from it anyway"),
     ("moved-before-created", "src/index/pools.rs",
-     "        if self.moved_before_created.remove(&claim.key) && record.is_some() {",
+     "        if moved && record.is_some() {",
      "        if false {",
      "a claim gone for a move before its create answered has its address freed by the orphan check"),
     ("confirm-not-dirty", "src/index/registry/mod.rs",
@@ -457,6 +457,10 @@ MUTATIONS = [
      "                && c.uses_pool(pool.kind, &pool.namespace, &pool.name)\n                && !c.moving_away\n"
      "                && c.bound_address",
      "a claim marked for a move before its IPAddress's deletion is seen frees the address its machine uses over there"),
+    ("moved-before-created-any-claim", "src/index/pools.rs",
+     "        let moved = self.moved_before_created.get(&claim.key) == Some(&claim.uid.uid());",
+     "        let moved = self.moved_before_created.contains_key(&claim.key);",
+     "a new claim of the name of a claim moved while no create was in flight is taken for moved, its address reserved"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
