@@ -144,7 +144,7 @@ impl State {
                     self.registry.holds_unconfirmed(&PoolKey::new(kind, &key.namespace, &claim.pool_name), key)
                 })
             {
-                self.moved_before_created.insert(key.clone(), claim.uid.uid());
+                self.moved_before_created.insert((key.clone(), claim.uid.uid()));
             }
             moved_away::claim_moved_away(self, key, true);
             moved_away::kept_hold_moved_away(self, &claim);

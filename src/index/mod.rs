@@ -81,10 +81,11 @@ pub struct State {
     /// Clusters deleted while paused (moved away by clusterctl, which deletes them last): claims of theirs that go
     /// later, with or without their `delete-for-move`, went with them.
     moved_clusters: HashSet<ObjectKey>,
-    /// Claims gone for a move while the create of their IPAddress was in flight (no record to mark yet), with their
+    /// Claims gone for a move while the create of their IPAddress was in flight (no record to mark yet), by name and
     /// UID: that claim's create's answer records the move, and no later claim's of the name does (helper-93: an entry
-    /// whose create never came stayed, and a new claim of the name was taken for moved).
-    moved_before_created: HashMap<ObjectKey, Uid>,
+    /// whose create never came stayed, and a new claim of the name was taken for moved). Every one is kept: a second
+    /// claim of the name gone for a move before the first one's answer must not hide it (helper-94).
+    moved_before_created: HashSet<(ObjectKey, Uid)>,
     /// IPAddresses (by name, with their UID) whose claim's deletion was seen without clusterctl's mark: released even
     /// while their Cluster is paused, and not left behind by a move when it goes (a namespace wiped before a Velero
     /// restore).
@@ -133,7 +134,7 @@ impl State {
             addresses_seen_until: 0,
             listing_until: None,
             moved_clusters: HashSet::new(),
-            moved_before_created: HashMap::new(),
+            moved_before_created: HashSet::new(),
             claims_seen_gone: HashMap::new(),
             cluster_revisions: HashMap::new(),
             clusters_read_paused: HashMap::new(),

@@ -34,10 +34,7 @@ impl State {
         let record = self.remember_address(&claim.key, created);
         // Gone for a move before there was a record to mark: the move is recorded now, before the orphan check below
         // could free an address the moved machine uses (helper-23's review).
-        let moved = self.moved_before_created.get(&claim.key) == Some(&claim.uid.uid());
-        if moved {
-            self.moved_before_created.remove(&claim.key);
-        }
+        let moved = self.moved_before_created.remove(&(claim.key.clone(), claim.uid.uid()));
         if moved && record.is_some() {
             moved_away::claim_moved_away(self, &claim.key, true);
         }

@@ -862,6 +862,46 @@ fn a_claim_gone_for_a_move_before_its_create_answered_keeps_its_address_reserved
     assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
 }
 
+/// helper-94 R1: a second claim of the name (a move back) is gone for a move too while the first one's create is still
+/// in flight, its address held under the name: the first one's answer still records the first one's move.
+#[test]
+fn a_second_claim_of_the_name_gone_for_a_move_does_not_hide_the_first_ones_create() {
+    let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.delete_claim(&key("x"));
+    let mut again = x.clone();
+    again.uid = crate::compact::UidText::of("x-again");
+    index.apply_claim(again);
+    index.delete_claim(&key("x"));
+    let (record, _) = index.address_created(&x, &address);
+    assert!(record.is_some_and(|r| r.moving_away), "the first claim's move is recorded with its IPAddress");
+    assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
+}
+
+/// helper-93, on seed 650784791's fix: claim `x`, marked for the move, loses its IPAddress and keeps its hold, then
+/// goes; its note of a create that might be in flight stays (none was). A new claim `x`, allocated here, is no moved
+/// claim when its own create answers.
+#[test]
+fn a_new_claim_of_the_name_of_a_moved_claim_is_not_taken_for_moved() {
+    let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
+    index.address_created(&x, &address);
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.address_deleted(&key("x"), &address);
+    index.delete_claim(&key("x"));
+    let (mut again, _) = claim_of_global_pool_with_cluster("x");
+    again.uid = crate::compact::UidText::of("x-again");
+    again.cluster = None;
+    index.apply_claim(again.clone());
+    let assigned = index.allocate(&again, &global, None).expect("a free address");
+    let mut created = ip_address_uid("x", &assigned.address.to_string(), &again, 2);
+    created.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    created.spec.pool_ref.name = "g".to_owned();
+    let (record, _) = index.address_created(&again, &created);
+    assert!(record.is_some_and(|r| !r.moving_away), "the new claim is taken for moved");
+}
+
 /// helper-55 F1: the orphan release waits for the entry naming its own IPAddress, not for another's of the same
 /// address (a duplicate orphan waited for as long as the annotation had no room for the moved one's entry).
 #[test]

@@ -1661,6 +1661,8 @@ fn a_new_claim_of_the_name_of_a_claim_moved_with_its_kept_hold_keeps_its_own_add
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     let own = w.read(Kind::Address, &m0).expect("the new m0's IPAddress")["spec"]["address"].clone();
     assert_ne!(own, moved, "{}", w.trace_text());
+    let entries = moved_away_entries(&w);
+    assert!(!entries.contains(own.as_str().unwrap_or("?")), "the new m0 is taken for moved: {entries:?}");
     // A person deletes its IPAddress from under it; a claim waits on the pool.
     w.strip_ipaddress_of(m0.clone());
     w.deliver_all(&[Kind::Address]);

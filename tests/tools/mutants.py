@@ -458,9 +458,14 @@ MUTATIONS = [
      "                && c.bound_address",
      "a claim marked for a move before its IPAddress's deletion is seen frees the address its machine uses over there"),
     ("moved-before-created-any-claim", "src/index/pools.rs",
-     "        let moved = self.moved_before_created.get(&claim.key) == Some(&claim.uid.uid());",
-     "        let moved = self.moved_before_created.contains_key(&claim.key);",
+     "        let moved = self.moved_before_created.remove(&(claim.key.clone(), claim.uid.uid()));",
+     "        let moved = self.moved_before_created.iter().any(|(k, _)| *k == claim.key);",
      "a new claim of the name of a claim moved while no create was in flight is taken for moved, its address reserved"),
+    ("moved-before-created-last-only", "src/index/claims.rs",
+     "                self.moved_before_created.insert((key.clone(), claim.uid.uid()));",
+     "                self.moved_before_created.retain(|(k, _)| k != key);\n"
+     "                self.moved_before_created.insert((key.clone(), claim.uid.uid()));",
+     "a second claim of the name gone for a move hides the first one's create in flight: its move goes unrecorded"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
