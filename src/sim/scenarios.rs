@@ -1599,6 +1599,29 @@ fn kept_address_of_a_claim_deleted_for_a_move(leader_change: Option<Listed>) {
     new_claims_get_none_of(&mut w, &[moved]);
 }
 
+/// Seed 650784791's order: the bound claim's Cluster paused for a move, its IPAddress deleted by a person, and
+/// clusterctl's mark on the claim seen before that deletion.
+fn marked_before_its_ipaddress_is_seen_gone(w: &mut World, cl: &ObjectKey, claim: &ObjectKey) {
+    w.patch(Kind::Cluster, cl, json!({"spec": {"paused": true}}));
+    w.deliver_all(&[]);
+    w.strip_ipaddress_of(claim.clone());
+    w.patch(Kind::Claim, claim, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.deliver_all(&[Kind::Claim]);
+    w.deliver_all(&[]);
+}
+
+/// clusterctl ends the move: the marked claim deleted (its finalizers stripped) and seen gone, the Cluster deleted,
+/// and the pool's moved-away entries written.
+fn clusterctl_finishes_the_move(w: &mut World, pool: PoolId, cl: &ObjectKey, claim: &ObjectKey) {
+    w.force_delete_claim(claim);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(claim.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, cl);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(pool.pool_key()));
+}
+
 /// Soak seed 650784791: clusterctl marks the claim of a global pool for the move (its Cluster paused) and the mark is
 /// seen before the deletion of its IPAddress (a person's, or clusterctl's own seen through a relist). The address is
 /// its machine's over there: it stays held for the claim, and becomes the reservation when clusterctl deletes the
@@ -1606,12 +1629,7 @@ fn kept_address_of_a_claim_deleted_for_a_move(leader_change: Option<Listed>) {
 #[test]
 fn a_claim_marked_for_the_move_before_its_ipaddress_is_seen_gone_keeps_its_address() {
     let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
-    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
-    w.deliver_all(&[]);
-    w.strip_ipaddress_of(m0.clone());
-    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
-    w.deliver_all(&[Kind::Claim]);
-    w.deliver_all(&[]);
+    marked_before_its_ipaddress_is_seen_gone(&mut w, &cl, &m0);
     // Claims waiting on the pool's one free address, before the claim's deletion would reserve the moved one.
     let others: Vec<ObjectKey> = ["x0", "x1"].iter().map(|n| w.create_claim_named(1, n, gip)).collect();
     w.deliver_all(&[]);
@@ -1620,13 +1638,7 @@ fn a_claim_marked_for_the_move_before_its_ipaddress_is_seen_gone_keeps_its_addre
         let got = w.read(Kind::Address, x).map(|a| a["spec"]["address"].clone());
         assert_ne!(got.as_ref(), Some(&moved), "{x} got {moved}, in use over there:\n{}", w.trace_text());
     }
-    w.force_delete_claim(&m0);
-    w.deliver_all(&[]);
-    w.run_job(Job::Gone(m0.clone()));
-    w.answer_everything();
-    w.remove(Kind::Cluster, &cl);
-    w.deliver_all(&[]);
-    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    clusterctl_finishes_the_move(&mut w, gip, &cl, &m0);
     let entry = moved_away_entries(&w);
     assert!(entry.contains(moved.as_str().unwrap_or("?")), "the entry is written: {entry:?}\n{}", w.trace_text());
     let result = w.finish();
@@ -1640,19 +1652,8 @@ fn a_claim_marked_for_the_move_before_its_ipaddress_is_seen_gone_keeps_its_addre
 #[test]
 fn a_new_claim_of_the_name_of_a_claim_moved_with_its_kept_hold_keeps_its_own_address() {
     let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
-    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
-    w.deliver_all(&[]);
-    w.strip_ipaddress_of(m0.clone());
-    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
-    w.deliver_all(&[Kind::Claim]);
-    w.deliver_all(&[]);
-    w.force_delete_claim(&m0);
-    w.deliver_all(&[]);
-    w.run_job(Job::Gone(m0.clone()));
-    w.answer_everything();
-    w.remove(Kind::Cluster, &cl);
-    w.deliver_all(&[]);
-    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    marked_before_its_ipaddress_is_seen_gone(&mut w, &cl, &m0);
+    clusterctl_finishes_the_move(&mut w, gip, &cl, &m0);
     // A new a/m0 of no Cluster gets the pool's other address.
     let m0 = w.create_claim_named(0, "m0", gip);
     w.deliver_all(&[]);
