@@ -11,8 +11,9 @@
 #     capi        the Cluster API core controller-manager v1.14.2 (`manager`), with its CRDs (`crd/`) and webhook
 #                 configuration (`webhook.yaml`) from the same module, for every test control plane
 #     capi-v1.10  the same for Cluster API v1.10.10 (IPAM v1beta1 storage), for the v1beta1 tests
-#     caip        the Go provider (sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.1.0, `caip`) with its
-#                 config/ and metadata.yaml from the same module, for `make bench-vs-caip`; and `caip-oracle`
+#     caip        the Go provider (sigs.k8s.io/cluster-api-ipam-provider-in-cluster v1.1.0, `caip`, its webhook server
+#                 on 127.0.0.1 and its Lease in $POD_NAMESPACE) with its config/ and metadata.yaml from the same
+#                 module, for `make bench-vs-caip` and the migration tests; and `caip-oracle`
 #                 (tests/tools/caip-oracle, built inside a copy of that module's tree so that it may import its
 #                 internal packages), for tests/differential.rs
 #     image       oci-image (tests/tools/oci-image, `make image`) and crane, on go-containerregistry v0.22.1
@@ -67,7 +68,7 @@ case $set_name in
   release) modules=(helm clusterctl); label="helm-${HELM_VERSION}-clusterctl-${CLUSTERCTL_VERSION}"; bins=(helm clusterctl) ;;
   capi) modules=(capi); label="capi-${CAPI_VERSION}"; bins=(manager) ;;
   capi-v1.10) modules=(capi-v1.10); label="capi-${CAPI_V110_VERSION}"; bins=(manager) ;;
-  caip) modules=(caip caip-oracle); label="caip-${CAIP_VERSION}"; bins=(caip caip-oracle) ;;
+  caip) modules=(caip caip-oracle); label="caip-${CAIP_VERSION}-loopback"; bins=(caip caip-oracle) ;;
   image) modules=(oci-image); label="ggcr-${GGCR_VERSION}"; bins=(oci-image crane) ;;
   capm3) modules=(capm3); label="capm3-${CAPM3_VERSION}"; bins=(manager) ;;
   capv) modules=(capv); label="capv-${CAPV_VERSION}"; bins=(manager) ;;
@@ -180,25 +181,45 @@ elif [[ $set_name == operator ]]; then
     chmod -R u+w "$dir.tmp"
   fi
 elif [[ $set_name == caip ]]; then
-  build "the Go provider ($CAIP_VERSION)" caip "$dir.tmp/caip" caip -- -ldflags "-s -w" \
-    sigs.k8s.io/cluster-api-ipam-provider-in-cluster
-  src=$(cd "$here/caip" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-ipam-provider-in-cluster)
+  # Downloaded first: `go list -m` prints an empty Dir for a module not in the module cache yet (a fresh machine).
+  src=$(cd "$here/caip" && go mod download sigs.k8s.io/cluster-api-ipam-provider-in-cluster &&
+    go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-ipam-provider-in-cluster)
+  [[ -n $src && -d $src ]] || { echo "k8s-bin: downloading the Go provider's module failed" >&2; exit 1; }
   if [[ ! -f $dir/metadata.yaml ]]; then
     mkdir -p "$dir.tmp"
     cp -r "$src/config" "$src/metadata.yaml" "$dir.tmp/"
     chmod -R u+w "$dir.tmp"
   fi
-  if [[ ! -x $dir/caip-oracle ]]; then
-    # Go lets only packages under the module's root import its internal/ packages: the oracle's main package is
-    # placed in a copy of the module tree and built with the module's own go.mod and go.sum.
-    echo "k8s-bin: building caip-oracle inside a copy of the Go provider's module" >&2
+  if [[ ! -x $dir/caip || ! -x $dir/caip-oracle ]]; then
+    # Both are built inside a copy of the module's tree, with its own go.mod and go.sum: Go lets only packages under
+    # the module's root import its internal/ packages, as caip-oracle's main package does. The Go provider's main gets
+    # two lines, each checked (the build fails if the line it follows moved): its webhook server has no host flag and
+    # would listen on every interface, and tests listen on 127.0.0.1 only; and out of a cluster it cannot find its
+    # pod's namespace for its Lease, so it reads POD_NAMESPACE, as a pod's downward API would give it (unset, the
+    # manager behaves as upstream's). The migration tests run its own webhooks and leader election this way.
+    echo "k8s-bin: building the Go provider ($CAIP_VERSION, its webhook server on 127.0.0.1) and caip-oracle" >&2
     tree="$dir.tmp/caip-module"
     rm -rf "$tree"; mkdir -p "$dir.tmp"
     cp -r "$src" "$tree"; chmod -R u+w "$tree"
+    grep -qE '^[[:space:]]+Port:[[:space:]]+webhookPort,$' "$tree/main.go" &&
+      grep -qE '^[[:space:]]+LeaderElectionID:[[:space:]]+"7bb7acb4.ipam.cluster.x-k8s.io",$' "$tree/main.go" ||
+      { echo "k8s-bin: the Go provider's manager options moved; update the patch" >&2; exit 1; }
+    sed -i -e 's/^\([[:space:]]*\)Port:\([[:space:]]*\)webhookPort,$/&\n\1Host:\2"127.0.0.1",/' \
+      -e 's/^\([[:space:]]*\)LeaderElectionID:.*$/&\n\1LeaderElectionNamespace: os.Getenv("POD_NAMESPACE"),/' \
+      "$tree/main.go"
     mkdir "$tree/caiporacle"; cp "$here"/caip-oracle/*.go "$tree/caiporacle/"
-    (cd "$tree" && go build -trimpath -ldflags "-s -w" -o "$dir.tmp/caip-oracle" ./caiporacle) ||
-      { echo "k8s-bin: building caip-oracle failed" >&2; exit 1; }
+    log="$dir.tmp/build-caip.log"
+    set +e
+    (cd "$tree" && go build -v -trimpath -ldflags "-s -w" -o "$dir.tmp/caip" . &&
+      go build -v -trimpath -ldflags "-s -w" -o "$dir.tmp/caip-oracle" ./caiporacle) 2>&1 | tee "$log" |
+      progress "the Go provider"
+    set -e
     rm -rf "$tree"
+    [[ -x "$dir.tmp/caip" && -x "$dir.tmp/caip-oracle" ]] ||
+      { echo "k8s-bin: building the Go provider failed; the end of $log:" >&2; tail -n 40 "$log" >&2; exit 1; }
+    rm -f "$log"
+  else
+    echo "k8s-bin: the Go provider ($CAIP_VERSION) and caip-oracle: cached in $dir" >&2
   fi
 elif [[ $set_name == capm3 ]]; then
   build "the Metal3 provider ($CAPM3_VERSION)" capm3 "$dir.tmp/manager" manager -- -ldflags "-s -w" \

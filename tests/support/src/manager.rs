@@ -21,6 +21,9 @@ pub struct Launch {
     /// webhooks) instead of ours.
     pub crds: Option<PathBuf>,
     pub webhooks: Option<PathBuf>,
+    /// Whether the API server's calls go to this manager once it is ready (as a pod behind the webhook Service);
+    /// without, it runs beside what serves them now, until [`Manager::take_over`].
+    pub registered: bool,
     pub ready_within: Duration,
 }
 
@@ -31,6 +34,7 @@ impl Default for Launch {
             owner: None,
             crds: None,
             webhooks: None,
+            registered: true,
             ready_within: Duration::from_secs(90),
         }
     }
@@ -116,7 +120,7 @@ impl Manager {
     }
 
     fn launch(plane: &Plane, launch: Launch, extra_args: &[&str]) -> Manager {
-        let Launch { command, owner, crds, webhooks, ready_within } = launch;
+        let Launch { command, owner, crds, webhooks, registered, ready_within } = launch;
         let dir = plane.dir.join("managers").join(unique_name("m"));
         std::fs::create_dir_all(&dir).expect("manager folder");
         let shared_certs = plane.dir.join("webhook-certs");
@@ -177,9 +181,11 @@ impl Manager {
             spawned_at: None,
             _mounted: mounted,
         };
-        m.register(plane, &shared_certs, crds.as_deref(), webhooks.as_deref());
+        if registered {
+            m.register(plane, &shared_certs, crds.as_deref(), webhooks.as_deref());
+        }
         m.spawn();
-        m.wait_ready_within(plane, ready_within);
+        m.wait_ready_within(plane, ready_within, registered);
         m
     }
 
@@ -190,26 +196,7 @@ impl Manager {
     }
 
     fn register(&self, plane: &Plane, certs: &Path, crds: Option<&Path>, webhooks: Option<&Path>) {
-        let mut install = Command::new("python3");
-        install.arg(repo_root().join("tests/tools/dev-install.py"));
-        if let Some(crds) = crds {
-            install.arg("--crds").arg(crds);
-        }
-        if let Some(webhooks) = webhooks {
-            install.arg("--webhooks").arg(webhooks);
-        }
-        run(
-            install
-                .arg("--kubectl")
-                .arg(plane.bin_dir().join("kubectl"))
-                .arg("--kubeconfig")
-                .arg(plane.kubeconfig())
-                .arg("--url")
-                .arg(format!("https://127.0.0.1:{}", self.webhook_port))
-                .arg("--ca")
-                .arg(certs.join("ca.crt")),
-            "dev-install.py",
-        );
+        register_webhooks(plane, self.webhook_port, &certs.join("ca.crt"), crds, webhooks);
     }
 
     /// Starts the process (again), with the same ports and flags.
@@ -242,40 +229,19 @@ impl Manager {
 
     /// Waits until /readyz is 200 and the API server's calls reach the validating webhook.
     pub fn wait_ready(&self, plane: &Plane) {
-        self.wait_ready_within(plane, Duration::from_secs(90));
+        self.wait_ready_within(plane, Duration::from_secs(90), true);
     }
 
-    fn wait_ready_within(&self, plane: &Plane, ready_within: Duration) {
+    /// Waits until /readyz is 200 and, if the API server's calls go to this manager, until they reach it.
+    fn wait_ready_within(&self, plane: &Plane, ready_within: Duration, registered: bool) {
         let deadline = Instant::now() + ready_within;
         while self.probe("/readyz") != Some(200) {
             assert!(self.is_running(), "the manager exited:\n{}", self.log_tail(60));
             assert!(Instant::now() < deadline, "the manager did not become ready:\n{}", self.log_tail(60));
             std::thread::sleep(Duration::from_millis(100));
         }
-        // An invalid pool, created as a server-side dry run, must come back with our webhook's message.
-        let probe = r#"{"apiVersion":"ipam.cluster.x-k8s.io/v1alpha2","kind":"GlobalInClusterIPPool","metadata":{"name":"webhook-probe"},"spec":{"addresses":[],"prefix":24}}"#;
-        loop {
-            let mut child = Command::new(plane.bin_dir().join("kubectl"))
-                .arg("--kubeconfig")
-                .arg(&self.kubeconfig)
-                .args(["create", "--dry-run=server", "-f", "-"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("kubectl");
-            child.stdin.take().expect("stdin").write_all(probe.as_bytes()).expect("write");
-            let out = child.wait_with_output().expect("kubectl");
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            if stderr.contains("addresses is required") {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the API server does not reach the webhooks: {stderr}\n{}",
-                self.log_tail(40)
-            );
-            std::thread::sleep(Duration::from_millis(200));
+        if registered {
+            wait_webhooks_reached(plane, &self.kubeconfig, deadline, || self.log_tail(40));
         }
     }
 
@@ -388,4 +354,56 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let code = response.split_whitespace().nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     Some((code, body))
+}
+
+/// Registers CRDs and webhook configurations (ours unless given) at a webhook server on 127.0.0.1:`port` whose
+/// certificate `ca` signed, taking them over from an install whose Services no API server here can reach
+/// (tests/tools/dev-install.py, as `make run` does).
+pub fn register_webhooks(plane: &Plane, port: u16, ca: &Path, crds: Option<&Path>, webhooks: Option<&Path>) {
+    let mut install = Command::new("python3");
+    install.arg(repo_root().join("tests/tools/dev-install.py"));
+    if let Some(crds) = crds {
+        install.arg("--crds").arg(crds);
+    }
+    if let Some(webhooks) = webhooks {
+        install.arg("--webhooks").arg(webhooks);
+    }
+    run(
+        install
+            .arg("--kubectl")
+            .arg(plane.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(plane.kubeconfig())
+            .arg("--url")
+            .arg(format!("https://127.0.0.1:{port}"))
+            .arg("--ca")
+            .arg(ca),
+        "dev-install.py",
+    );
+}
+
+/// Waits until the API server's calls reach the pool webhooks: an invalid pool, created as a server-side dry run,
+/// comes back with the validating webhook's message (ours and the Go provider's say the same). `why_not` tells what
+/// the server says when the deadline passes.
+pub fn wait_webhooks_reached(plane: &Plane, kubeconfig: &Path, deadline: Instant, why_not: impl Fn() -> String) {
+    let probe = r#"{"apiVersion":"ipam.cluster.x-k8s.io/v1alpha2","kind":"GlobalInClusterIPPool","metadata":{"name":"webhook-probe"},"spec":{"addresses":[],"prefix":24}}"#;
+    loop {
+        let mut child = Command::new(plane.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["create", "--dry-run=server", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        child.stdin.take().expect("stdin").write_all(probe.as_bytes()).expect("write");
+        let out = child.wait_with_output().expect("kubectl");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("addresses is required") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the API server does not reach the webhooks: {stderr}\n{}", why_not());
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -35,37 +35,67 @@ pub fn go_provider_dir() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().expect("the folder").trim())
 }
 
-/// The Go provider's binary (in `dir`, from [`go_provider_dir`]) running out of cluster against `plane`, as a single
-/// replica runs it: leader election and its webhook server off (the server would listen on every interface). Its log
-/// is `logs/go-provider.log` in the plane's folder. Killed when dropped.
+/// The Go provider's binary (in `dir`, from [`go_provider_dir`]) running out of cluster against `plane`. Its log is
+/// `logs/go-provider.log` in the plane's folder (each start appends). Killed when dropped (SIGKILL: its Lease stays
+/// held until it expires, as when its pod is deleted; it never releases it anyway).
 pub struct GoProvider {
     child: std::process::Child,
     /// Its `/metrics`, over plain HTTP on 127.0.0.1 (`--insecure-diagnostics`).
     pub metrics_port: u16,
+    /// Its webhook server on 127.0.0.1 with the plane's certificate, when started [`GoProvider::as_deployed`].
+    pub webhook_port: Option<u16>,
 }
 
 impl GoProvider {
+    /// Its controllers alone, as a single replica runs them: leader election and its webhook server off.
     pub fn start(plane: &Plane, dir: &Path) -> GoProvider {
+        Self::launch(plane, dir, None)
+    }
+
+    /// As its Deployment runs it: leader election on its Lease in `namespace` (its pod's namespace), and its webhook
+    /// server (on 127.0.0.1: the build patches its host) with the plane's certificate. The caller registers its
+    /// webhooks at [`GoProvider::webhook_port`].
+    pub fn as_deployed(plane: &Plane, dir: &Path, namespace: &str) -> GoProvider {
+        Self::launch(plane, dir, Some(namespace))
+    }
+
+    fn launch(plane: &Plane, dir: &Path, deployed_in: Option<&str>) -> GoProvider {
         use crate::manager::free_port;
         let (health, metrics_port) = (free_port(), free_port());
         let log_path = plane.dir.join("logs/go-provider.log");
-        let log = std::fs::File::create(&log_path).expect("log");
-        let child = Command::new(dir.join("caip"))
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("log");
+        let mut args = vec![
+            format!("--health-probe-bind-address=127.0.0.1:{health}"),
+            format!("--diagnostics-address=127.0.0.1:{metrics_port}"),
+            "--insecure-diagnostics".to_owned(),
+        ];
+        let mut command = Command::new(dir.join("caip"));
+        let webhook_port = deployed_in.map(|namespace| {
+            let port = free_port();
+            let certs = plane.dir.join("webhook-certs");
+            let made = Command::new("bash").arg(repo_root().join("tests/tools/dev-certs.sh")).arg(&certs).status();
+            assert!(made.expect("dev-certs.sh").success(), "dev-certs.sh");
+            args.extend([
+                "--leader-elect=true".to_owned(),
+                format!("--webhook-port={port}"),
+                format!("--webhook-cert-dir={}", certs.display()),
+            ]);
+            command.env("POD_NAMESPACE", namespace);
+            port
+        });
+        if webhook_port.is_none() {
+            args.extend(["--leader-elect=false".to_owned(), "--webhook-port=0".to_owned()]);
+        }
+        let child = command
             .env("KUBECONFIG", plane.kubeconfig())
-            .args([
-                "--leader-elect=false",
-                "--webhook-port=0",
-                &format!("--health-probe-bind-address=127.0.0.1:{health}"),
-                &format!("--diagnostics-address=127.0.0.1:{metrics_port}"),
-                "--insecure-diagnostics",
-            ])
+            .args(&args)
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .expect("starting the Go provider");
         crate::manager::wait_go_ready(health, || format!("the Go provider, log {}", log_path.display()));
-        GoProvider { child, metrics_port }
+        GoProvider { child, metrics_port, webhook_port }
     }
 
     pub fn pid(&self) -> u32 {
