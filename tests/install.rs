@@ -3,30 +3,34 @@
 //! - Helm: install, upgrade to changed values, uninstall that keeps the CRDs, pools, claims and IPAddresses, and
 //!   install again;
 //! - `kubectl apply -k config/default`;
-//! - `clusterctl upgrade` from the Go provider's release v1.1.0 (its components built from its Go module's config/,
-//!   the way its release builds them) to ours, through one local provider repository;
+//! - the chart and config/default on Cluster API v1.10.10 (the v1beta1 IPAM API);
+//! - the migrations of docs/migration.md from the Go provider's release v1.1.0 (its components built from its Go
+//!   module's config/, the way its release builds them), installed by clusterctl, and back: `clusterctl upgrade`
+//!   through one local provider repository (back: `clusterctl delete` without `--include-crd`, then `clusterctl
+//!   init` of v1.1.0), Helm, and kustomize;
 //! - the Cluster API Operator v0.29.0: an `IPAMProvider` installs our release from ConfigMaps and upgrades it.
 //!
 //! No kubelet runs here, so no pod starts: the test plays the kubelet. It runs the manager out of cluster and points
 //! the API server's webhook calls at it (tests/tools/dev-install.py, as `make run` does), taking them over from the
-//! Services the install created. The claims, pools and IPAddresses are checked before and after every step: every
-//! claim keeps its address, and no address is held twice.
+//! Services the install created. The Go provider runs the same way, with its own webhooks and leader election. The
+//! claims, pools and IPAddresses are checked before and after every step: every claim keeps its address, and no
+//! address is held twice.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
-use support::claims::{Capi, create_pool};
-use support::manager::{Launch, Manager, free_port, wait_go_ready};
+use support::claims::{Capi, GROUP, create_pool, pool_resource, pools};
+use support::manager::{Launch, Manager, free_port, register_webhooks, wait_go_ready, wait_webhooks_reached};
 use support::oci::{Registry, crane};
 use support::release::{
     GoProvider, Release, clusterctl, clusterctl_init_from, go_provider_dir, helm, helm_command, install_fixture_crds,
     ipam_provider_version, ok, our_version, release_manifests, repository_of, scratch, tool_dir,
 };
-use support::{Plane, create_namespace, eventually, repo_root};
+use support::{Plane, create_namespace, eventually, repo_root, tail};
 use tokio::sync::Mutex;
 
 const CAPI: Capi = Capi::V1Beta2;
@@ -88,6 +92,28 @@ async fn claim_and_wait(client: &Client, namespace: &str, names: &[&str]) -> BTr
 fn kept(before: &BTreeMap<String, String>, now: &BTreeMap<String, String>, step: &str) {
     for (claim, address) in before {
         assert_eq!(now.get(claim), Some(address), "{step}: claim {claim} lost or changed its address {address}");
+    }
+}
+
+/// Pool writes are served at `step` (no webhook configuration or CRD conversion left calling a server that is not
+/// there): a pool created (the mutating and validating webhooks), read at v1alpha1 (the conversion webhook: pools are
+/// stored at v1alpha2) and deleted (the validating webhook again).
+async fn pool_writes_are_served(client: &Client, namespace: &str, step: &str) {
+    static WRITES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let name = format!("write-{}", WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let mut pool = DynamicObject::new(&name, &pool_resource("InClusterIPPool"));
+    pool.data = json!({"spec": {"addresses": ["10.99.0.10-10.99.0.20"], "prefix": 24, "gateway": "10.99.0.1"}});
+    let api = pools(client, "InClusterIPPool", namespace);
+    if let Err(e) = api.create(&PostParams::default(), &pool).await {
+        panic!("{step}: a pool write was refused: {e}");
+    }
+    let v1alpha1: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &support::resource(GROUP, "v1alpha1", "InClusterIPPool"));
+    if let Err(e) = v1alpha1.get(&name).await {
+        panic!("{step}: reading a pool at v1alpha1 (the CRD's conversion webhook) failed: {e}");
+    }
+    if let Err(e) = api.delete(&name, &DeleteParams::default()).await {
+        panic!("{step}: a pool delete was refused: {e}");
     }
 }
 
@@ -301,11 +327,10 @@ async fn helm_install_upgrade_and_uninstall_keep_the_pools_and_their_addresses()
     assert_eq!(reinstalled.len(), 4);
 }
 
-#[tokio::test]
-async fn kubectl_apply_k_config_default_installs_a_provider_that_binds_claims() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let plane = private_plane("kustomize").await;
-    let client = plane.client().await;
+/// `kubectl apply -k config/default`, twice (nothing changes the second time), checked, and the flags of the
+/// Deployment's manager as the pod would run it (but the ports and log format, which the test picks), with its
+/// namespace for the Lease, as the downward API gives it.
+fn apply_config_default(plane: &Plane) -> Vec<String> {
     let config = repo_root().join("config/default").to_string_lossy().into_owned();
     let applied = ok(plane.kubectl_output(&["apply", "-k", &config]), "kubectl apply -k config/default");
     assert!(applied.contains("deployment.apps/capi-ipam-in-cluster-controller-manager created"), "{applied}");
@@ -314,19 +339,11 @@ async fn kubectl_apply_k_config_default_installs_a_provider_that_binds_claims() 
     ok(plane.kubectl_output(&["apply", "-k", &config]), "kubectl apply -k again");
     ok(plane.kubectl_output(&["diff", "-k", &config]), "kubectl diff -k after apply -k (a difference exits 1)");
 
-    let deployment = kubectl_json(
-        &plane,
-        &["get", "deployment", "-n", PROVIDER_NAMESPACE, "capi-ipam-in-cluster-controller-manager"],
-    )
-    .expect("the Deployment");
-    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let container = &deployment(plane)["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["image"], format!("ghcr.io/capi-ipam-in-cluster/manager:{}", our_version()));
     let args: Vec<String> =
         container["args"].as_array().expect("args").iter().map(|a| a.as_str().unwrap().to_owned()).collect();
     assert!(args.iter().all(|a| !a.contains("${")), "clusterctl variables left in config/default: {args:?}");
-
-    // The pod's manager, with the Deployment's own flags (but the ports and log format, which the test picks) and its
-    // namespace for the Lease, as the downward API gives it.
     let mut flags: Vec<String> = args
         .into_iter()
         .filter(|a| {
@@ -334,6 +351,15 @@ async fn kubectl_apply_k_config_default_installs_a_provider_that_binds_claims() 
         })
         .collect();
     flags.extend(["--insecure-diagnostics".to_owned(), format!("--leader-election-namespace={PROVIDER_NAMESPACE}")]);
+    flags
+}
+
+#[tokio::test]
+async fn kubectl_apply_k_config_default_installs_a_provider_that_binds_claims() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let plane = private_plane("kustomize").await;
+    let client = plane.client().await;
+    let flags = apply_config_default(&plane);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let _manager = Manager::started(&plane, Launch::default(), &flags).await;
     let tenant = create_namespace(&client, "tenant").await;
@@ -395,15 +421,10 @@ fn restore_wiring(plane: &Plane, wiring: &Wiring) {
     }
 }
 
-/// A Lease held by someone else for an hour: a manager that leader-elects on it serves webhooks and never allocates.
-async fn hold_the_lease(client: &Client, namespace: &str) {
-    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-    let lease: Lease = serde_json::from_value(json!({
-        "metadata": {"name": LEASE, "namespace": namespace},
-        "spec": {"holderIdentity": "go-provider", "leaseDurationSeconds": 3600, "acquireTime": now, "renewTime": now}
-    }))
-    .expect("Lease");
-    Api::<Lease>::namespaced(client.clone(), namespace).create(&PostParams::default(), &lease).await.expect("Lease");
+/// Who holds the providers' Lease (the Go provider's and ours are the same one), if anyone.
+async fn lease_holder(client: &Client) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), PROVIDER_NAMESPACE);
+    leases.get_opt(LEASE).await.expect("the Lease").and_then(|l| l.spec).and_then(|s| s.holder_identity)
 }
 
 /// The Go provider v1.1.0 installed by clusterctl, at work: three claims bound by it.
@@ -415,13 +436,13 @@ struct GoInstall {
     by_the_go_provider: BTreeMap<String, String>,
     /// The webhook configurations and CRD conversions the install wrote.
     wiring: Wiring,
-    /// The Go provider's process (its pod) and ours standing in for its webhooks, while they run.
-    processes: Option<(GoProvider, Manager)>,
-    /// Its module's folder, its release's components (as `clusterctl generate provider` writes them), and the
-    /// namespace of the Lease its webhooks' stand-in waits for.
+    /// The Go provider's process (its pod), with its webhooks and leader election, while it runs.
+    process: Option<GoProvider>,
+    /// The identity it holds the Lease with.
+    go_holder: String,
+    /// Its module's folder, and its release's components (as `clusterctl generate provider` writes them).
     go: std::path::PathBuf,
     components: String,
-    holder: String,
 }
 
 impl GoInstall {
@@ -459,15 +480,15 @@ impl GoInstall {
         assert!(deployment(plane).to_string().contains("cluster-api-ipam-in-cluster-controller:v1.1.0"));
 
         let wiring = save_wiring(plane);
-        let holder = create_namespace(client, "lease").await;
-        hold_the_lease(client, &holder).await;
-        let (go_provider, webhooks) = go_at_work(plane, &go, &holder).await;
+        let go_provider = go_at_work(plane, &go).await;
         let tenant = create_namespace(client, "tenant").await;
         let spec = json!({"addresses": ["10.82.0.10-10.82.0.30"], "prefix": 24, "gateway": "10.82.0.1"});
         create_pool(client, "InClusterIPPool", &tenant, "nodes", spec).await;
         let by_the_go_provider = claim_and_wait(client, &tenant, &["a", "b", "c"]).await;
         assert_eq!(by_the_go_provider.len(), 3);
-        assert!(webhooks.log_tail(200).contains("waiting for leadership"), "the stand-in must not allocate");
+        assert!(go_log(plane).contains("successfully acquired lease"), "the Go provider leads: {}", go_log_tail(plane));
+        let go_holder = lease_holder(client).await.expect("the Go provider holds the Lease");
+        pool_writes_are_served(client, &tenant, "the Go provider at work").await;
         let addresses = CAPI.addresses(client, &tenant).list(&ListParams::default()).await.expect("IPAddresses");
         for a in &addresses.items {
             // Written by the Go provider: no conditions of ours on the claims yet, its finalizer on the IPAddresses.
@@ -480,49 +501,60 @@ impl GoInstall {
             tenant,
             by_the_go_provider,
             wiring,
-            processes: Some((go_provider, webhooks)),
+            process: Some(go_provider),
+            go_holder,
             go,
             components: theirs,
-            holder,
         }
     }
 
-    /// The Go provider at work again (rolled back to): its process, and ours standing in for its webhooks.
+    /// The Go provider at work again (rolled back to): its pod started, its webhooks served.
     async fn resume(&mut self, plane: &Plane) {
-        self.processes = Some(go_at_work(plane, &self.go, &self.holder).await);
+        self.process = Some(go_at_work(plane, &self.go).await);
     }
 
-    /// The API server sees the install's own webhook configurations and CRD conversions again (the stand-in's
-    /// rewiring undone), as an installer reading them would.
+    /// The API server sees the install's own webhook configurations and CRD conversions again (the registration of a
+    /// process at them undone), as an installer reading them would.
     fn unwire(&self, plane: &Plane) {
         restore_wiring(plane, &self.wiring);
     }
 
-    /// The Go provider's pod goes (its Deployment scaled to 0), and the stand-in for its webhooks with it.
+    /// The Go provider's pod goes (its Deployment scaled to 0, or deleted): killed, its Lease left to expire.
     fn stop(&mut self) {
-        self.processes = None;
+        self.process = None;
     }
 }
 
-/// The Go provider at work. Its webhook server cannot listen on 127.0.0.1 only, so ours stands in for its webhooks
-/// (the same paths), registered with the Go provider's own CRDs and webhook configurations, leader-electing on a Lease
-/// of `holder` that someone else holds: it never allocates.
-async fn go_at_work(plane: &Plane, go: &std::path::Path, holder: &str) -> (GoProvider, Manager) {
-    let standing_in = Launch {
-        crds: Some(go.join("config/crd/bases")),
-        webhooks: Some(go.join("config/webhook/manifests.yaml")),
-        ..Launch::default()
-    };
-    let webhooks = Manager::started(
-        plane,
-        standing_in,
-        &["--insecure-diagnostics", "--leader-elect", &format!("--leader-election-namespace={holder}")],
-    )
-    .await;
-    let (plane_dir, go_dir) = (plane.dir.clone(), go.to_path_buf());
-    let go_provider =
-        tokio::task::spawn_blocking(move || GoProvider::start(&Plane::at(&plane_dir), &go_dir)).await.expect("Go");
-    (go_provider, webhooks)
+/// The Go provider at work as its Deployment's pod: its own webhook server, registered with its own CRDs and webhook
+/// configurations (its Service's endpoint played by 127.0.0.1), and its leader election on the Lease of its
+/// namespace, the one ours takes over. Returns once the API server's calls reach its webhooks.
+async fn go_at_work(plane: &Plane, go: &std::path::Path) -> GoProvider {
+    let (plane_dir, go) = (plane.dir.clone(), go.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        let plane = Plane::at(&plane_dir);
+        let provider = GoProvider::as_deployed(&plane, &go, PROVIDER_NAMESPACE);
+        let port = provider.webhook_port.expect("its webhook server");
+        let (crds, webhooks) = (go.join("config/crd/bases"), go.join("config/webhook/manifests.yaml"));
+        register_webhooks(&plane, port, &plane.dir.join("webhook-certs/ca.crt"), Some(&crds), Some(&webhooks));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        wait_webhooks_reached(&plane, &plane.kubeconfig(), deadline, || go_log_tail(&plane));
+        provider
+    })
+    .await
+    .expect("the Go provider")
+}
+
+/// The Go provider's log (every start of it in this plane), and its end.
+fn go_log(plane: &Plane) -> String {
+    std::fs::read_to_string(go_log_path(plane)).unwrap_or_default()
+}
+
+fn go_log_tail(plane: &Plane) -> String {
+    tail(&go_log_path(plane), 60)
+}
+
+fn go_log_path(plane: &Plane) -> std::path::PathBuf {
+    plane.dir.join("logs/go-provider.log")
 }
 
 fn deployment(plane: &Plane) -> Value {
@@ -532,10 +564,25 @@ fn deployment(plane: &Plane) -> Value {
 
 /// Ours, where the new Deployment's pod would run: the Go provider's claims get our Ready condition and keep their
 /// addresses, new ones get free ones.
+/// It leader-elects on the Go provider's Lease, as the manager of our Deployment does in that namespace: the Go
+/// provider's pod, killed, never released it, so ours allocates only once it expired.
 async fn ours_keeps_and_binds(plane: &Plane, client: &Client, go: &GoInstall, step: &str) -> Manager {
-    let manager = Manager::started(plane, Launch::default(), &["--insecure-diagnostics"]).await;
+    let manager = ours_in_the_namespace(plane, Launch::default()).await;
+    keeps_and_binds(client, go, step).await;
+    manager
+}
+
+/// Our manager as our Deployment's pod runs it there: leader election on the Lease of its namespace.
+async fn ours_in_the_namespace(plane: &Plane, launch: Launch) -> Manager {
+    let lease = format!("--leader-election-namespace={PROVIDER_NAMESPACE}");
+    Manager::started(plane, launch, &["--insecure-diagnostics", "--leader-elect", &lease]).await
+}
+
+/// Ours at work: the Go provider's claims get our Ready condition and keep their addresses, new ones get free ones,
+/// ours holds the Lease, and pool writes are served.
+async fn keeps_and_binds(client: &Client, go: &GoInstall, step: &str) {
     let claims = CAPI.claims(client, &go.tenant);
-    eventually(Duration::from_secs(30), "our Ready condition on the Go provider's claims", || async {
+    eventually(Duration::from_secs(60), "our Ready condition on the Go provider's claims", || async {
         let list = claims.list(&ListParams::default()).await.ok()?;
         list.items
             .iter()
@@ -550,7 +597,9 @@ async fn ours_keeps_and_binds(plane: &Plane, client: &Client, go: &GoInstall, st
     let now = claim_and_wait(client, &go.tenant, &["d", "e"]).await;
     kept(&go.by_the_go_provider, &now, step);
     assert_eq!(now.len(), 5);
-    manager
+    let holder = lease_holder(client).await;
+    assert!(holder.is_some() && holder != Some(go.go_holder.clone()), "{step}: ours holds the Lease: {holder:?}");
+    pool_writes_are_served(client, &go.tenant, &format!("{step}, ours at work")).await;
 }
 
 #[tokio::test]
@@ -584,8 +633,46 @@ async fn clusterctl_upgrade_from_the_go_provider_keeps_every_claim_bound() {
     assert_eq!(ipam_provider_version(&plane), format!("IPAMProvider {version}"));
     let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
     assert_eq!(image, format!("ghcr.io/capi-ipam-in-cluster/manager:{version}"));
+    let upgraded_wiring = save_wiring(&plane);
+    let ours = ours_keeps_and_binds(&plane, &client, &go, "clusterctl upgrade").await;
+    let with_ours = bound_addresses(&client, &go.tenant).await;
 
-    let _manager = ours_keeps_and_binds(&plane, &client, &go, "clusterctl upgrade").await;
+    // Rolling back as docs/migration.md writes it: `clusterctl delete --ipam in-cluster` without --include-crd (our
+    // pod goes with our Deployment; the CRDs stay, and every pool, claim and IPAddress with them), then `clusterctl
+    // init --ipam in-cluster:v1.1.0`.
+    drop(ours);
+    restore_wiring(&plane, &upgraded_wiring);
+    let delete = ["delete", "--ipam", "in-cluster", "--config", &config_arg, "--kubeconfig", &kubeconfig];
+    ok(clusterctl(&dir, &delete), "clusterctl delete --ipam in-cluster");
+    assert!(deployment_gone(&plane), "clusterctl delete left our Deployment");
+    assert_eq!(bound_addresses(&client, &go.tenant).await, with_ours, "clusterctl delete changed the claims");
+    finish_namespace_deletion(&plane, "cert-manager-test");
+    let init = ["init", "--ipam", "in-cluster:v1.1.0", "--config", &config_arg, "--kubeconfig", &kubeconfig];
+    ok(clusterctl(&dir, &init), "clusterctl init --ipam in-cluster:v1.1.0 after the delete");
+    assert_eq!(ipam_provider_version(&plane), "IPAMProvider v1.1.0");
+    let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    assert_eq!(image, "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller:v1.1.0");
+    // Its pod starts; it takes the Lease our killed manager left over once it expires.
+    go.resume(&plane).await;
+    let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
+    kept(&with_ours, &now, "the rollback after clusterctl upgrade");
+    assert_eq!(now.len(), 6, "{now:?}");
+    pool_writes_are_served(&client, &go.tenant, "the rollback after clusterctl upgrade").await;
+}
+
+/// Finishes the deletion of a namespace, as kube-controller-manager's namespace controller (not run here) does: every
+/// `clusterctl init` checks cert-manager by creating and deleting its objects in `cert-manager-test`, and a second
+/// `init` could not create them in that namespace still terminating.
+fn finish_namespace_deletion(plane: &Plane, name: &str) {
+    let Some(mut namespace) = kubectl_json(plane, &["get", "namespace", name]) else { return };
+    namespace["spec"]["finalizers"] = json!([]);
+    let finalize = format!("/api/v1/namespaces/{name}/finalize");
+    ok(plane.kubectl_stdin(&["replace", "--raw", &finalize, "-f", "-"], &namespace.to_string()), "finalizing");
+}
+
+fn deployment_gone(plane: &Plane) -> bool {
+    kubectl_json(plane, &["get", "deployment", "-n", PROVIDER_NAMESPACE, "capi-ipam-in-cluster-controller-manager"])
+        .is_none()
 }
 
 /// The shell blocks of the Helm steps of docs/migration.md, as written there.
@@ -664,6 +751,14 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     }
     let crd = kubectl_json(&plane, &["get", "crd", "inclusterippools.ipam.cluster.x-k8s.io"]).expect("CRD");
     assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["name"], chart_service);
+    // "Wait until its pod is ready": ours runs beside the Go provider (the API server's calls still go where the test
+    // registered them), and waits for the Lease the Go provider holds: one allocator at a time.
+    let mut ours = ours_in_the_namespace(&plane, Launch { registered: false, ..Launch::default() }).await;
+    eventually(Duration::from_secs(10), "ours waiting for the Go provider's Lease", || async {
+        std::fs::read_to_string(&ours.log).ok()?.contains("waiting for leadership").then_some(())
+    })
+    .await;
+    assert_eq!(lease_holder(&client).await, Some(go.go_holder.clone()), "ours took the Lease the Go provider holds");
 
     // 3. The Go provider's webhook configurations go, then its Deployment: only the chart's webhooks are called.
     run_block(&plane, &blocks[1]);
@@ -672,9 +767,12 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     assert!(!left.is_empty() && left.iter().all(|(_, s)| s == chart_service), "{left:?}");
     assert_eq!(deployment(&plane)["spec"]["replicas"], 0);
 
-    // Ours, where the chart's pod would run (the chart's wiring kept, to give back before the rollback's apply).
+    // The chart's Service now calls ours alone (the chart's wiring kept, to give back before the rollback's apply),
+    // and ours takes over the Lease the Go provider's pod left when it expires.
     let chart_wiring = save_wiring(&plane);
-    let ours = ours_keeps_and_binds(&plane, &client, &go, "the Helm migration").await;
+    ours.take_over(&plane);
+    ours.wait_ready(&plane);
+    keeps_and_binds(&client, &go, "the Helm migration").await;
     let with_ours = bound_addresses(&client, &go.tenant).await;
 
     // Rolling back as docs/migration.md writes it: the Go provider's components applied again, its pod ready (ours
@@ -689,17 +787,28 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     }
     restore_wiring(&plane, &chart_wiring);
     ok(plane.kubectl_stdin(&["apply", "-f", "-"], &go.components), "the Go provider's components applied again");
+    let ours_holding = lease_holder(&client).await.expect("ours holds the Lease");
     go.resume(&plane).await;
+    // Both run now, one allocates: the Go provider waits for the Lease ours holds.
+    assert_eq!(lease_holder(&client).await.as_ref(), Some(&ours_holding), "the Go provider took the Lease from ours");
+    assert_eq!(go_log(&plane).matches("successfully acquired lease").count(), 1, "{}", go_log_tail(&plane));
     ok(
         helm(&["uninstall", "capi-ipam", "--namespace", PROVIDER_NAMESPACE, "--kubeconfig", &kubeconfig]),
         "helm uninstall after the rollback",
     );
-    drop(ours);
+    // The chart's Deployment gone, its pod gets SIGTERM: ours releases the Lease, and the Go provider takes it over
+    // at its next try (every 2 s), long before the Lease would have expired (15 s).
+    assert!(ours.terminate(Duration::from_secs(30)), "our manager did not stop on SIGTERM");
+    eventually(Duration::from_secs(10), "the Go provider takes the Lease ours released", || async {
+        (go_log(&plane).matches("successfully acquired lease").count() == 2).then_some(())
+    })
+    .await;
     let go_again = pool_webhook_services(&plane);
     assert!(go_again.iter().all(|(_, s)| s != chart_service), "the chart's webhooks are gone: {go_again:?}");
     let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
     kept(&with_ours, &now, "the rollback to the Go provider");
     assert_eq!(now.len(), 6, "{now:?}");
+    pool_writes_are_served(&client, &go.tenant, "the Helm rollback to the Go provider").await;
 }
 
 /// The kustomize path of docs/migration.md, and its rollback, walked from the Go provider's clusterctl install:
@@ -740,6 +849,16 @@ async fn the_kustomize_migration_from_the_go_provider_and_back_keeps_every_claim
     let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
     kept(&with_ours, &now, "the rollback to the Go provider");
     assert_eq!(now.len(), 6, "{now:?}");
+    pool_writes_are_served(&client, &go.tenant, "the kustomize rollback to the Go provider").await;
+}
+
+/// A plane of its own with Cluster API v1.10.10 (the v1beta1 IPAM API) and the fixture CRDs.
+async fn plane_with_cluster_api_1_10(name: &'static str) -> Plane {
+    let plane =
+        tokio::task::spawn_blocking(move || Plane::private_with(name, &["--capi", "v1.10"])).await.expect("plane");
+    let dir = plane.dir.clone();
+    tokio::task::spawn_blocking(move || install_fixture_crds(&Plane::at(&dir))).await.expect("fixture CRDs");
+    plane
 }
 
 /// On Cluster API 1.6–1.10 clusterctl refuses our v1beta2-contract release, and docs/install.md says to install with
@@ -748,10 +867,7 @@ async fn the_kustomize_migration_from_the_go_provider_and_back_keeps_every_claim
 #[tokio::test]
 async fn the_chart_installs_on_cluster_api_1_10_and_binds_a_v1beta1_claim() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let plane =
-        tokio::task::spawn_blocking(|| Plane::private_with("helm-v1beta1", &["--capi", "v1.10"])).await.expect("plane");
-    let dir = plane.dir.clone();
-    tokio::task::spawn_blocking(move || install_fixture_crds(&Plane::at(&dir))).await.expect("fixture CRDs");
+    let plane = plane_with_cluster_api_1_10("helm-v1beta1").await;
     let client = plane.client().await;
     let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
     let installed = ok(
@@ -776,6 +892,25 @@ async fn the_chart_installs_on_cluster_api_1_10_and_binds_a_v1beta1_claim() {
     Capi::V1Beta1.create_claim(&client, &tenant, "a", "InClusterIPPool", "nodes").await;
     let bound = Capi::V1Beta1.wait_bound(&client, &tenant, "a").await;
     assert_eq!(bound.data["spec"]["address"], "10.83.0.10");
+}
+
+/// docs/install.md's other path on Cluster API 1.6–1.10: `kubectl apply -k config/default` on a Cluster API v1.10.10
+/// control plane installs a provider whose manager binds a claim through the v1beta1 API.
+#[tokio::test]
+async fn kubectl_apply_k_config_default_on_cluster_api_1_10_binds_a_v1beta1_claim() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let plane = plane_with_cluster_api_1_10("kustomize-v1beta1").await;
+    let client = plane.client().await;
+    let flags = apply_config_default(&plane);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let manager = Manager::started(&plane, Launch::default(), &flags).await;
+    assert!(manager.log_tail(200).contains("ipam=\"v1beta1\""), "{}", manager.log_tail(20));
+    let tenant = create_namespace(&client, "tenant").await;
+    let spec = json!({"addresses": ["10.84.0.10-10.84.0.12"], "prefix": 24, "gateway": "10.84.0.1"});
+    create_pool(&client, "InClusterIPPool", &tenant, "nodes", spec).await;
+    Capi::V1Beta1.create_claim(&client, &tenant, "a", "InClusterIPPool", "nodes").await;
+    let bound = Capi::V1Beta1.wait_bound(&client, &tenant, "a").await;
+    assert_eq!(bound.data["spec"]["address"], "10.84.0.10");
 }
 
 /// The Cluster API Operator v0.29.0 (tests/tools/k8s-bin.sh operator) running out of cluster against a plane, as its
