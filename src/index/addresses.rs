@@ -42,6 +42,7 @@ impl State {
             // It holds a reserved address now (one that came back, or one a move left behind: never free between).
             moved_away::came_back(self, &pool, &key, held);
         }
+        let claim_owner = record.claim_owner;
         let previous = self.addresses.insert(key.clone(), record);
         if let Some(old) = previous.filter(|p| *p.pool != *pool) {
             let woken = self.registry.forget(&old.pool, &key);
@@ -50,6 +51,7 @@ impl State {
         if let Some(duplicate) = self.registry.record(&pool, &key, held) {
             self.report_duplicate(&duplicate);
         }
+        self.moved_before_recorded(&key, claim_owner);
         if moving_away {
             moved_away::still_moving_away(self, &pool, &key, held);
         }
@@ -124,6 +126,7 @@ impl State {
             // it. Held as an uncertain create's hold, so that no waiter takes it meanwhile, and it goes the way such a
             // hold goes if the claim goes or will not create it.
             self.registry.unconfirm(&record.pool, key);
+            self.holds_without_create.insert(key.clone());
         } else {
             self.release_hold(&record.pool, key);
             self.metrics.released(record.pool.kind);
@@ -320,7 +323,21 @@ impl State {
             let woken = self.registry.forget(&old.pool, key);
             self.wake_all(woken);
         }
-        Some(record)
+        self.moved_before_recorded(key, record.claim_owner);
+        self.addresses.get(key).cloned()
+    }
+
+    /// The first record of `key` appeared (our create's answer, a read, or the watch's event) while its claim, whose
+    /// UID the object's owner reference carries, is noted as gone for a move before there was a record to mark: the
+    /// move is recorded now, before an orphan check could free the address the moved machine uses. Whichever comes
+    /// first consumes the note: a create answered, or one whose answer was lost and that its worker then read or the
+    /// watch showed (helper-96 F1).
+    fn moved_before_recorded(&mut self, key: &ObjectKey, claim_owner: Option<Uid>) {
+        if let Some(uid) = claim_owner
+            && self.moved_before_created.remove(&(key.clone(), uid))
+        {
+            moved_away::claim_moved_away(self, key, true);
+        }
     }
 
     /// We deleted the IPAddress `key` (`uid`) of `pool` and it is gone: its address is free at once, before the

@@ -140,6 +140,7 @@ impl State {
         }
         if moved {
             if !self.addresses.contains_key(key)
+                && !self.holds_without_create.contains(key)
                 && claim.pool_kind.is_some_and(|kind| {
                     self.registry.holds_unconfirmed(&PoolKey::new(kind, &key.namespace, &claim.pool_name), key)
                 })

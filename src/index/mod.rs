@@ -82,10 +82,17 @@ pub struct State {
     /// later, with or without their `delete-for-move`, went with them.
     moved_clusters: HashSet<ObjectKey>,
     /// Claims gone for a move while the create of their IPAddress was in flight (no record to mark yet), by name and
-    /// UID: that claim's create's answer records the move, and no later claim's of the name does (helper-93: an entry
-    /// whose create never came stayed, and a new claim of the name was taken for moved). Every one is kept: a second
-    /// claim of the name gone for a move before the first one's answer must not hide it (helper-94).
+    /// UID: the first record of that claim's IPAddress (its create's answer, a read of it, its watch event) records
+    /// the move, and no later claim's of the name does (helper-93: an entry whose create never came stayed, and a new
+    /// claim of the name was taken for moved). Every one is kept: a second claim of the name gone for a move before
+    /// the first one's answer must not hide it (helper-94).
     moved_before_created: HashSet<(ObjectKey, Uid)>,
+    /// Holds kept for a live claim whose IPAddress is gone (deleted from under it, or a reservation a bound claim back
+    /// from a move took back): unconfirmed as an uncertain create's hold is, but no create of ours is in flight until
+    /// the claim allocates again. Its claim's deletion for a move notes no create (seed 460384603: such a note, taken
+    /// by the IPAddress a Velero restore brought back with the old claim's owner reference, reserved the address of
+    /// the claim restored with it).
+    holds_without_create: HashSet<ObjectKey>,
     /// IPAddresses (by name, with their UID) whose claim's deletion was seen without clusterctl's mark: released even
     /// while their Cluster is paused, and not left behind by a move when it goes (a namespace wiped before a Velero
     /// restore).
@@ -135,6 +142,7 @@ impl State {
             listing_until: None,
             moved_clusters: HashSet::new(),
             moved_before_created: HashSet::new(),
+            holds_without_create: HashSet::new(),
             claims_seen_gone: HashMap::new(),
             cluster_revisions: HashMap::new(),
             clusters_read_paused: HashMap::new(),

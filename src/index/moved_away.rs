@@ -516,6 +516,7 @@ pub fn reclaim_for_bound(index: &mut State, pool: &PoolKey, claim: &Claim) {
     }
     if index.registry.transfer(pool, &reservation_key(held), key).is_some() {
         index.registry.unconfirm(pool, key);
+        index.holds_without_create.insert(key.clone());
         info!(claim = %key, pool = %pool, address = %held, "a bound claim that came back with its Cluster holds its reserved address again");
         claim_back(index, pool, key, held);
     }

@@ -22,7 +22,12 @@ impl State {
         if claim.bound_address.is_some_and(|b| requested == Some(&*b.to_string())) {
             moved_away::reclaim_for_bound(self, pool, claim);
         }
-        self.registry.allocate(pool, &claim.key, requested)
+        let assigned = self.registry.allocate(pool, &claim.key, requested);
+        if assigned.is_ok() {
+            // Its create follows.
+            self.holds_without_create.remove(&claim.key);
+        }
+        assigned
     }
 
     /// Our create of the claim's IPAddress succeeded: the object is recorded (its hold confirmed with it). Returns the
@@ -31,14 +36,9 @@ impl State {
         // Recorded, the hold is confirmed. Not (the watch showed it deleted already, or we deleted it), the hold stays
         // unconfirmed: it goes the way an uncertain create's goes, and a confirmed hold with no IPAddress and no record
         // would stay for the rest of the term (helper-11's review).
+        // A claim gone for a move before there was a record to mark has its move recorded with it (`remember_address`),
+        // before the orphan check below could free an address the moved machine uses.
         let record = self.remember_address(&claim.key, created);
-        // Gone for a move before there was a record to mark: the move is recorded now, before the orphan check below
-        // could free an address the moved machine uses (helper-23's review).
-        let moved = self.moved_before_created.remove(&(claim.key.clone(), claim.uid.uid()));
-        if moved && record.is_some() {
-            moved_away::claim_moved_away(self, &claim.key, true);
-        }
-        let record = record.and_then(|_| self.addresses.get(&claim.key).cloned());
         // The claim's Delete event came while the create was in flight, and its orphan check found no IPAddress yet:
         // checked again now that there is one (else only the sweep releases it, after `--orphan-release-delay`; the
         // chaos suite's churn found it).

@@ -862,6 +862,30 @@ fn a_claim_gone_for_a_move_before_its_create_answered_keeps_its_address_reserved
     assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
 }
 
+/// helper-96 F1: the answer to the create was lost (it landed), and clusterctl deleted the claim for a move before its
+/// worker found out: the IPAddress, read by the worker or shown by the watch, records the move, so the address the
+/// moved machine uses is reserved, not freed by the orphan check.
+#[test]
+fn a_claim_gone_for_a_move_whose_create_answer_was_lost_keeps_its_address_reserved() {
+    for watch_first in [false, true] {
+        let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
+        x.moving_away = true;
+        index.apply_claim(x.clone());
+        index.delete_claim(&key("x"));
+        let record = if watch_first {
+            index.apply_address(&address);
+            index.address(&key("x"))
+        } else {
+            index.remember_address(&key("x"), &address)
+        };
+        assert!(record.is_some_and(|r| r.moving_away), "the move is recorded (watch first: {watch_first})");
+        assert!(
+            index.moved_away_unwritten(&global, &key("x")),
+            "queued for the annotation (watch first: {watch_first})"
+        );
+    }
+}
+
 /// helper-94 R1: a second claim of the name (a move back) is gone for a move too while the first one's create is still
 /// in flight, its address held under the name: the first one's answer still records the first one's move.
 #[test]
@@ -890,6 +914,68 @@ fn a_new_claim_of_the_name_of_a_moved_claim_is_not_taken_for_moved() {
     index.apply_claim(x.clone());
     index.address_deleted(&key("x"), &address);
     index.delete_claim(&key("x"));
+    let (mut again, _) = claim_of_global_pool_with_cluster("x");
+    again.uid = crate::compact::UidText::of("x-again");
+    again.cluster = None;
+    index.apply_claim(again.clone());
+    let assigned = index.allocate(&again, &global, None).expect("a free address");
+    let mut created = ip_address_uid("x", &assigned.address.to_string(), &again, 2);
+    created.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    created.spec.pool_ref.name = "g".to_owned();
+    let (record, _) = index.address_created(&again, &created);
+    assert!(record.is_some_and(|r| !r.moving_away), "the new claim is taken for moved");
+}
+
+/// Seed 460384603: claim `x` keeps its hold after its IPAddress was deleted from under it (Velero wiping the
+/// namespace), and its deletion is taken for a move (its paused Cluster went too). No create of it was in flight, so it
+/// notes none: the IPAddress the restore brings back, with the old claim's owner reference, is no moved one, and the
+/// address stays the restored claim's to take.
+#[test]
+fn a_kept_hold_notes_no_create_for_a_restored_ipaddress_to_take_for_moved() {
+    let (index, _sink, _global, mut x, address) = claim_x_allocated_from_a_global_pool();
+    index.address_created(&x, &address);
+    index.apply_address(&address);
+    index.address_deleted(&key("x"), &address);
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.delete_claim(&key("x"));
+    let mut restored = address.clone();
+    restored.metadata.uid = Some("restored".to_owned());
+    restored.metadata.resource_version = Some("90".to_owned());
+    index.apply_address(&restored);
+    assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "the restored IPAddress is taken for moved");
+}
+
+/// A claim whose IPAddress was deleted from under it keeps its hold and makes the IPAddress again: that create, in
+/// flight when the claim goes for a move and its answer lost, is noted, and the IPAddress its worker then reads
+/// records the move (the address is the moved machine's).
+#[test]
+fn a_kept_hold_making_its_ipaddress_again_notes_that_create() {
+    let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
+    index.address_created(&x, &address);
+    index.apply_address(&address);
+    index.address_deleted(&key("x"), &address);
+    index.allocate(&x, &global, None).expect("its kept hold");
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.delete_claim(&key("x"));
+    let mut again = address.clone();
+    again.metadata.uid = Some("again".to_owned());
+    again.metadata.resource_version = Some("90".to_owned());
+    let record = index.remember_address(&key("x"), &again);
+    assert!(record.is_some_and(|r| r.moving_away), "the move is recorded");
+    assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
+}
+
+/// A claim gone for a move while its create was in flight notes it for that claim alone: a new claim of the name,
+/// whose own create answers, is no moved claim (the first one's create never answered).
+#[test]
+fn a_new_claim_of_the_name_is_not_taken_for_the_moved_claim_whose_create_never_answered() {
+    let (index, _sink, global, mut x, _address) = claim_x_allocated_from_a_global_pool();
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.delete_claim(&key("x"));
+    index.abandon(&global, &key("x"));
     let (mut again, _) = claim_of_global_pool_with_cluster("x");
     again.uid = crate::compact::UidText::of("x-again");
     again.cluster = None;

@@ -1793,6 +1793,29 @@ fn a_restored_claim_does_not_adopt_the_ipaddress_a_move_left_behind() {
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "reservation gone\n{}", w.trace_text());
 }
 
+/// helper-96 F1: the answer to `a/m0`'s create is lost (the create landed), and clusterctl moves its Cluster away
+/// before the worker finds out and before the IPAddress watch shows the object: the claim's deletion for the move and
+/// the paused Cluster's are seen, with no record to mark. The worker's read of the IPAddress then records the move, so
+/// the address the moved machine uses is reserved, not freed by the orphan release.
+#[test]
+fn a_claim_moved_away_while_the_answer_to_its_create_was_lost_keeps_its_address_reserved() {
+    let (mut w, gip, cl, m0) = a_create_of_a_cluster_claim_in_flight(3);
+    assert!(w.answer_where(is_create, Fate::AppliedAnswerLost), "the create");
+    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    w.answer_everything();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[Kind::Claim, Kind::Cluster]);
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[Kind::Cluster]);
+    // The worker finds out what became of its create: the IPAddress is there.
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let entry = moved_away_entries(&w);
+    assert!(entry.contains(moved.as_str().unwrap_or("?")), "{moved} is not reserved: {entry:?}\n{}", w.trace_text());
+    let result = w.finish();
+    fails(&w, result);
+}
+
 /// Cluster `cl`'s claim `a/m0` in a global pool of `size` addresses, its create of the first address in flight.
 fn a_create_of_a_cluster_claim_in_flight(size: u8) -> (World, PoolId, ObjectKey, ObjectKey) {
     let mut w = World::scripted();
