@@ -13,8 +13,8 @@
 //! No kubelet runs here, so no pod starts: the test plays the kubelet. It runs the manager out of cluster and points
 //! the API server's webhook calls at it (tests/tools/dev-install.py, as `make run` does), taking them over from the
 //! Services the install created. The Go provider runs the same way, with its own webhooks and leader election. The
-//! claims, pools and IPAddresses are checked before and after every step: every claim keeps its address, and no
-//! address is held twice.
+//! claims, pools and IPAddresses are checked before and after each provider's turn: every claim keeps its address,
+//! and no address is held twice.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -578,6 +578,41 @@ async fn ours_in_the_namespace(plane: &Plane, launch: Launch) -> Manager {
     Manager::started(plane, launch, &["--insecure-diagnostics", "--leader-elect", &lease]).await
 }
 
+/// Ours started beside the Go provider at work (its pod's rollout, before the API server's calls go to ours): it
+/// finds the Go provider's Lease held and waits; the caller stops the Go provider, then hands ours the calls with
+/// [`ours_takes_over`].
+async fn ours_beside_the_go_provider(plane: &Plane, client: &Client, go: &GoInstall) -> Manager {
+    let ours = ours_in_the_namespace(plane, Launch { registered: false, ..Launch::default() }).await;
+    eventually(Duration::from_secs(30), "ours finding the Go provider's Lease held", || async {
+        std::fs::read_to_string(&ours.log).ok()?.contains("another replica holds the lease; waiting").then_some(())
+    })
+    .await;
+    assert_eq!(lease_holder(client).await, Some(go.go_holder.clone()), "ours took the Lease the Go provider holds");
+    ours
+}
+
+/// The Go provider's pod is gone: ours, still without the Lease (one allocator at a time while both ran), gets the
+/// API server's calls, and takes the Lease once the one the Go provider left expires.
+fn ours_takes_over(plane: &Plane, ours: &Manager) {
+    let log = std::fs::read_to_string(&ours.log).unwrap_or_default();
+    assert!(
+        !log.contains("acquired the lease"),
+        "ours took the Lease while the Go provider ran:\n{}",
+        ours.log_tail(40)
+    );
+    ours.take_over(plane);
+    ours.wait_ready(plane);
+}
+
+/// Waits until the Go provider has taken the Lease `times` times in all (its log says so each time): after ours
+/// released it (5 s later, as ours records a release) or after it expired (15 s), within one of its retries.
+async fn go_took_the_lease(plane: &Plane, times: usize) {
+    eventually(Duration::from_secs(60), "the Go provider taking the Lease", || async {
+        (go_log(plane).matches("successfully acquired lease").count() == times).then_some(())
+    })
+    .await;
+}
+
 /// Ours at work: the Go provider's claims get our Ready condition and keep their addresses, new ones get free ones,
 /// ours holds the Lease, and pool writes are served.
 async fn keeps_and_binds(client: &Client, go: &GoInstall, step: &str) {
@@ -654,6 +689,7 @@ async fn clusterctl_upgrade_from_the_go_provider_keeps_every_claim_bound() {
     assert_eq!(image, "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller:v1.1.0");
     // Its pod starts; it takes the Lease our killed manager left over once it expires.
     go.resume(&plane).await;
+    go_took_the_lease(&plane, 2).await;
     let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
     kept(&with_ours, &now, "the rollback after clusterctl upgrade");
     assert_eq!(now.len(), 6, "{now:?}");
@@ -753,12 +789,7 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["name"], chart_service);
     // "Wait until its pod is ready": ours runs beside the Go provider (the API server's calls still go where the test
     // registered them), and waits for the Lease the Go provider holds: one allocator at a time.
-    let mut ours = ours_in_the_namespace(&plane, Launch { registered: false, ..Launch::default() }).await;
-    eventually(Duration::from_secs(10), "ours waiting for the Go provider's Lease", || async {
-        std::fs::read_to_string(&ours.log).ok()?.contains("waiting for leadership").then_some(())
-    })
-    .await;
-    assert_eq!(lease_holder(&client).await, Some(go.go_holder.clone()), "ours took the Lease the Go provider holds");
+    let mut ours = ours_beside_the_go_provider(&plane, &client, &go).await;
 
     // 3. The Go provider's webhook configurations go, then its Deployment: only the chart's webhooks are called.
     run_block(&plane, &blocks[1]);
@@ -770,8 +801,7 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     // The chart's Service now calls ours alone (the chart's wiring kept, to give back before the rollback's apply),
     // and ours takes over the Lease the Go provider's pod left when it expires.
     let chart_wiring = save_wiring(&plane);
-    ours.take_over(&plane);
-    ours.wait_ready(&plane);
+    ours_takes_over(&plane, &ours);
     keeps_and_binds(&client, &go, "the Helm migration").await;
     let with_ours = bound_addresses(&client, &go.tenant).await;
 
@@ -796,13 +826,12 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
         helm(&["uninstall", "capi-ipam", "--namespace", PROVIDER_NAMESPACE, "--kubeconfig", &kubeconfig]),
         "helm uninstall after the rollback",
     );
-    // The chart's Deployment gone, its pod gets SIGTERM: ours releases the Lease, and the Go provider takes it over
-    // at its next try (every 2 s), long before the Lease would have expired (15 s).
+    // The chart's Deployment gone, its pod gets SIGTERM: ours releases the Lease (recorded as held 5 s more, the
+    // margin for a write still in flight), and the Go provider takes it over.
     assert!(ours.terminate(Duration::from_secs(30)), "our manager did not stop on SIGTERM");
-    eventually(Duration::from_secs(10), "the Go provider takes the Lease ours released", || async {
-        (go_log(&plane).matches("successfully acquired lease").count() == 2).then_some(())
-    })
-    .await;
+    let log = std::fs::read_to_string(&ours.log).unwrap_or_default();
+    assert!(log.contains("released the lease"), "ours did not release the Lease on SIGTERM:\n{}", ours.log_tail(40));
+    go_took_the_lease(&plane, 2).await;
     let go_again = pool_webhook_services(&plane);
     assert!(go_again.iter().all(|(_, s)| s != chart_service), "the chart's webhooks are gone: {go_again:?}");
     let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
@@ -831,9 +860,12 @@ async fn the_kustomize_migration_from_the_go_provider_and_back_keeps_every_claim
     assert_eq!(pool_webhook_services(&plane), go_services, "the webhook configurations changed hands, not names");
     let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
     assert_eq!(image, format!("ghcr.io/capi-ipam-in-cluster/manager:{}", our_version()));
-    // The Deployment's rollout replaces the Go provider's pod with ours.
+    // The Deployment's rollout replaces the Go provider's pod with ours: ours starts beside it and waits, then the
+    // Go provider's pod goes.
+    let ours = ours_beside_the_go_provider(&plane, &client, &go).await;
     go.stop();
-    let ours = ours_keeps_and_binds(&plane, &client, &go, "the kustomize migration").await;
+    ours_takes_over(&plane, &ours);
+    keeps_and_binds(&client, &go, "the kustomize migration").await;
     let with_ours = bound_addresses(&client, &go.tenant).await;
 
     // Rolling back: our pod goes, the Go provider's components are applied again over ours (docs/migration.md).
@@ -846,6 +878,7 @@ async fn the_kustomize_migration_from_the_go_provider_and_back_keeps_every_claim
     let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
     assert_eq!(image, "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller:v1.1.0");
     go.resume(&plane).await;
+    go_took_the_lease(&plane, 2).await;
     let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
     kept(&with_ours, &now, "the rollback to the Go provider");
     assert_eq!(now.len(), 6, "{now:?}");
