@@ -277,6 +277,8 @@ impl State {
             if self.registry.held_by(&pool, &key).is_none()
                 && self.registry.allocate(&pool, &key, Some(&address)).is_ok()
             {
+                // Held for the machine, no create behind it until the claim allocates (helper-97 G2).
+                self.holds_without_create.insert(key.clone());
                 tracing::info!(claim = %key, %address, pool = %pool, "a bound claim without its IPAddress: its address is held for it");
             }
         }

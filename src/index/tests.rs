@@ -865,10 +865,17 @@ fn a_claim_gone_for_a_move_before_its_create_answered_keeps_its_address_reserved
 /// helper-96 F1: the answer to the create was lost (it landed), and clusterctl deleted the claim for a move before its
 /// worker found out: the IPAddress, read by the worker or shown by the watch, records the move, so the address the
 /// moved machine uses is reserved, not freed by the orphan check.
+///
+/// The garbage collector may take the deleted claim's owner reference off first (the pool still owns the object):
+/// an IPAddress of the name without a claim owner, holding the address held for the name, records the move too
+/// (helper-97 G1).
 #[test]
 fn a_claim_gone_for_a_move_whose_create_answer_was_lost_keeps_its_address_reserved() {
-    for watch_first in [false, true] {
-        let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
+    for (watch_first, collected) in [(false, false), (true, false), (false, true), (true, true)] {
+        let (index, _sink, global, mut x, mut address) = claim_x_allocated_from_a_global_pool();
+        if collected {
+            address.metadata.owner_references = None;
+        }
         x.moving_away = true;
         index.apply_claim(x.clone());
         index.delete_claim(&key("x"));
@@ -965,6 +972,28 @@ fn a_kept_hold_making_its_ipaddress_again_notes_that_create() {
     let record = index.remember_address(&key("x"), &again);
     assert!(record.is_some_and(|r| r.moving_away), "the move is recorded");
     assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
+}
+
+/// helper-97 G2: a new term holds the address of a bound claim whose IPAddress is gone (`hold_bound_addresses`): no
+/// create is behind that hold, so the claim's deletion taken for a move notes none, and an IPAddress a restore brings
+/// back with the old claim's owner reference is no moved one.
+#[test]
+fn a_hold_a_new_term_keeps_for_a_bound_claim_notes_no_create() {
+    let (index, _sink, _global, mut x, address) = claim_x_allocated_from_a_global_pool();
+    index.abandon(&_global, &key("x"));
+    x.bound = Some(Box::default());
+    x.bound_address = Some("10.1.0.1".parse().expect("an address"));
+    index.apply_claim(x.clone());
+    index.hold_bound_addresses();
+    assert!(index.held_by(&_global, &key("x")).is_some(), "the bound claim's address is held for it");
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.delete_claim(&key("x"));
+    let mut restored = address.clone();
+    restored.metadata.uid = Some("restored".to_owned());
+    restored.metadata.resource_version = Some("90".to_owned());
+    index.apply_address(&restored);
+    assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "the restored IPAddress is taken for moved");
 }
 
 /// A claim gone for a move while its create was in flight notes it for that claim alone: a new claim of the name,

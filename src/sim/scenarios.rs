@@ -1799,21 +1799,31 @@ fn a_restored_claim_does_not_adopt_the_ipaddress_a_move_left_behind() {
 /// the address the moved machine uses is reserved, not freed by the orphan release.
 #[test]
 fn a_claim_moved_away_while_the_answer_to_its_create_was_lost_keeps_its_address_reserved() {
-    let (mut w, gip, cl, m0) = a_create_of_a_cluster_claim_in_flight(3);
-    assert!(w.answer_where(is_create, Fate::AppliedAnswerLost), "the create");
-    let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
-    w.answer_everything();
-    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
-    w.deliver_all(&[Kind::Claim, Kind::Cluster]);
-    w.remove(Kind::Cluster, &cl);
-    w.deliver_all(&[Kind::Cluster]);
-    // The worker finds out what became of its create: the IPAddress is there.
-    w.run_to_rest(Job::Claim(m0.clone()));
-    w.run_to_rest(Job::MovedAway(gip.pool_key()));
-    let entry = moved_away_entries(&w);
-    assert!(entry.contains(moved.as_str().unwrap_or("?")), "{moved} is not reserved: {entry:?}\n{}", w.trace_text());
-    let result = w.finish();
-    fails(&w, result);
+    // Also when the garbage collector took the deleted claim's owner reference off the IPAddress first (helper-97 G1).
+    for collected in [false, true] {
+        let (mut w, gip, cl, m0) = a_create_of_a_cluster_claim_in_flight(3);
+        assert!(w.answer_where(is_create, Fate::AppliedAnswerLost), "the create");
+        let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
+        w.answer_everything();
+        clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+        if collected {
+            w.garbage_collect();
+        }
+        w.deliver_all(&[Kind::Claim, Kind::Cluster]);
+        w.remove(Kind::Cluster, &cl);
+        w.deliver_all(&[Kind::Cluster]);
+        // The worker finds out what became of its create: the IPAddress is there.
+        w.run_to_rest(Job::Claim(m0.clone()));
+        w.run_to_rest(Job::MovedAway(gip.pool_key()));
+        let entry = moved_away_entries(&w);
+        let trace = w.trace_text();
+        assert!(
+            entry.contains(moved.as_str().unwrap_or("?")),
+            "{moved} not reserved ({collected}): {entry:?}\n{trace}"
+        );
+        let result = w.finish();
+        fails(&w, result);
+    }
 }
 
 /// Cluster `cl`'s claim `a/m0` in a global pool of `size` addresses, its create of the first address in flight.

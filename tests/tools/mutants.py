@@ -477,6 +477,16 @@ MUTATIONS = [
      "",
      "a kept hold making its IPAddress again is still taken for one without a create: that create, its answer lost, "
      "goes unnoted when the claim goes for a move, and the moved machine's address is freed"),
+    ("moved-before-collected-owner", "src/index/addresses.rs",
+     "            None if ours_held => {",
+     "            None if false => {",
+     "the IPAddress of a claim gone for a move while its create's answer was lost, its owner reference taken off by "
+     "the garbage collector first, does not record the move: the moved machine's address is freed"),
+    ("bound-hold-notes-a-create", "src/index/claims.rs",
+     "                self.holds_without_create.insert(key.clone());\n                tracing::info!",
+     "                tracing::info!",
+     "a new term's hold for a bound claim without its IPAddress is taken for a create in flight: the claim's deletion "
+     "for a move notes one, and a restore's IPAddress with the old owner reference is taken for moved"),
     ("moved-before-created-any-claim", "src/index/addresses.rs",
      "            && self.moved_before_created.remove(&(key.clone(), uid))",
      "            && self.moved_before_created.iter().any(|(k, _)| k == key)",
