@@ -31,8 +31,8 @@ impl State {
         self.replacing(&key, uid);
         let held = Held::of(record.pool.kind, &address.spec);
         let pool = record.pool.clone();
-        // Before a reservation it may take back: whether our own hold of the name held what it holds.
-        let ours_held = self.registry.held_by(&pool, &key) == Some(held);
+        // Before a reservation it may take back or its record confirms the hold.
+        let unseen_create = self.unseen_create_of(&pool, &key, uid, held);
         let current = self.addresses.get(&key).filter(|r| r.uid == uid);
         let kept = current.is_some_and(|r| self.keeps_moving_away(r));
         record.moving_away_noticed = kept && current.is_some_and(|r| r.moving_away_noticed);
@@ -53,7 +53,7 @@ impl State {
         if let Some(duplicate) = self.registry.record(&pool, &key, held) {
             self.report_duplicate(&duplicate);
         }
-        self.moved_before_recorded(&key, claim_owner, ours_held);
+        self.moved_before_recorded(&key, claim_owner, unseen_create);
         if moving_away {
             moved_away::still_moving_away(self, &pool, &key, held);
         }
@@ -313,7 +313,7 @@ impl State {
         }
         self.replacing(key, record.uid);
         let held = Held::of(record.pool.kind, &object.spec);
-        let ours_held = self.registry.held_by(&record.pool, key) == Some(held);
+        let unseen_create = self.unseen_create_of(&record.pool, key, record.uid, held);
         if record.pool.kind.is_global() {
             // It holds a reserved address now (one that came back with its Cluster, read before the watch saw it).
             moved_away::came_back(self, &record.pool, key, held);
@@ -326,8 +326,17 @@ impl State {
             let woken = self.registry.forget(&old.pool, key);
             self.wake_all(woken);
         }
-        self.moved_before_recorded(key, record.claim_owner, ours_held);
+        self.moved_before_recorded(key, record.claim_owner, unseen_create);
         self.addresses.get(key).cloned()
+    }
+
+    /// Whether an IPAddress of `key` (`uid`, holding `held`) may be the object of our create whose answer we have
+    /// not had: not recorded before, and the name's hold still unconfirmed, of what it holds. A later event of an
+    /// object recorded already (its owner reference collected, a `kubectl replace`) is not (helper-98 H1).
+    fn unseen_create_of(&self, pool: &PoolKey, key: &ObjectKey, uid: Option<Uid>, held: Held) -> bool {
+        self.registry.holds_unconfirmed(pool, key)
+            && self.registry.held_by(pool, key) == Some(held)
+            && self.addresses.get(key).is_none_or(|r| r.uid != uid)
     }
 
     /// The first record of `key` appeared (our create's answer, a read, or the watch's event) while its claim, whose
@@ -335,13 +344,13 @@ impl State {
     /// move is recorded now, before an orphan check could free the address the moved machine uses. Whichever comes
     /// first consumes the note: a create answered, or one whose answer was lost and that its worker then read or the
     /// watch showed (helper-96 F1). The garbage collector takes the owner reference of the deleted claim off (the pool
-    /// still owns the object) before we may see it: an IPAddress of the name with no claim owner, holding the address
-    /// our hold of the name held, is that create's (`ours_held`; another claim's own object names its claim), and
-    /// consumes the name's notes (helper-97 G1).
-    fn moved_before_recorded(&mut self, key: &ObjectKey, claim_owner: Option<Uid>, ours_held: bool) {
+    /// still owns the object) before we may see it: an IPAddress of the name with no claim owner that may be our
+    /// unanswered create's (`unseen_create`; another claim's own object names its claim) consumes the name's notes
+    /// (helper-97 G1).
+    fn moved_before_recorded(&mut self, key: &ObjectKey, claim_owner: Option<Uid>, unseen_create: bool) {
         let noted = match claim_owner {
             Some(uid) => self.moved_before_created.remove(&(key.clone(), uid)),
-            None if ours_held => {
+            None if unseen_create => {
                 let before = self.moved_before_created.len();
                 self.moved_before_created.retain(|(k, _)| k != key);
                 self.moved_before_created.len() < before

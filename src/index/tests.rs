@@ -974,6 +974,33 @@ fn a_kept_hold_making_its_ipaddress_again_notes_that_create() {
     assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
 }
 
+/// helper-98 H1: a note outlives the create it was for (the claim gone for a move, its create found never to have
+/// landed, its hold given up). A new claim of the name binds its own IPAddress; a later event of that object without a
+/// claim owner (the garbage collector took a dangling one off after a restore) is no unanswered create of ours, and
+/// takes no note: the address stays the claim's.
+#[test]
+fn a_later_ownerless_event_of_a_recorded_ipaddress_takes_no_left_over_note() {
+    let (index, _sink, global, mut x, _address) = claim_x_allocated_from_a_global_pool();
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.delete_claim(&key("x"));
+    index.abandon(&global, &key("x"));
+    let (mut again, _) = claim_of_global_pool_with_cluster("x");
+    again.uid = crate::compact::UidText::of("x-again");
+    index.apply_claim(again.clone());
+    let assigned = index.allocate(&again, &global, None).expect("a free address");
+    let mut created = ip_address_uid("x", &assigned.address.to_string(), &again, 2);
+    created.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    created.spec.pool_ref.name = "g".to_owned();
+    index.address_created(&again, &created);
+    index.apply_address(&created);
+    let mut collected = created.clone();
+    collected.metadata.owner_references = None;
+    collected.metadata.resource_version = Some("95".to_owned());
+    index.apply_address(&collected);
+    assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "the claim's own IPAddress is taken for moved");
+}
+
 /// helper-97 G2: a new term holds the address of a bound claim whose IPAddress is gone (`hold_bound_addresses`): no
 /// create is behind that hold, so the claim's deletion taken for a move notes none, and an IPAddress a restore brings
 /// back with the old claim's owner reference is no moved one.

@@ -255,12 +255,12 @@ MUTATIONS = [
      "        if false {\n",
      "a claim gone for a move before its IPAddress was recorded has its address freed by the orphan check"),
     ("moved-before-read-unrecorded", "src/index/addresses.rs",
-     "        self.moved_before_recorded(key, record.claim_owner, ours_held);\n",
+     "        self.moved_before_recorded(key, record.claim_owner, unseen_create);\n",
      "",
      "a claim gone for a move while the answer to its create was lost: the worker's read of the IPAddress does not "
      "record the move, and the orphan check frees the address the moved machine uses"),
     ("moved-before-watched-unrecorded", "src/index/addresses.rs",
-     "        self.moved_before_recorded(&key, claim_owner, ours_held);\n",
+     "        self.moved_before_recorded(&key, claim_owner, unseen_create);\n",
      "",
      "a claim gone for a move while the answer to its create was lost: the watch's event of the IPAddress does not "
      "record the move, and the orphan check frees the address the moved machine uses"),
@@ -478,10 +478,16 @@ MUTATIONS = [
      "a kept hold making its IPAddress again is still taken for one without a create: that create, its answer lost, "
      "goes unnoted when the claim goes for a move, and the moved machine's address is freed"),
     ("moved-before-collected-owner", "src/index/addresses.rs",
-     "            None if ours_held => {",
+     "            None if unseen_create => {",
      "            None if false => {",
      "the IPAddress of a claim gone for a move while its create's answer was lost, its owner reference taken off by "
      "the garbage collector first, does not record the move: the moved machine's address is freed"),
+    ("ownerless-later-event-takes-note", "src/index/addresses.rs",
+     "        self.registry.holds_unconfirmed(pool, key)\n            && self.registry.held_by(pool, key) == Some(held)\n"
+     "            && self.addresses.get(key).is_none_or(|r| r.uid != uid)",
+     "        let _ = uid;\n        self.registry.held_by(pool, key) == Some(held)",
+     "any ownerless event of an IPAddress recorded already (its owner reference collected after a restore) takes a "
+     "note left over from an earlier claim of the name: the live claim's address is reserved as moved"),
     ("bound-hold-notes-a-create", "src/index/claims.rs",
      "                self.holds_without_create.insert(key.clone());\n                tracing::info!",
      "                tracing::info!",
