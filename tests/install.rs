@@ -30,7 +30,7 @@ use support::release::{
     GoProvider, Release, clusterctl, clusterctl_init_from, go_provider_dir, helm, helm_command, install_fixture_crds,
     ipam_provider_version, ok, our_version, release_manifests, repository_of, scratch, tool_dir,
 };
-use support::{Plane, create_namespace, eventually, repo_root, tail};
+use support::{Plane, create_namespace, eventually, release_bin_dir, repo_root, tail};
 use tokio::sync::Mutex;
 
 const CAPI: Capi = Capi::V1Beta2;
@@ -668,6 +668,7 @@ async fn clusterctl_upgrade_from_the_go_provider_keeps_every_claim_bound() {
     assert_eq!(ipam_provider_version(&plane), format!("IPAMProvider {version}"));
     let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
     assert_eq!(image, format!("ghcr.io/capi-ipam-in-cluster/manager:{version}"));
+    every_call_has_a_ready_pod(&plane, &["capi-ipam-in-cluster-webhook-service"], "clusterctl upgrade apply");
     let upgraded_wiring = save_wiring(&plane);
     let ours = ours_keeps_and_binds(&plane, &client, &go, "clusterctl upgrade").await;
     let with_ours = bound_addresses(&client, &go.tenant).await;
@@ -720,14 +721,46 @@ fn migration_md_helm_blocks() -> Vec<String> {
 
 /// Runs a shell block of the docs with the plane's kubectl and kubeconfig.
 fn run_block(plane: &Plane, block: &str) {
-    let path = format!("{}:{}", plane.bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let state = scratch("helm");
+    let path = format!(
+        "{}:{}:{}",
+        plane.bin_dir().display(),
+        release_bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let out = std::process::Command::new("bash")
         .args(["-euo", "pipefail", "-c", block])
+        .current_dir(repo_root())
         .env("PATH", path)
         .env("KUBECONFIG", plane.kubeconfig())
+        .env("HELM_CACHE_HOME", &state)
+        .env("HELM_CONFIG_HOME", &state)
+        .env("HELM_DATA_HOME", &state)
         .output()
         .expect("bash");
     ok(out, &format!("docs/migration.md:\n{block}"));
+}
+
+/// Every webhook configuration and IPAM CRD conversion the API server calls names one of `ready`, the Services with a
+/// ready pod behind them at this step: no pool write is refused (a call to a Service without one is, under
+/// `failurePolicy: Fail`). No kube-proxy runs here to route them, so this is what the test checks at each step.
+fn every_call_has_a_ready_pod(plane: &Plane, ready: &[&str], step: &str) {
+    let called = pool_webhook_services(plane);
+    assert!(!called.is_empty(), "{step}: no webhook configuration for the pools");
+    for (configuration, service) in &called {
+        assert!(ready.contains(&service.as_str()), "{step}: {configuration} calls {service}, with no ready pod");
+    }
+    let crds = kubectl_json(plane, &["get", "crd"]).expect("CRDs");
+    for crd in crds["items"].as_array().expect("items") {
+        let Some(service) = crd.pointer("/spec/conversion/webhook/clientConfig/service/name").and_then(Value::as_str)
+        else {
+            continue;
+        };
+        let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+        if crd["spec"]["group"] == "ipam.cluster.x-k8s.io" {
+            assert!(ready.contains(&service), "{step}: CRD {name}'s conversion calls {service}, with no ready pod");
+        }
+    }
 }
 
 /// The webhook configurations whose webhooks the API server calls for our pools, and the Service each calls.
@@ -756,10 +789,11 @@ fn pool_webhook_services(plane: &Plane) -> Vec<(String, String)> {
 /// Issue 34: "install the chart in their namespace and scale the Go provider's Deployment to 0" failed: `helm install`
 /// refused the four CRDs it did not own, and the Go provider's webhook configurations (`failurePolicy: Fail`) then
 /// pointed at a Service with no endpoints, refusing every pool write. Walked as docs/migration.md writes it now, its
-/// shell blocks run as they are: Helm takes the CRDs over, both providers' webhooks serve while both run, the Go
-/// provider's go before its Deployment does (so no step leaves a webhook without a server), and ours then keeps every
-/// claim's address and binds new ones. Then the rollback docs/migration.md writes: the Go provider keeps every address
-/// and binds a new claim with a free one.
+/// three shell blocks run as they are: the chart installed without its CRDs and webhook configurations (its pod ready,
+/// nothing calls it), then Helm takes the CRDs over and the release gets its webhooks (both providers' serve), then
+/// the Go provider's go before its Deployment does. After every step, every webhook configuration and CRD conversion
+/// names a Service with a ready pod. Ours then keeps every claim's address and binds new ones. Then the rollback
+/// docs/migration.md writes: the Go provider keeps every address and binds a new claim with a free one.
 #[tokio::test]
 async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps_every_claim() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -768,34 +802,35 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     let mut go = GoInstall::start(&plane, &client).await;
     go.unwire(&plane);
     let blocks = migration_md_helm_blocks();
-    assert_eq!(blocks.len(), 2, "docs/migration.md's Helm steps have two shell blocks: {blocks:?}");
-    let go_services = pool_webhook_services(&plane);
-    assert!(!go_services.is_empty() && go_services.iter().all(|(_, s)| s == "capi-ipam-in-cluster-webhook-service"));
-
-    // 1. Helm takes the CRDs over; 2. the chart installs over the running Go provider.
-    run_block(&plane, &blocks[0]);
-    let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
-    let installed = ok(
-        helm(&["install", "capi-ipam", CHART, "--namespace", PROVIDER_NAMESPACE, "--kubeconfig", &kubeconfig]),
-        "helm install over the Go provider",
-    );
-    assert!(installed.contains("STATUS: deployed"), "{installed}");
+    assert_eq!(blocks.len(), 3, "docs/migration.md's Helm steps have three shell blocks: {blocks:?}");
+    let go_service = "capi-ipam-in-cluster-webhook-service";
     let chart_service = "capi-ipam-capi-ipam-in-cluster-webhook";
+    every_call_has_a_ready_pod(&plane, &[go_service], "the Go provider at work");
+
+    // 1. The chart installed beside the running Go provider, its CRDs and webhook configurations left out: nothing
+    // calls ours yet. Its pod ready (played here: ours, beside the Go provider), it waits for the Go provider's Lease.
+    run_block(&plane, &blocks[0]);
+    let crd = kubectl_json(&plane, &["get", "crd", "inclusterippools.ipam.cluster.x-k8s.io"]).expect("CRD");
+    assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["name"], go_service);
+    assert!(pool_webhook_services(&plane).iter().all(|(_, s)| s == go_service), "only the Go provider's are called");
+    let mut ours = ours_beside_the_go_provider(&plane, &client, &go).await;
+    every_call_has_a_ready_pod(&plane, &[go_service, chart_service], "1. the chart installed, its pod ready");
+
+    // 2. Helm takes the CRDs over and the release is upgraded to its defaults: the conversion calls ours, whose pod is
+    // ready, and both providers' webhooks are called; both serve.
+    run_block(&plane, &blocks[1]);
     let both = pool_webhook_services(&plane);
-    for service in ["capi-ipam-in-cluster-webhook-service", chart_service] {
+    for service in [go_service, chart_service] {
         assert!(both.iter().any(|(_, s)| s == service), "while both run, {service}'s webhooks are called: {both:?}");
     }
     let crd = kubectl_json(&plane, &["get", "crd", "inclusterippools.ipam.cluster.x-k8s.io"]).expect("CRD");
     assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["name"], chart_service);
-    // "Wait until its pod is ready": ours runs beside the Go provider (the API server's calls still go where the test
-    // registered them), and waits for the Lease the Go provider holds: one allocator at a time.
-    let mut ours = ours_beside_the_go_provider(&plane, &client, &go).await;
+    every_call_has_a_ready_pod(&plane, &[go_service, chart_service], "2. the CRDs taken over, the release upgraded");
 
     // 3. The Go provider's webhook configurations go, then its Deployment: only the chart's webhooks are called.
-    run_block(&plane, &blocks[1]);
+    run_block(&plane, &blocks[2]);
     go.stop();
-    let left = pool_webhook_services(&plane);
-    assert!(!left.is_empty() && left.iter().all(|(_, s)| s == chart_service), "{left:?}");
+    every_call_has_a_ready_pod(&plane, &[chart_service], "3. the Go provider's webhooks and pod gone");
     assert_eq!(deployment(&plane)["spec"]["replicas"], 0);
 
     // The chart's Service now calls ours alone (the chart's wiring kept, to give back before the rollback's apply),
@@ -819,6 +854,7 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     ok(plane.kubectl_stdin(&["apply", "-f", "-"], &go.components), "the Go provider's components applied again");
     let ours_holding = lease_holder(&client).await.expect("ours holds the Lease");
     go.resume(&plane).await;
+    let kubeconfig = plane.kubeconfig().to_string_lossy().into_owned();
     // Both run now, one allocates: the Go provider waits for the Lease ours holds.
     assert_eq!(lease_holder(&client).await.as_ref(), Some(&ours_holding), "the Go provider took the Lease from ours");
     assert_eq!(go_log(&plane).matches("successfully acquired lease").count(), 1, "{}", go_log_tail(&plane));
@@ -858,6 +894,11 @@ async fn the_kustomize_migration_from_the_go_provider_and_back_keeps_every_claim
     ok(plane.kubectl_output(&["apply", "-k", &config]), "kubectl apply -k config/default over the Go provider");
     // The same webhook configurations, calling the same Service, now ours: no pool write is refused at any step.
     assert_eq!(pool_webhook_services(&plane), go_services, "the webhook configurations changed hands, not names");
+    every_call_has_a_ready_pod(
+        &plane,
+        &["capi-ipam-in-cluster-webhook-service"],
+        "kubectl apply -k over the Go provider",
+    );
     let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
     assert_eq!(image, format!("ghcr.io/capi-ipam-in-cluster/manager:{}", our_version()));
     // The Deployment's rollout replaces the Go provider's pod with ours: ours starts beside it and waits, then the

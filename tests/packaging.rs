@@ -138,6 +138,10 @@ async fn helm_chart(plane: &Plane) {
         // Without it `clusterctl move` does not see the pools and IPAddresses of a Helm install.
         for crd in objs.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
             assert_eq!(crd["metadata"]["labels"]["clusterctl.cluster.x-k8s.io"], "", "{}", crd["metadata"]["name"]);
+            // Every kind, as the Go provider's CRDs: a release taking them over replaces its Service on each (Helm
+            // leaves a field it never set, and the prefix pools' pointed at the Go provider's Service after it went).
+            let path = &crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"];
+            assert_eq!(path, "/convert", "{}", crd["metadata"]["name"]);
         }
         match name {
             "cert-manager" => {
