@@ -686,15 +686,26 @@ async fn clusterctl_upgrade_from_the_go_provider_keeps_every_claim_bound() {
     let init = ["init", "--ipam", "in-cluster:v1.1.0", "--config", &config_arg, "--kubeconfig", &kubeconfig];
     ok(clusterctl(&dir, &init), "clusterctl init --ipam in-cluster:v1.1.0 after the delete");
     assert_eq!(ipam_provider_version(&plane), "IPAMProvider v1.1.0");
-    let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    the_go_provider_back_at_work(&plane, &client, &mut go, &with_ours, "the rollback after clusterctl upgrade").await;
+}
+
+/// The Go provider's Deployment is back: its pod starts, takes the Lease our killed manager left over once it expires,
+/// keeps every claim's address (`with_ours`) and binds a new claim with a free one; pool writes are served.
+async fn the_go_provider_back_at_work(
+    plane: &Plane,
+    client: &Client,
+    go: &mut GoInstall,
+    with_ours: &BTreeMap<String, String>,
+    step: &str,
+) {
+    let image = deployment(plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
     assert_eq!(image, "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller:v1.1.0");
-    // Its pod starts; it takes the Lease our killed manager left over once it expires.
-    go.resume(&plane).await;
-    go_took_the_lease(&plane, 2).await;
-    let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
-    kept(&with_ours, &now, "the rollback after clusterctl upgrade");
-    assert_eq!(now.len(), 6, "{now:?}");
-    pool_writes_are_served(&client, &go.tenant, "the rollback after clusterctl upgrade").await;
+    go.resume(plane).await;
+    go_took_the_lease(plane, 2).await;
+    let now = claim_and_wait(client, &go.tenant, &["f"]).await;
+    kept(with_ours, &now, step);
+    assert_eq!(now.len(), 6, "{step}: {now:?}");
+    pool_writes_are_served(client, &go.tenant, step).await;
 }
 
 /// Finishes the deletion of a namespace, as kube-controller-manager's namespace controller (not run here) does: every
@@ -916,14 +927,7 @@ async fn the_kustomize_migration_from_the_go_provider_and_back_keeps_every_claim
     ok(plane.kubectl_stdin(&["apply", "-f", "-"], &go.components), "the Go provider's components applied again");
     let ours_only = ["delete", "networkpolicy", "-n", PROVIDER_NAMESPACE, "capi-ipam-in-cluster-controller-manager"];
     ok(plane.kubectl_output(&ours_only), "our NetworkPolicy, the one object the Go provider has not");
-    let image = deployment(&plane)["spec"]["template"]["spec"]["containers"][0]["image"].clone();
-    assert_eq!(image, "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller:v1.1.0");
-    go.resume(&plane).await;
-    go_took_the_lease(&plane, 2).await;
-    let now = claim_and_wait(&client, &go.tenant, &["f"]).await;
-    kept(&with_ours, &now, "the rollback to the Go provider");
-    assert_eq!(now.len(), 6, "{now:?}");
-    pool_writes_are_served(&client, &go.tenant, "the kustomize rollback to the Go provider").await;
+    the_go_provider_back_at_work(&plane, &client, &mut go, &with_ours, "the kustomize rollback").await;
 }
 
 /// A plane of its own with Cluster API v1.10.10 (the v1beta1 IPAM API) and the fixture CRDs.

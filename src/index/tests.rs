@@ -848,6 +848,27 @@ fn claim_x_allocated_from_a_global_pool() -> (Index, Arc<Recorder>, PoolKey, Cla
     (index, sink, global, x, address)
 }
 
+/// A new claim `x` (another UID, of no Cluster) allocated from the global pool `g`, and the IPAddress its create makes.
+fn a_new_claim_x_allocated(index: &Index, global: &PoolKey) -> (Claim, IpAddress) {
+    let (mut again, _) = claim_of_global_pool_with_cluster("x");
+    again.uid = crate::compact::UidText::of("x-again");
+    again.cluster = None;
+    index.apply_claim(again.clone());
+    let assigned = index.allocate(&again, global, None).expect("a free address");
+    let mut created = ip_address_uid("x", &assigned.address.to_string(), &again, 2);
+    created.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    created.spec.pool_ref.name = "g".to_owned();
+    (again, created)
+}
+
+/// Another object of `address`'s name and spec (a restore, a create again): its own UID, a later resourceVersion.
+fn another_object_of(address: &IpAddress, uid: &str) -> IpAddress {
+    let mut other = address.clone();
+    other.metadata.uid = Some(uid.to_owned());
+    other.metadata.resource_version = Some("90".to_owned());
+    other
+}
+
 /// helper-23's review: clusterctl deletes a claim for a move while the create of its IPAddress is in flight (no record
 /// to mark yet). The create's answer records the move before the orphan check it asks for could free the address the
 /// moved machine uses.
@@ -921,14 +942,7 @@ fn a_new_claim_of_the_name_of_a_moved_claim_is_not_taken_for_moved() {
     index.apply_claim(x.clone());
     index.address_deleted(&key("x"), &address);
     index.delete_claim(&key("x"));
-    let (mut again, _) = claim_of_global_pool_with_cluster("x");
-    again.uid = crate::compact::UidText::of("x-again");
-    again.cluster = None;
-    index.apply_claim(again.clone());
-    let assigned = index.allocate(&again, &global, None).expect("a free address");
-    let mut created = ip_address_uid("x", &assigned.address.to_string(), &again, 2);
-    created.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
-    created.spec.pool_ref.name = "g".to_owned();
+    let (again, created) = a_new_claim_x_allocated(&index, &global);
     let (record, _) = index.address_created(&again, &created);
     assert!(record.is_some_and(|r| !r.moving_away), "the new claim is taken for moved");
 }
@@ -946,10 +960,7 @@ fn a_kept_hold_notes_no_create_for_a_restored_ipaddress_to_take_for_moved() {
     x.moving_away = true;
     index.apply_claim(x.clone());
     index.delete_claim(&key("x"));
-    let mut restored = address.clone();
-    restored.metadata.uid = Some("restored".to_owned());
-    restored.metadata.resource_version = Some("90".to_owned());
-    index.apply_address(&restored);
+    index.apply_address(&another_object_of(&address, "restored"));
     assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "the restored IPAddress is taken for moved");
 }
 
@@ -966,10 +977,7 @@ fn a_kept_hold_making_its_ipaddress_again_notes_that_create() {
     x.moving_away = true;
     index.apply_claim(x.clone());
     index.delete_claim(&key("x"));
-    let mut again = address.clone();
-    again.metadata.uid = Some("again".to_owned());
-    again.metadata.resource_version = Some("90".to_owned());
-    let record = index.remember_address(&key("x"), &again);
+    let record = index.remember_address(&key("x"), &another_object_of(&address, "again"));
     assert!(record.is_some_and(|r| r.moving_away), "the move is recorded");
     assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
 }
@@ -985,13 +993,7 @@ fn a_later_ownerless_event_of_a_recorded_ipaddress_takes_no_left_over_note() {
     index.apply_claim(x.clone());
     index.delete_claim(&key("x"));
     index.abandon(&global, &key("x"));
-    let (mut again, _) = claim_of_global_pool_with_cluster("x");
-    again.uid = crate::compact::UidText::of("x-again");
-    index.apply_claim(again.clone());
-    let assigned = index.allocate(&again, &global, None).expect("a free address");
-    let mut created = ip_address_uid("x", &assigned.address.to_string(), &again, 2);
-    created.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
-    created.spec.pool_ref.name = "g".to_owned();
+    let (again, created) = a_new_claim_x_allocated(&index, &global);
     index.address_created(&again, &created);
     index.apply_address(&created);
     let mut collected = created.clone();
@@ -1016,10 +1018,7 @@ fn a_hold_a_new_term_keeps_for_a_bound_claim_notes_no_create() {
     x.moving_away = true;
     index.apply_claim(x.clone());
     index.delete_claim(&key("x"));
-    let mut restored = address.clone();
-    restored.metadata.uid = Some("restored".to_owned());
-    restored.metadata.resource_version = Some("90".to_owned());
-    index.apply_address(&restored);
+    index.apply_address(&another_object_of(&address, "restored"));
     assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "the restored IPAddress is taken for moved");
 }
 
@@ -1032,14 +1031,7 @@ fn a_new_claim_of_the_name_is_not_taken_for_the_moved_claim_whose_create_never_a
     index.apply_claim(x.clone());
     index.delete_claim(&key("x"));
     index.abandon(&global, &key("x"));
-    let (mut again, _) = claim_of_global_pool_with_cluster("x");
-    again.uid = crate::compact::UidText::of("x-again");
-    again.cluster = None;
-    index.apply_claim(again.clone());
-    let assigned = index.allocate(&again, &global, None).expect("a free address");
-    let mut created = ip_address_uid("x", &assigned.address.to_string(), &again, 2);
-    created.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
-    created.spec.pool_ref.name = "g".to_owned();
+    let (again, created) = a_new_claim_x_allocated(&index, &global);
     let (record, _) = index.address_created(&again, &created);
     assert!(record.is_some_and(|r| !r.moving_away), "the new claim is taken for moved");
 }
