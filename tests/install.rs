@@ -19,7 +19,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -752,6 +754,11 @@ fn run_block(plane: &Plane, block: &str) {
     ok(out, &format!("docs/migration.md:\n{block}"));
 }
 
+/// One of the four pool CRDs (the IPAddress and IPAddressClaim CRDs are Cluster API's).
+fn is_pool_crd(crd: &Value) -> bool {
+    crd["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("pools.ipam.cluster.x-k8s.io"))
+}
+
 /// Every webhook configuration and IPAM CRD conversion the API server calls names one of `ready`, the Services with a
 /// ready pod behind them at this step: no pool write is refused (a call to a Service without one is, under
 /// `failurePolicy: Fail`). No kube-proxy runs here to route them, so this is what the test checks at each step.
@@ -768,7 +775,7 @@ fn every_call_has_a_ready_pod(plane: &Plane, ready: &[&str], step: &str) {
             continue;
         };
         let name = crd["metadata"]["name"].as_str().unwrap_or_default();
-        if crd["spec"]["group"] == "ipam.cluster.x-k8s.io" {
+        if is_pool_crd(crd) {
             assert!(ready.contains(&service), "{step}: CRD {name}'s conversion calls {service}, with no ready pod");
         }
     }
@@ -827,9 +834,42 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     let mut ours = ours_beside_the_go_provider(&plane, &client, &go).await;
     every_call_has_a_ready_pod(&plane, &[go_service, chart_service], "1. the chart installed, its pod ready");
 
+    // cert-manager (not run here) issued our certificate in step 1: its Secret. The upgrade writes its CA with our
+    // Service in one write, so no call meets our certificate with the Go provider's CA (helper-99).
+    let pem = std::fs::read(plane.dir.join("webhook-certs/ca.crt")).expect("the plane's CA");
+    let data: BTreeMap<String, ByteString> =
+        ["ca.crt", "tls.crt", "tls.key"].iter().map(|k| (k.to_string(), ByteString(pem.clone()))).collect();
+    let secret = serde_json::to_value(Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("capi-ipam-capi-ipam-in-cluster-webhook-service-cert".to_owned()),
+            namespace: Some(PROVIDER_NAMESPACE.to_owned()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        data: Some(data),
+        ..Default::default()
+    })
+    .expect("JSON");
+    let ca = secret["data"]["ca.crt"].clone();
+    ok(plane.kubectl_stdin(&["apply", "-f", "-"], &secret.to_string()), "cert-manager's Secret");
+
     // 2. Helm takes the CRDs over and the release is upgraded to its defaults: the conversion calls ours, whose pod is
     // ready, and both providers' webhooks are called; both serve.
     run_block(&plane, &blocks[1]);
+    for kind in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
+        let list = kubectl_json(&plane, &["get", kind]).expect("webhook configurations");
+        for hook in
+            list["items"].as_array().expect("items").iter().flat_map(|c| c["webhooks"].as_array().into_iter().flatten())
+        {
+            if hook["clientConfig"]["service"]["name"] == chart_service {
+                assert_eq!(hook["clientConfig"]["caBundle"], ca, "{}: our CA with our Service", hook["name"]);
+            }
+        }
+    }
+    let crds = kubectl_json(&plane, &["get", "crd"]).expect("CRDs");
+    for crd in crds["items"].as_array().expect("items").iter().filter(|c| is_pool_crd(c)) {
+        assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"], ca, "{}", crd["metadata"]["name"]);
+    }
     let both = pool_webhook_services(&plane);
     for service in [go_service, chart_service] {
         assert!(both.iter().any(|(_, s)| s == service), "while both run, {service}'s webhooks are called: {both:?}");

@@ -86,6 +86,14 @@ cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "capi-ipam.c
 {{- $cc := dict "service" (dict "name" (include "capi-ipam.webhookService" .root) "namespace" .root.Release.Namespace "path" .path "port" 443) -}}
 {{- if not .root.Values.webhook.certManager.enabled -}}
 {{- $_ := set $cc "caBundle" (required "webhook.caBundle is required when webhook.certManager.enabled is false" .root.Values.webhook.caBundle) -}}
+{{- else -}}
+{{- /* cert-manager injects the CA after each write; when its Secret exists already (an upgrade, the second step of
+docs/migration.md), the CA goes in the same write as our Service, so no call meets our certificate with another CA. */ -}}
+{{- $secret := lookup "v1" "Secret" .root.Release.Namespace (include "capi-ipam.certSecret" .root) -}}
+{{- $ca := dig "data" "ca.crt" "" ($secret | default dict) -}}
+{{- if $ca -}}
+{{- $_ := set $cc "caBundle" $ca -}}
+{{- end -}}
 {{- end -}}
 {{- toYaml $cc -}}
 {{- end -}}
