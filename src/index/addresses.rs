@@ -334,7 +334,9 @@ impl State {
     /// not had: not recorded before, and the name's hold still unconfirmed, of what it holds. A later event of an
     /// object recorded already (its owner reference collected, a `kubectl replace`) is not (helper-98 H1).
     fn unseen_create_of(&self, pool: &PoolKey, key: &ObjectKey, uid: Option<Uid>, held: Held) -> bool {
-        self.registry.holds_unconfirmed(pool, key)
+        // No note, nothing to look up (every watch event comes here).
+        !self.moved_before_created.is_empty()
+            && self.registry.holds_unconfirmed(pool, key)
             && self.registry.held_by(pool, key) == Some(held)
             && self.addresses.get(key).is_none_or(|r| r.uid != uid)
     }

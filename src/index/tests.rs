@@ -848,6 +848,13 @@ fn claim_x_allocated_from_a_global_pool() -> (Index, Arc<Recorder>, PoolKey, Cla
     (index, sink, global, x, address)
 }
 
+/// clusterctl deletes claim `x` for a move (its mark seen with its deletion).
+fn deleted_for_a_move(index: &Index, x: &mut Claim) {
+    x.moving_away = true;
+    index.apply_claim(x.clone());
+    index.delete_claim(&key("x"));
+}
+
 /// A new claim `x` (another UID, of no Cluster) allocated from the global pool `g`, and the IPAddress its create makes.
 fn a_new_claim_x_allocated(index: &Index, global: &PoolKey) -> (Claim, IpAddress) {
     let (mut again, _) = claim_of_global_pool_with_cluster("x");
@@ -875,9 +882,7 @@ fn another_object_of(address: &IpAddress, uid: &str) -> IpAddress {
 #[test]
 fn a_claim_gone_for_a_move_before_its_create_answered_keeps_its_address_reserved() {
     let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
-    x.moving_away = true;
-    index.apply_claim(x.clone());
-    index.delete_claim(&key("x"));
+    deleted_for_a_move(&index, &mut x);
     let (record, _) = index.address_created(&x, &address);
     assert!(record.is_some_and(|r| r.moving_away), "the move is recorded with the IPAddress");
     assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
@@ -897,9 +902,7 @@ fn a_claim_gone_for_a_move_whose_create_answer_was_lost_keeps_its_address_reserv
         if collected {
             address.metadata.owner_references = None;
         }
-        x.moving_away = true;
-        index.apply_claim(x.clone());
-        index.delete_claim(&key("x"));
+        deleted_for_a_move(&index, &mut x);
         let record = if watch_first {
             index.apply_address(&address);
             index.address(&key("x"))
@@ -919,9 +922,7 @@ fn a_claim_gone_for_a_move_whose_create_answer_was_lost_keeps_its_address_reserv
 #[test]
 fn a_second_claim_of_the_name_gone_for_a_move_does_not_hide_the_first_ones_create() {
     let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
-    x.moving_away = true;
-    index.apply_claim(x.clone());
-    index.delete_claim(&key("x"));
+    deleted_for_a_move(&index, &mut x);
     let mut again = x.clone();
     again.uid = crate::compact::UidText::of("x-again");
     index.apply_claim(again);
@@ -957,9 +958,7 @@ fn a_kept_hold_notes_no_create_for_a_restored_ipaddress_to_take_for_moved() {
     index.address_created(&x, &address);
     index.apply_address(&address);
     index.address_deleted(&key("x"), &address);
-    x.moving_away = true;
-    index.apply_claim(x.clone());
-    index.delete_claim(&key("x"));
+    deleted_for_a_move(&index, &mut x);
     index.apply_address(&another_object_of(&address, "restored"));
     assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "the restored IPAddress is taken for moved");
 }
@@ -974,9 +973,7 @@ fn a_kept_hold_making_its_ipaddress_again_notes_that_create() {
     index.apply_address(&address);
     index.address_deleted(&key("x"), &address);
     index.allocate(&x, &global, None).expect("its kept hold");
-    x.moving_away = true;
-    index.apply_claim(x.clone());
-    index.delete_claim(&key("x"));
+    deleted_for_a_move(&index, &mut x);
     let record = index.remember_address(&key("x"), &another_object_of(&address, "again"));
     assert!(record.is_some_and(|r| r.moving_away), "the move is recorded");
     assert!(index.moved_away_unwritten(&global, &key("x")), "its address is queued for the pool's annotation");
@@ -989,9 +986,7 @@ fn a_kept_hold_making_its_ipaddress_again_notes_that_create() {
 #[test]
 fn a_later_ownerless_event_of_a_recorded_ipaddress_takes_no_left_over_note() {
     let (index, _sink, global, mut x, _address) = claim_x_allocated_from_a_global_pool();
-    x.moving_away = true;
-    index.apply_claim(x.clone());
-    index.delete_claim(&key("x"));
+    deleted_for_a_move(&index, &mut x);
     index.abandon(&global, &key("x"));
     let (again, created) = a_new_claim_x_allocated(&index, &global);
     index.address_created(&again, &created);
@@ -1015,9 +1010,7 @@ fn a_hold_a_new_term_keeps_for_a_bound_claim_notes_no_create() {
     index.apply_claim(x.clone());
     index.hold_bound_addresses();
     assert!(index.held_by(&_global, &key("x")).is_some(), "the bound claim's address is held for it");
-    x.moving_away = true;
-    index.apply_claim(x.clone());
-    index.delete_claim(&key("x"));
+    deleted_for_a_move(&index, &mut x);
     index.apply_address(&another_object_of(&address, "restored"));
     assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "the restored IPAddress is taken for moved");
 }
@@ -1027,9 +1020,7 @@ fn a_hold_a_new_term_keeps_for_a_bound_claim_notes_no_create() {
 #[test]
 fn a_new_claim_of_the_name_is_not_taken_for_the_moved_claim_whose_create_never_answered() {
     let (index, _sink, global, mut x, _address) = claim_x_allocated_from_a_global_pool();
-    x.moving_away = true;
-    index.apply_claim(x.clone());
-    index.delete_claim(&key("x"));
+    deleted_for_a_move(&index, &mut x);
     index.abandon(&global, &key("x"));
     let (again, created) = a_new_claim_x_allocated(&index, &global);
     let (record, _) = index.address_created(&again, &created);
@@ -1047,9 +1038,7 @@ fn an_orphan_waits_for_its_own_moved_away_entry_only() {
     late.metadata.uid = Some("late-y".to_owned());
     index.apply_address(&late);
     assert_eq!(index.held_by(&global, &key("y")), index.held_by(&global, &key("x")), "a duplicate of x's address");
-    x.moving_away = true;
-    index.apply_claim(x.clone());
-    index.delete_claim(&key("x"));
+    deleted_for_a_move(&index, &mut x);
     assert!(index.moved_away_unwritten(&global, &key("x")), "x's entry waits to be written");
     assert!(!index.moved_away_unwritten(&global, &key("y")), "no entry names y: its release does not wait for x's");
 }

@@ -483,9 +483,9 @@ MUTATIONS = [
      "the IPAddress of a claim gone for a move while its create's answer was lost, its owner reference taken off by "
      "the garbage collector first, does not record the move: the moved machine's address is freed"),
     ("ownerless-later-event-takes-note", "src/index/addresses.rs",
-     "        self.registry.holds_unconfirmed(pool, key)\n            && self.registry.held_by(pool, key) == Some(held)\n"
+     "            && self.registry.holds_unconfirmed(pool, key)\n            && self.registry.held_by(pool, key) == Some(held)\n"
      "            && self.addresses.get(key).is_none_or(|r| r.uid != uid)",
-     "        let _ = uid;\n        self.registry.held_by(pool, key) == Some(held)",
+     "            && { let _ = uid; self.registry.held_by(pool, key) == Some(held) }",
      "any ownerless event of an IPAddress recorded already (its owner reference collected after a restore) takes a "
      "note left over from an earlier claim of the name: the live claim's address is reserved as moved"),
     ("bound-hold-notes-a-create", "src/index/claims.rs",
