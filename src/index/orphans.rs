@@ -186,10 +186,13 @@ impl State {
     }
 
     /// Whether a pause of the Cluster of the IPAddress `key`, whose claim is gone, keeps it: not when it is a late
-    /// duplicate of a bound claim's address, nor when its claim's deletion was seen without clusterctl's mark (no move:
-    /// released at once, the decision is on the API server before a restart forgets it; helper-32).
+    /// duplicate of a bound claim's address or of a restored one's, nor when its claim's deletion was seen without
+    /// clusterctl's mark (no move: released at once, the decision is on the API server before a restart forgets it;
+    /// helper-32).
     pub fn pause_may_keep(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
-        !self.claim_seen_gone(key, record) && !self.duplicates_a_bound_one(&record.pool, key)
+        !self.claim_seen_gone(key, record)
+            && !self.duplicates_a_bound_one(&record.pool, key)
+            && !self.duplicates_a_restored_one(&record.pool, key)
     }
 
     /// Whether the deletion of the claim of the IPAddress `key` was seen without clusterctl's mark.
@@ -206,6 +209,29 @@ impl State {
                         .claims
                         .get(other)
                         .is_some_and(|c| c.deletion_timestamp.is_none() && c.address_ref() == Some(&*other.name))
+            })
+        })
+    }
+
+    /// Whether another IPAddress holding the address `key` holds in `pool` is one Velero restored with its claim: the
+    /// claim restored, live, unbound (Velero restores no status) and of the pool, and the IPAddress not its own create
+    /// (owned by the backup's claim, or by none once the garbage collector took that dangling reference off). Its
+    /// machine uses the address, the bound one Velero's missing status hides: a pause keeps no late duplicate of it
+    /// (soak seed 700328281).
+    fn duplicates_a_restored_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.registry.duplicate_of(pool, key).is_some_and(|d| {
+            d.holders.iter().any(|other| {
+                other != key
+                    && self.claims.get(other).is_some_and(|c| {
+                        c.restored
+                            && c.deletion_timestamp.is_none()
+                            && c.address_ref().is_none()
+                            && c.uses_pool(pool.kind, &pool.namespace, &pool.name)
+                            && self
+                                .addresses
+                                .get(other)
+                                .is_some_and(|r| !r.moving_away && !r.deleting && r.claim_owner != Some(c.uid.uid()))
+                    })
             })
         })
     }

@@ -119,7 +119,8 @@ impl State {
                 })
             });
         let restored_one_wins = claim.restored
-            && self.addresses.get(key).is_some_and(|r| r.claim_owner.is_some_and(|o| o != claim.uid.uid()))
+            // Owned by the backup's claim, or by none once the garbage collector took that reference off.
+            && self.addresses.get(key).is_some_and(|r| r.claim_owner != Some(claim.uid.uid()) && !r.moving_away)
             && duplicate.as_ref().is_some_and(|d| {
                 d.holders.iter().filter(|o| *o != key).all(|other| {
                     self.claim(other).is_some_and(|c| {
