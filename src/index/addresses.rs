@@ -46,6 +46,7 @@ impl State {
         }
         let claim_owner = record.claim_owner;
         let previous = self.addresses.insert(key.clone(), record);
+        self.doubt_ended(previous.as_ref());
         if let Some(old) = previous.filter(|p| *p.pool != *pool) {
             let woken = self.registry.forget(&old.pool, &key);
             self.wake_all(woken);
@@ -75,7 +76,9 @@ impl State {
             return !current.seen && !newer;
         }
         current.seen = true;
-        current.doubtful = false;
+        if std::mem::take(&mut current.doubtful) {
+            self.registry.status_changed(&current.pool);
+        }
         // An older event of the object than the one recorded from our own write or read (the watch catching up) is
         // no news: our DELETE's answer, recorded as being deleted, must not be undone by the watch's Added event
         // (soak seed 90039322: the claim was then bound to the IPAddress we had deleted).
@@ -219,7 +222,9 @@ impl State {
         }
         let mut doubtful = Vec::new();
         for (key, record) in self.addresses.iter_mut().filter(|(_, r)| !r.seen) {
-            record.doubtful = true;
+            if !std::mem::replace(&mut record.doubtful, true) {
+                self.registry.status_changed(&record.pool);
+            }
             doubtful.push(key.clone());
         }
         // In order: the claims woken are queued in it (a hash map's order differs from one process to the next).
@@ -239,14 +244,23 @@ impl State {
     pub fn doubt_resolved(&mut self, key: &ObjectKey, uid: Option<Uid>, live: Option<&IpAddress>) {
         let live_uid = live.and_then(|a| a.metadata.uid.as_deref()).map(Uid::of);
         if live_uid.is_some() && live_uid == uid {
-            if let Some(record) = self.addresses.get_mut(key).filter(|r| r.uid == uid) {
+            if let Some(record) = self.addresses.get_mut(key).filter(|r| r.uid == uid && r.doubtful) {
                 record.doubtful = false;
+                self.registry.status_changed(&record.pool);
             }
             return;
         }
         let still_doubtful = self.addresses.get(key).is_some_and(|r| r.uid == uid && r.doubtful && !r.seen);
         if still_doubtful {
             self.delete_address(key, uid);
+        }
+    }
+
+    /// A record replaced the `previous` one: if a relist had left that in doubt, its pool's status counts the hold
+    /// again.
+    fn doubt_ended(&mut self, previous: Option<&AddressRecord>) {
+        if let Some(previous) = previous.filter(|p| p.doubtful) {
+            self.registry.status_changed(&previous.pool);
         }
     }
 
@@ -322,6 +336,7 @@ impl State {
             self.report_duplicate(&duplicate);
         }
         let previous = self.addresses.insert(key.clone(), record.clone());
+        self.doubt_ended(previous.as_ref());
         if let Some(old) = previous.filter(|p| *p.pool != *record.pool) {
             let woken = self.registry.forget(&old.pool, key);
             self.wake_all(woken);

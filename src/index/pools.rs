@@ -89,7 +89,9 @@ impl State {
     }
 
     /// The counts the pool's status says, and its spec error if any: the D4 counts of its IPAddresses, reservations
-    /// and pins, as every manager that watches the pool sees them (no hold only this one knows of).
+    /// and pins, as every manager that watches the pool sees them (no hold only this one knows of: an IPAddress in
+    /// flight, or one of our writes a relist did not show, whose read is yet to tell whether it is gone; soak seed
+    /// 700007091: two managers rewrote each other's status until that read).
     pub fn status_counts(&self, pool: &PoolKey) -> (PoolCounts, Option<String>) {
         self.status_counts_with(pool, &self.reserved_in_annotation(pool))
     }
@@ -100,7 +102,8 @@ impl State {
         pool: &PoolKey,
         reserved: &std::collections::HashSet<Held>,
     ) -> (PoolCounts, Option<String>) {
-        (self.registry.status_counts(pool, |held| reserved.contains(&held)), self.registry.counts(pool).1)
+        let doubtful = |key: &ObjectKey| self.addresses.get(key).is_some_and(|r| r.doubtful && *r.pool == *pool);
+        (self.registry.status_counts(pool, |held| reserved.contains(&held), doubtful), self.registry.counts(pool).1)
     }
 
     /// The addresses the pool's moved-away annotation reserves, as every manager watching the pool reads them (the

@@ -343,6 +343,44 @@ fn the_status_counts_leave_out_a_hold_no_ipaddress_confirms() {
     assert_eq!((status(&index).used, status(&index).free), (1, 1), "created: in the status");
 }
 
+/// Soak seed 700007091: a record of our own create that a relist of the watch did not show is this manager's
+/// knowledge alone until a read tells whether the object is gone: the status leaves it out (another manager watching
+/// the pool does not count it, and the two rewrote each other's status until that read), while allocation still holds
+/// its address. The status is written again when the doubt comes and when it ends, however it ends.
+#[test]
+fn the_status_counts_leave_out_a_record_a_relist_did_not_show() {
+    for ends in ["a read of the doubt", "the watch's event", "a worker's read"] {
+        let (index, _sink) = index();
+        feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+        let a = claim("a");
+        index.apply_claim(a.clone());
+        index.allocate(&a, &pool_key(), None).expect("free");
+        let created = ip_address("a", "10.0.0.1", &a);
+        index.address_created(&a, &created);
+        let used = |index: &Index| index.read(|s| s.status_counts(&pool_key()).0.used);
+        assert_eq!(used(&index), 1, "created: in the status ({ends})");
+        index.take_changed_pools(10);
+        index.addresses_listing();
+        index.addresses_listed();
+        assert_eq!(used(&index), 0, "not listed: left out of the status ({ends})");
+        assert_eq!(index.pool_counts(&pool_key()).0.free, 1, "but not free to allocate ({ends})");
+        assert_eq!(index.take_changed_pools(10), [pool_key()], "the status is written again ({ends})");
+        match ends {
+            "a read of the doubt" => {
+                index.doubt_resolved(&key("a"), created.metadata.uid.as_deref().map(Uid::of), Some(&created));
+            }
+            "the watch's event" => {
+                index.apply_address(&created);
+            }
+            _ => {
+                index.remember_address(&key("a"), &created);
+            }
+        }
+        assert_eq!(used(&index), 1, "there: in the status again ({ends})");
+        assert_eq!(index.take_changed_pools(10), [pool_key()], "and written again ({ends})");
+    }
+}
+
 /// An IPAddress deleted while its claim is gone, or being deleted, frees its address at once.
 #[test]
 fn an_ipaddress_deleted_without_a_live_claim_frees_its_address() {

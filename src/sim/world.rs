@@ -1841,6 +1841,14 @@ impl World {
         )
     }
 
+    /// A scripted world with the second manager (`Options::sharded`): its term begins when the script finishes.
+    pub(super) fn scripted_sharded() -> World {
+        World::new(
+            0,
+            Options { replicas: 1, steps: 0, late: Late::BeforeNextTerm, trace: true, velero: false, sharded: true },
+        )
+    }
+
     /// A scripted world whose invariants allow for a write of an ended term landing after the next term began (an
     /// unbound duplicate may appear for a moment; two bound claims never share an address).
     pub(super) fn scripted_with_writes_late_anytime() -> World {

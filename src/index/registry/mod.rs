@@ -467,8 +467,19 @@ impl Registry {
     }
 
     /// The counts of a pool its status says (see `PoolState::status_counts`).
-    pub fn status_counts(&self, key: &PoolKey, seen_by_all: impl Fn(Held) -> bool) -> PoolCounts {
-        self.pools.get(key).map(|p| p.status_counts(seen_by_all)).unwrap_or_default()
+    pub fn status_counts(
+        &self,
+        key: &PoolKey,
+        seen_by_all: impl Fn(Held) -> bool,
+        known_here_only: impl Fn(&ObjectKey) -> bool,
+    ) -> PoolCounts {
+        self.pools.get(key).map(|p| p.status_counts(seen_by_all, known_here_only)).unwrap_or_default()
+    }
+
+    /// The pool's status counts changed though its holds did not (a hold became known to this manager only, or known
+    /// to every manager again): its status is written again.
+    pub fn status_changed(&mut self, key: &PoolKey) {
+        self.dirty.mark(key);
     }
 
     /// Number of IPAddresses recorded for a pool (the pool finalizer waits for 0; reservations and pins do not count,

@@ -146,10 +146,17 @@ impl PoolState {
     ///
     /// `seen_by_all`: whether an address is reserved where every manager sees it (the pool's moved-away annotation): a
     /// hold that took such a reservation over counts, as the reservation did.
-    pub(super) fn status_counts(&self, seen_by_all: impl Fn(Held) -> bool) -> PoolCounts {
+    ///
+    /// `known_here_only`: whether a confirmed hold's IPAddress is one only this manager knows of (a record of our own
+    /// write that a relist of the watch did not show): left out as an unconfirmed hold is.
+    pub(super) fn status_counts(
+        &self,
+        seen_by_all: impl Fn(Held) -> bool,
+        known_here_only: impl Fn(&ObjectKey) -> bool,
+    ) -> PoolCounts {
         let all = self.counts();
         let (mut unconfirmed, mut unconfirmed_out) = (0_i64, 0_i64);
-        for (key, holding) in self.holders.iter().filter(|(_, h)| !h.confirmed) {
+        for (key, holding) in self.holders.iter().filter(|(key, h)| !h.confirmed || known_here_only(key)) {
             // Sharing its address with another holder, or pinned (its placeholder holds it without the claim), the
             // address is in use either way.
             if self.duplicates.iter().any(|(_, members)| members.contains(key))
