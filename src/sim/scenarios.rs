@@ -1347,7 +1347,10 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// machine's than the other; 650546392 (the checker): a restored IPAddress of a deleting claim, its address taken
 /// meanwhile by the second manager for its shard's pool, is a restored duplicate (the first manager's index was asked);
 /// 650784791: a bound claim marked for the move before its IPAddress's deletion was seen lost its hold, and a waiting
-/// claim took its address, in use over there. (A seed is a regression check only while the simulation draws the same numbers; the
+/// claim took its address, in use over there; 700007091: a record of our create that a relist did not show, its read
+/// failing, was counted in the status of a pool two managers write, and they rewrote each other's status; 700328281: a
+/// restored IPAddress, its dangling owner collected, was withdrawn for a late orphan that a pause of its Cluster kept.
+/// (A seed is a regression check only while the simulation draws the same numbers; the
 /// scenarios above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it
 /// too.)
 #[test]
@@ -1433,6 +1436,8 @@ fn seeds_the_soak_found_keep_every_invariant() {
         640_181_799,
         650_546_392,
         650_784_791,
+        700_007_091,
+        700_328_281,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
@@ -1749,6 +1754,87 @@ fn a_restored_claim_that_wins_its_duplicate_does_not_bind_beside_a_binding_in_fl
     fails(&w, result);
     assert_eq!(bound_to(&w, &m3), Some(address.clone()), "a/m3 keeps its binding\n{}", w.trace_text());
     assert_ne!(bound_to(&w, &m4), Some(address), "b/m4 bound beside a/m3\n{}", w.trace_text());
+}
+
+/// Soak seed 700328281: Velero restored claim `a/m0` (no status) and its IPAddress, whose dangling owner reference to
+/// the backup's claim the garbage collector took off (the pool still owns it). A deposed leader's create for claim
+/// `b/m1` of Cluster `b/cl`, of the address the restore's delete had freed, landed late; `b/m1` was deleted with its
+/// finalizer stripped while no manager watched, and a person paused `b/cl`. The late one is an orphan only the pause
+/// keeps; the restored one is the machine's: it stays, and is adopted once the orphan is released.
+#[test]
+fn a_restored_ipaddress_is_not_withdrawn_for_a_late_orphan_a_pause_keeps() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
+    let pool_uid = w.read(gip.server_kind(), &gip.key()).expect("the pool")["metadata"]["uid"].clone();
+    let pool_owner = json!([{"apiVersion": format!("{GROUP}/v1alpha2"), "kind": "GlobalInClusterIPPool",
+                             "name": "gip", "uid": pool_uid, "controller": false, "blockOwnerDeletion": true}]);
+    w.create(
+        Kind::Cluster,
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "cl", "namespace": "b"}, "spec": {"paused": true}}),
+    );
+    let address = json!("10.1.0.1");
+    // Velero's restore: the claim (no status), then its IPAddress as the garbage collector left it.
+    let m0 = w.create_claim_named(0, "m0", gip);
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"labels": { VELERO_RESTORE_LABEL: "restore-1" }}}));
+    let mut restored = global_ipaddress("a", "m0", &json!("00000000-0000-0000-00ff-000000000000"), &address, None);
+    restored["metadata"]["labels"][VELERO_RESTORE_LABEL] = json!("restore-1");
+    restored["metadata"]["ownerReferences"] = pool_owner.clone();
+    w.create(Kind::Address, restored);
+    // The deposed leader's late create for b/m1, whose claim is gone (its owner reference collected too).
+    let m1 = ObjectKey::new("b", "m1");
+    let mut late = global_ipaddress("b", "m1", &json!("00000000-0000-0000-00fe-000000000000"), &address, Some("cl"));
+    late["metadata"]["ownerReferences"] = pool_owner;
+    w.create(Kind::Address, late);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    assert_kept(&w, &m0, &address, "the restored IPAddress was withdrawn for a late orphan its Cluster's pause keeps");
+    w.sweep_after_the_delay();
+    w.answer_everything();
+    w.deliver_all(&[]);
+    assert!(w.read(Kind::Address, &m1).is_none(), "the late orphan is kept:\n{}", w.trace_text());
+    w.run_to_rest(Job::Claim(m0.clone()));
+    assert_eq!(bound_to(&w, &m0), Some(address), "a/m0 adopts its restored IPAddress\n{}", w.trace_text());
+    let result = w.finish();
+    fails(&w, result);
+}
+
+/// Soak seed 700007091: claim `a/m0`'s IPAddress was created while the IPAddress watch relisted, and went, claim and
+/// IPAddress, finalizers stripped, before the list was served; the list did not show it, and the read that would tell
+/// whether it is gone failed. The record is this manager's knowledge alone: counted in pool `a/ip`'s status, which the
+/// second manager writes too (no shard label), the two rewrote each other's status until the read's retry.
+#[test]
+fn a_record_a_relist_did_not_show_is_not_counted_in_a_status_two_managers_write() {
+    let mut w = World::scripted_sharded();
+    let ip = PoolId::Ip(0);
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", ip);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.expire_watch_of(Kind::Address);
+    assert!(w.deliver_one(Kind::Address), "the relist's Init, before a/m0's IPAddress exists");
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[Kind::Claim]);
+    assert!(w.read(Kind::Address, &m0).is_some(), "a/m0's IPAddress was created\n{}", w.trace_text());
+    // Gone before the list is served: the claim and its IPAddress, finalizers stripped.
+    w.force_delete_claim(&m0);
+    w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
+    w.remove(Kind::Address, &m0);
+    w.deliver_all(&[Kind::Claim]);
+    // Listed without it: the record is in doubt, and the read that would resolve it fails.
+    w.deliver_all(&[Kind::Address]);
+    w.run_job(Job::Claim(m0.clone()));
+    assert!(
+        w.answer_where(|op| matches!(op, Op::Get(Kind::Address, _)), Fate::ServerError),
+        "a/m0's doubtful record is read\n{}",
+        w.trace_text()
+    );
+    w.answer_everything();
+    let result = w.finish();
+    fails(&w, result);
 }
 
 /// Soak seed 570216407 (helper-80 D4): Velero restores a namespace from a backup taken while the IPAddress a move

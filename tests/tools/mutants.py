@@ -301,8 +301,8 @@ MUTATIONS = [
      "object.is_paused(), None, revision);",
      "a Cluster's watch-filter label is not read, and a filtered manager takes every Cluster for another shard's"),
     ("seen-gone-kept-for-pause", "src/index/orphans.rs",
-     "        !self.claim_seen_gone(key, record) && !self.duplicates_a_bound_one(&record.pool, key)",
-     "        !self.duplicates_a_bound_one(&record.pool, key)",
+     "        !self.claim_seen_gone(key, record)\n            && !self.duplicates_a_bound_one",
+     "        !self.duplicates_a_bound_one",
      "the IPAddress of a claim seen deleted for good is kept while its Cluster is paused (a restart then reserves it)"),
     ("stale-cluster-read", "src/index/pools.rs",
      "        if !self.clusters.contains_key(&key)\n            || self.cluster_revisions.get(&key).is_some_and(|w| w.is_at_least(revision))\n",
@@ -502,6 +502,27 @@ MUTATIONS = [
      "                self.moved_before_created.retain(|(k, _)| k != key);\n"
      "                self.moved_before_created.insert((key.clone(), claim.uid.uid()));",
      "a second claim of the name gone for a move hides the first one's create in flight: its move goes unrecorded"),
+    ("pause-keeps-restored-duplicate", "src/index/orphans.rs",
+     "            && !self.duplicates_a_restored_one(&record.pool, key)\n",
+     "",
+     "a pause keeps a late orphan duplicating a restored claim's IPAddress, which is withdrawn instead"),
+    ("restored-wins-needs-claim-owner", "src/index/view.rs",
+     "            && self.addresses.get(key).is_some_and(|r| r.claim_owner != Some(claim.uid.uid()) && !r.moving_away)",
+     "            && self.addresses.get(key).is_some_and(|r| r.claim_owner.is_some_and(|o| o != claim.uid.uid()))",
+     "a restored IPAddress whose dangling owner the garbage collector took off loses to an unbound claim's late "
+     "create"),
+    ("doubtful-in-status", "src/index/pools.rs",
+     "        let doubtful = |key: &ObjectKey| self.addresses.get(key).is_some_and(|r| r.doubtful && *r.pool == *pool);",
+     "        let doubtful = |_: &ObjectKey| false;",
+     "a record a relist did not show is counted in the pool's status, which another manager writes without it"),
+    ("doubt-rewrites-no-status", "src/index/addresses.rs",
+     "            if !std::mem::replace(&mut record.doubtful, true) {\n                self.registry.status_changed(&record.pool);\n            }",
+     "            record.doubtful = true;",
+     "a record put in doubt by a relist leaves the pool's status counting it until something else changes"),
+    ("doubt-ended-no-status", "src/index/addresses.rs",
+     "        if let Some(previous) = previous.filter(|p| p.doubtful) {\n            self.registry.status_changed(&previous.pool);\n        }",
+     "        let _ = previous;",
+     "a record in doubt replaced by a read leaves the pool's status without it until something else changes"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
