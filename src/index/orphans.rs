@@ -192,7 +192,7 @@ impl State {
     pub fn pause_may_keep(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
         !self.claim_seen_gone(key, record)
             && !self.duplicates_a_bound_one(&record.pool, key)
-            && !self.duplicates_a_restored_one(&record.pool, key)
+            && !self.duplicates_a_restored_one(key, record)
     }
 
     /// Whether the deletion of the claim of the IPAddress `key` was seen without clusterctl's mark.
@@ -213,12 +213,15 @@ impl State {
         })
     }
 
-    /// Whether another IPAddress holding the address `key` holds in `pool` is one Velero restored with its claim: the
-    /// claim restored, live, unbound (Velero restores no status) and of the pool, and the IPAddress not its own create
-    /// (owned by the backup's claim, or by none once the garbage collector took that dangling reference off). Its
-    /// machine uses the address, the bound one Velero's missing status hides: a pause keeps no late duplicate of it
-    /// (soak seed 700328281).
-    fn duplicates_a_restored_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+    /// Whether the IPAddress `key` (`record`) came second to one Velero restored with its claim, holding its address:
+    /// the claim restored, live, unbound (Velero restores no status) and of the pool, the IPAddress not its own create
+    /// (owned by the backup's claim, or by none once the garbage collector took that dangling reference off), and
+    /// created before this one. Its machine uses the address, the bound one Velero's missing status hides, and this
+    /// one is a late create (a deposed leader's): a pause keeps no such duplicate (soak seed 700328281). One created
+    /// first is kept: the IPAddress a move left behind (its claim's deletion unseen) and a stale backup's restore of
+    /// its address must not have it released (helper-102 F1); in the same second, the pause keeps it.
+    fn duplicates_a_restored_one(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
+        let pool = &record.pool;
         self.registry.duplicate_of(pool, key).is_some_and(|d| {
             d.holders.iter().any(|other| {
                 other != key
@@ -227,10 +230,12 @@ impl State {
                             && c.deletion_timestamp.is_none()
                             && c.address_ref().is_none()
                             && c.uses_pool(pool.kind, &pool.namespace, &pool.name)
-                            && self
-                                .addresses
-                                .get(other)
-                                .is_some_and(|r| !r.moving_away && !r.deleting && r.claim_owner != Some(c.uid.uid()))
+                            && self.addresses.get(other).is_some_and(|r| {
+                                !r.moving_away
+                                    && !r.deleting
+                                    && r.claim_owner != Some(c.uid.uid())
+                                    && r.created < record.created
+                            })
                     })
             })
         })

@@ -48,6 +48,8 @@ pub struct AddressRecord {
     /// It carries our mark of an IPAddress a move left behind (`MOVED_AWAY_MARK`): it moved away for good, also after
     /// a restart.
     pub marked_moved_away: bool,
+    /// `metadata.creationTimestamp`, in Unix seconds (0 when absent): which of two holders of an address came second.
+    pub created: u32,
 }
 
 impl AddressRecord {
@@ -84,6 +86,11 @@ impl AddressRecord {
             deleting_when_moved: false,
             deleted_by_us: false,
             marked_moved_away,
+            created: object
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| u32::try_from(t.0.as_second()).unwrap_or(0)),
             pool,
         })
     }

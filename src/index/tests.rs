@@ -513,8 +513,9 @@ fn what_is_kept_per_object_stays_small() {
     // 248 since issue 33 (the address its condition names, a bound claim's one durable trace of it; its creation
     // time for the restore wait): 1.6 MB more for 100,000.
     assert!(size_of::<Claim>() <= 248, "Claim: {} bytes", size_of::<Claim>());
-    // 96 since issue 33 (clusterctl's `delete-for-move` and our moved-away mark, apart): 0.8 MB more for 100,000.
-    assert!(size_of::<AddressRecord>() <= 96, "AddressRecord: {} bytes", size_of::<AddressRecord>());
+    // 104 since issue 33 (clusterctl's `delete-for-move` and our moved-away mark, apart; its creation time, which of
+    // two holders came second: helper-102 F1): 0.8 MB more for 100,000.
+    assert!(size_of::<AddressRecord>() <= 104, "AddressRecord: {} bytes", size_of::<AddressRecord>());
     assert!(size_of::<Held>() <= 20, "Held: {} bytes", size_of::<Held>());
     assert_eq!(size_of::<ObjectKey>(), 32);
 }

@@ -1782,6 +1782,7 @@ fn a_restored_ipaddress_is_not_withdrawn_for_a_late_orphan_a_pause_keeps() {
     restored["metadata"]["labels"][VELERO_RESTORE_LABEL] = json!("restore-1");
     restored["metadata"]["ownerReferences"] = pool_owner.clone();
     w.create(Kind::Address, restored);
+    w.pass_time(2000);
     // The deposed leader's late create for b/m1, whose claim is gone (its owner reference collected too).
     let m1 = ObjectKey::new("b", "m1");
     let mut late = global_ipaddress("b", "m1", &json!("00000000-0000-0000-00fe-000000000000"), &address, Some("cl"));
@@ -1797,6 +1798,55 @@ fn a_restored_ipaddress_is_not_withdrawn_for_a_late_orphan_a_pause_keeps() {
     assert!(w.read(Kind::Address, &m1).is_none(), "the late orphan is kept:\n{}", w.trace_text());
     w.run_to_rest(Job::Claim(m0.clone()));
     assert_eq!(bound_to(&w, &m0), Some(address), "a/m0 adopts its restored IPAddress\n{}", w.trace_text());
+    let result = w.finish();
+    fails(&w, result);
+}
+
+/// Helper-102 F1, the other side of seed 700328281's fix: clusterctl moves Cluster `a/cl` away while no manager
+/// watches (claim `a/m0` deleted for the move unseen: no mark on the IPAddress it left behind), and the Cluster stays
+/// paused. A Velero restore of namespace `b` from an older backup brings claim `b/m1` back with an IPAddress of the
+/// address `a/m0`'s machine uses over there (its dangling owner collected). The restored one came second: it is
+/// withdrawn, and the left-behind IPAddress is kept by the pause until the Cluster's deletion makes its address a
+/// reservation.
+#[test]
+fn a_stale_restored_ipaddress_does_not_get_a_paused_moves_left_behind_address() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    let pool_uid = w.read(gip.server_kind(), &gip.key()).expect("the pool")["metadata"]["uid"].clone();
+    let pool_owner = json!([{"apiVersion": format!("{GROUP}/v1alpha2"), "kind": "GlobalInClusterIPPool",
+                             "name": "gip", "uid": pool_uid, "controller": false, "blockOwnerDeletion": true}]);
+    // The move's claim deletion falls between terms: no mark, the IPAddress left behind.
+    w.end_this_term();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.pass_time(2000);
+    // Velero restores b/m1 from a backup taken when the address was b/m1's.
+    let m1 = w.create_claim_named(1, "m1", gip);
+    w.patch(Kind::Claim, &m1, json!({"metadata": {"labels": { VELERO_RESTORE_LABEL: "restore-1" }}}));
+    let mut restored = global_ipaddress("b", "m1", &json!("00000000-0000-0000-00ff-000000000000"), &moved, None);
+    restored["metadata"]["labels"][VELERO_RESTORE_LABEL] = json!("restore-1");
+    restored["metadata"]["ownerReferences"] = pool_owner;
+    w.create(Kind::Address, restored);
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m1.clone()));
+    w.sweep_after_the_delay();
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m1.clone()));
+    assert!(
+        w.read(Kind::Address, &m0).is_some(),
+        "the paused move's left-behind IPAddress was released:\n{}",
+        w.trace_text()
+    );
+    assert_ne!(bound_to(&w, &m1), Some(moved.clone()), "b/m1 took the address in use over there\n{}", w.trace_text());
+    // clusterctl ends the move: the left-behind address becomes the reservation.
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    w.sweep_after_the_delay();
+    w.answer_everything();
+    w.deliver_all(&[]);
+    assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "not reserved:\n{}", w.trace_text());
+    assert_ne!(bound_to(&w, &m1), Some(moved), "b/m1 took the reserved address\n{}", w.trace_text());
     let result = w.finish();
     fails(&w, result);
 }

@@ -1943,6 +1943,11 @@ impl World {
         true
     }
 
+    /// Time passes: `ms` milliseconds, nothing else happening.
+    pub(super) fn pass_time(&mut self, ms: i64) {
+        self.advance(ms);
+    }
+
     /// The orphan sweep as the orphan task runs it: once, and again once the orphan release delay has passed (an
     /// IPAddress is released only after it was an orphan that long), each answered in full.
     pub(super) fn sweep_after_the_delay(&mut self) {
