@@ -53,7 +53,7 @@ pub fn desired_status(index: &Index, key: &PoolKey) -> DesiredStatus {
     let ((counts, spec_error), duplicates, reservations, out_of_range) = index.read(|s| {
         let out_of_range = s.out_of_range(key, OUT_OF_RANGE_SHOWN);
         let reserved = s.reserved_in_annotation(key);
-        (s.status_counts_with(key, &reserved), s.duplicates(key), reserved.len(), out_of_range)
+        (s.status_counts_with(key, &reserved), s.status_duplicates(key), reserved.len(), out_of_range)
     });
     let addresses = PoolAddressesStatus::from(counts);
     let (ready, reason, message) = match (spec_error, duplicates.as_slice()) {

@@ -182,6 +182,37 @@ fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
     assert_eq!((invalid.ready, invalid.reason), (false, "InvalidSpec"));
 }
 
+/// Helper-103 F1: a record of our own create that a relist did not show is this manager's knowledge alone; the
+/// condition of the status, which another manager watching the pool writes too, leaves it out as the counts do: no
+/// duplicate with the address the other manager handed out meanwhile, nor an IPAddress out of range after an edit.
+#[test]
+fn a_record_a_relist_did_not_show_makes_no_duplicate_nor_out_of_range_condition() {
+    for case in ["duplicate", "out of range"] {
+        let (index, _) = index();
+        index.apply_pool(pool("10.0.0.1-10.0.0.4", 1).into_pool());
+        let a = claim("a");
+        index.apply_claim(a.clone());
+        index.allocate(&a, &pool_key(), None).expect("free");
+        index.address_created(&a, &ip_address("a", "10.0.0.1", &a));
+        index.addresses_listing();
+        index.addresses_listed();
+        match case {
+            // The other manager, which never saw a's IPAddress, handed its address out.
+            "duplicate" => {
+                index.apply_address(&ip_address("b", "10.0.0.1", &claim("b")));
+            }
+            _ => index.apply_pool(pool("10.0.0.2-10.0.0.4", 2).into_pool()),
+        }
+        let desired = desired_status(&index, &pool_key());
+        assert_eq!((desired.ready, desired.reason), (true, "Ready"), "{case}: {}", desired.message);
+        // Resolved as there after all: the condition says it.
+        let listed = index.address(&key("a")).expect("a's record");
+        index.doubt_resolved(&key("a"), listed.uid, Some(&ip_address("a", "10.0.0.1", &a)));
+        let desired = desired_status(&index, &pool_key());
+        assert!(!desired.ready, "{case}: once resolved, the condition names it: {}", desired.message);
+    }
+}
+
 #[tokio::test]
 async fn decisions_that_write_nothing_make_no_request() {
     let ctx = test_context();

@@ -102,8 +102,26 @@ impl State {
         pool: &PoolKey,
         reserved: &std::collections::HashSet<Held>,
     ) -> (PoolCounts, Option<String>) {
-        let doubtful = |key: &ObjectKey| self.addresses.get(key).is_some_and(|r| r.doubtful && *r.pool == *pool);
-        (self.registry.status_counts(pool, |held| reserved.contains(&held), doubtful), self.registry.counts(pool).1)
+        let in_doubt = |key: &ObjectKey| self.in_doubt(pool, key);
+        (self.registry.status_counts(pool, |held| reserved.contains(&held), in_doubt), self.registry.counts(pool).1)
+    }
+
+    /// Whether the IPAddress `key` of `pool` is this manager's knowledge alone: a record of our own write that a
+    /// relist of the watch did not show, whose read is yet to tell whether it is gone. The pool's status, which every
+    /// manager watching the pool writes alike, leaves it out.
+    fn in_doubt(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
+        self.addresses.get(key).is_some_and(|r| r.doubtful && *r.pool == *pool)
+    }
+
+    /// The addresses of the pool that more than one IPAddress holds, as its status says them: without a hold no
+    /// IPAddress confirms nor one in doubt (helper-103 F1: the other manager, which never saw it, has none).
+    pub fn status_duplicates(&self, pool: &PoolKey) -> Vec<Duplicate> {
+        let mut duplicates = self.registry.duplicates(pool);
+        for duplicate in &mut duplicates {
+            duplicate.holders.retain(|k| !self.in_doubt(pool, k) && !self.registry.holds_unconfirmed(pool, k));
+        }
+        duplicates.retain(|d| d.holders.len() > 1);
+        duplicates
     }
 
     /// The addresses the pool's moved-away annotation reserves, as every manager watching the pool reads them (the
@@ -118,9 +136,10 @@ impl State {
         self.registry.allocates(pool, held)
     }
 
-    /// Up to `limit` IPAddresses of the pool whose address its spec no longer allocates.
+    /// Up to `limit` IPAddresses of the pool whose address its spec no longer allocates, as its status says them
+    /// (none in doubt).
     pub fn out_of_range(&self, pool: &PoolKey, limit: usize) -> Vec<(ObjectKey, Held)> {
-        self.registry.out_of_range(pool, limit)
+        self.registry.out_of_range(pool, limit, |k| self.in_doubt(pool, k))
     }
 
     /// The addresses of the pool reserved as moved away.

@@ -442,7 +442,12 @@ impl Registry {
     }
 
     /// Up to `limit` IPAddresses of the pool holding what its spec does not allocate, by name, with what they hold.
-    pub fn out_of_range(&self, pool_key: &PoolKey, limit: usize) -> Vec<(ObjectKey, Held)> {
+    pub fn out_of_range(
+        &self,
+        pool_key: &PoolKey,
+        limit: usize,
+        known_here_only: impl Fn(&ObjectKey) -> bool,
+    ) -> Vec<(ObjectKey, Held)> {
         let Some(state) = self.pools.get(pool_key) else { return Vec::new() };
         if state.counts().out_of_range == 0 {
             return Vec::new();
@@ -450,7 +455,12 @@ impl Registry {
         let mut found: Vec<(ObjectKey, Held)> = state
             .holders
             .iter()
-            .filter(|(k, h)| h.confirmed && !is_placeholder(k) && self.allocates(pool_key, h.held) == Some(false))
+            .filter(|(k, h)| {
+                h.confirmed
+                    && !is_placeholder(k)
+                    && !known_here_only(k)
+                    && self.allocates(pool_key, h.held) == Some(false)
+            })
             .map(|(k, h)| (k.clone(), h.held))
             .collect();
         found.sort_by(|a, b| a.0.cmp(&b.0));
