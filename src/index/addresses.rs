@@ -46,7 +46,7 @@ impl State {
         }
         let claim_owner = record.claim_owner;
         let previous = self.addresses.insert(key.clone(), record);
-        self.doubt_ended(previous.as_ref());
+        self.doubt_ended(previous.as_ref(), false);
         if let Some(old) = previous.filter(|p| *p.pool != *pool) {
             let woken = self.registry.forget(&old.pool, &key);
             self.wake_all(woken);
@@ -256,10 +256,10 @@ impl State {
         }
     }
 
-    /// A record replaced the `previous` one: if a relist had left that in doubt, its pool's status counts the hold
-    /// again.
-    fn doubt_ended(&mut self, previous: Option<&AddressRecord>) {
-        if let Some(previous) = previous.filter(|p| p.doubtful) {
+    /// A record (`doubtful` or not) replaced the `previous` one: if a relist had left that in doubt and the new one
+    /// is not, its pool's status counts the hold again.
+    fn doubt_ended(&mut self, previous: Option<&AddressRecord>, doubtful: bool) {
+        if let Some(previous) = previous.filter(|p| p.doubtful && !doubtful) {
             self.registry.status_changed(&previous.pool);
         }
     }
@@ -308,6 +308,10 @@ impl State {
             match addresses.get(key).filter(|c| c.uid == record.uid) {
                 Some(current) => {
                     record.seen = current.seen;
+                    // An answer of a version no newer than what a relist that did not show it had seen is older news
+                    // than that list: the object may be gone since, and the doubt stays for its read (helper-103 F2).
+                    record.doubtful = current.doubtful
+                        && revision_of(&object.metadata).number().is_none_or(|r| r <= self.addresses_seen_until);
                     record.deleting_when_moved = current.deleting_when_moved;
                     record.deleted_by_us = current.deleted_by_us;
                     // What we read or wrote knows nothing of a move its claim's deletion told (no mark on it yet):
@@ -336,7 +340,7 @@ impl State {
             self.report_duplicate(&duplicate);
         }
         let previous = self.addresses.insert(key.clone(), record.clone());
-        self.doubt_ended(previous.as_ref());
+        self.doubt_ended(previous.as_ref(), record.doubtful);
         if let Some(old) = previous.filter(|p| *p.pool != *record.pool) {
             let woken = self.registry.forget(&old.pool, key);
             self.wake_all(woken);
