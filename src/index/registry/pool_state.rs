@@ -166,7 +166,8 @@ impl PoolState {
                 continue;
             }
             unconfirmed += 1;
-            if self.allocator.is_some() && !self.allocates(holding.held) {
+            // Without a valid spec every hold is out of range (`counts`): one left out is left out of that too.
+            if !self.allocates(holding.held) {
                 unconfirmed_out += 1;
             }
         }

@@ -441,3 +441,17 @@ fn prefixes_that_overlap_with_different_lengths_are_a_duplicate() {
     assert!(r.duplicate_of(&key, &obj("a")).is_none());
     r.check_consistency().unwrap();
 }
+
+/// Helper-103 F3: without a valid spec every hold counts as out of range; a hold the status leaves out (one no
+/// IPAddress confirms) is left out of that count too, so the status says what a manager that never knew the hold
+/// says, and the two do not rewrite each other's status until someone fixes the spec.
+#[test]
+fn without_a_valid_spec_a_hold_left_out_of_the_status_is_left_out_of_its_out_of_range_count_too() {
+    let mut r = Registry::new();
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24})));
+    r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().expect("ip"))));
+    r.allocate(&pool(), &obj("y"), None).expect("free");
+    r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["nope"], "prefix": 24})));
+    let c = r.status_counts(&pool(), |_| false, |_| false);
+    assert_eq!((c.total, c.used, c.out_of_range, c.free), (0, 1, 1, 0), "what a manager that knows only x says");
+}
