@@ -308,10 +308,11 @@ impl State {
             match addresses.get(key).filter(|c| c.uid == record.uid) {
                 Some(current) => {
                     record.seen = current.seen;
-                    // An answer of a version no newer than what a relist that did not show it had seen is older news
-                    // than that list: the object may be gone since, and the doubt stays for its read (helper-103 F2).
-                    record.doubtful = current.doubtful
-                        && revision_of(&object.metadata).number().is_none_or(|r| r <= self.addresses_seen_until);
+                    // An answer may be of a request sent before the relist that did not show the object, and older
+                    // news than that list (the object may be gone since; what the list had seen does not tell: it
+                    // is its newest object's version, not the list's): the doubt stays for its own read, which comes
+                    // next (helper-103 F2, helper-104 G3).
+                    record.doubtful = current.doubtful;
                     record.deleting_when_moved = current.deleting_when_moved;
                     record.deleted_by_us = current.deleted_by_us;
                     // What we read or wrote knows nothing of a move its claim's deletion told (no mark on it yet):

@@ -116,12 +116,7 @@ impl State {
     /// The addresses of the pool that more than one IPAddress holds, as its status says them: without a hold no
     /// IPAddress confirms nor one in doubt (helper-103 F1: the other manager, which never saw it, has none).
     pub fn status_duplicates(&self, pool: &PoolKey) -> Vec<Duplicate> {
-        let mut duplicates = self.registry.duplicates(pool);
-        for duplicate in &mut duplicates {
-            duplicate.holders.retain(|k| !self.in_doubt(pool, k) && !self.registry.holds_unconfirmed(pool, k));
-        }
-        duplicates.retain(|d| d.holders.len() > 1);
-        duplicates
+        self.registry.duplicates_without(pool, |k| self.in_doubt(pool, k))
     }
 
     /// The addresses the pool's moved-away annotation reserves, as every manager watching the pool reads them (the

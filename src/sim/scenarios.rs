@@ -1782,8 +1782,9 @@ fn a_restored_ipaddress_is_not_withdrawn_for_a_late_orphan_a_pause_keeps() {
     restored["metadata"]["labels"][VELERO_RESTORE_LABEL] = json!("restore-1");
     restored["metadata"]["ownerReferences"] = pool_owner.clone();
     w.create(Kind::Address, restored);
-    w.pass_time(2000);
-    // The deposed leader's late create for b/m1, whose claim is gone (its owner reference collected too).
+    // The deposed leader's late create for b/m1, whose claim is gone (its owner reference collected too), lands
+    // moments later: in the same second (helper-104 G1).
+    w.pass_time(300);
     let m1 = ObjectKey::new("b", "m1");
     let mut late = global_ipaddress("b", "m1", &json!("00000000-0000-0000-00fe-000000000000"), &address, Some("cl"));
     late["metadata"]["ownerReferences"] = pool_owner;

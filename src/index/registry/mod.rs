@@ -228,6 +228,25 @@ impl Registry {
         out
     }
 
+    /// The duplicates as a manager that never knew some of their holds sees them: without the holds no IPAddress
+    /// confirms and those `leave_out` names, the members left grouped again (a wide prefix left out may have been all
+    /// that tied two narrower ones together), in the same order.
+    pub fn duplicates_without(&self, pool_key: &PoolKey, leave_out: impl Fn(&ObjectKey) -> bool) -> Vec<Duplicate> {
+        let Some(state) = self.pools.get(pool_key) else { return Vec::new() };
+        let holds: Vec<(Held, ObjectKey)> = state
+            .duplicates
+            .values()
+            .flatten()
+            .filter(|k| !leave_out(k))
+            .filter_map(|k| state.holders.get(k).filter(|h| h.confirmed).map(|h| (h.held, k.clone())))
+            .collect();
+        let mut out: Vec<Duplicate> = pool_state::overlapping_groups(holds)
+            .map(|(held, holders)| Duplicate { pool: pool_key.clone(), held, holders })
+            .collect();
+        out.sort_by(|a, b| a.holders.cmp(&b.holders));
+        out
+    }
+
     /// Forgets an IPAddress that is gone. Returns the claims to wake now that its address is free.
     pub fn forget(&mut self, pool_key: &PoolKey, address: &ObjectKey) -> Woken {
         self.release_holder_if(pool_key, address, |_| true)

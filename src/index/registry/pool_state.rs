@@ -199,7 +199,7 @@ impl PoolState {
 
 /// The holds that share an address, in groups of two or more keyed by the widest hold of each (CIDR blocks are nested
 /// or disjoint, so in the order of [`sort_key`] a group's members come one after another).
-fn overlapping_groups(mut holds: Vec<(Held, ObjectKey)>) -> impl Iterator<Item = (Held, Vec<ObjectKey>)> {
+pub(super) fn overlapping_groups(mut holds: Vec<(Held, ObjectKey)>) -> impl Iterator<Item = (Held, Vec<ObjectKey>)> {
     holds.sort_by_key(|(held, key)| (sort_key(*held), key.clone()));
     let mut groups: Vec<(Held, Vec<ObjectKey>)> = Vec::new();
     for (held, key) in holds {

@@ -455,3 +455,25 @@ fn without_a_valid_spec_a_hold_left_out_of_the_status_is_left_out_of_its_out_of_
     let c = r.status_counts(&pool(), |_| false, |_| false);
     assert_eq!((c.total, c.used, c.out_of_range, c.free), (0, 1, 1, 0), "what a manager that knows only x says");
 }
+
+/// Helper-104 G2: the duplicates a pool's status names leave out the holds no IPAddress confirms and those in doubt,
+/// and what is left is grouped again: a wide prefix left out was all that tied two narrower ones, which do not
+/// overlap each other, into one duplicate.
+#[test]
+fn duplicates_without_a_hold_are_grouped_again() {
+    let mut r = Registry::new();
+    let key = PoolKey::new(PoolKind::InClusterPrefixPool, "ns", "pp");
+    r.apply_spec(&key, &spec(key.kind, json!({"prefixes": ["fd00::/62"], "allocationPrefixLength": 64})));
+    let prefix = |a: &str, len: i64| {
+        Held::of(key.kind, &IpAddressSpec { address: a.into(), prefix: Some(len), ..Default::default() })
+    };
+    r.record(&key, &obj("a"), prefix("fd00::", 64));
+    r.record(&key, &obj("b"), prefix("fd00:0:0:1::", 64));
+    r.record(&key, &obj("wide"), prefix("fd00::", 63));
+    assert_eq!(r.duplicates_without(&key, |_| false).len(), 1, "one group of three");
+    assert!(r.duplicates_without(&key, |k| *k == obj("wide")).is_empty(), "the two /64s do not overlap");
+    r.record(&key, &obj("c"), prefix("fd00::", 64));
+    let left = r.duplicates_without(&key, |k| *k == obj("wide"));
+    assert_eq!(left.iter().map(|d| d.holders.clone()).collect::<Vec<_>>(), [vec![obj("a"), obj("c")]]);
+    assert_eq!(left[0].held, prefix("fd00::", 64), "named by the widest hold left");
+}
