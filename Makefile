@@ -54,6 +54,10 @@ run: k8s-bin ## Start the control plane and run the manager against it (Ctrl-C s
 test: deps ## Go tools (cached), fmt, clippy, the image, unit tests, the simulation, integration tests against a real control plane
 	@$(TOOLS)/test.sh
 
+.PHONY: module-graph
+module-graph: ## The module graph of src/ (top-level modules, and siblings of one parent) and its cycles
+	python3 $(TOOLS)/module-graph.py
+
 .PHONY: sim
 sim: ## Soak the deterministic simulation: SIM_SEEDS seeds (default 1,000,000) from SIM_SEED_BASE (default: random)
 	SIM_SEEDS=$${SIM_SEEDS:-1000000} SIM_SEED_BASE=$${SIM_SEED_BASE:-$$(( $$(date +%s) << 20 ))} \

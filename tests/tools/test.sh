@@ -43,6 +43,9 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The mutation check's guards are found by their text: one that a change moved would test nothing (make mutants).
 python3 tests/tools/mutants.py --check
+# The module graph (issue 35): no cycle beyond the known ones, which only shrink; the reading checked on a tree of its own.
+python3 tests/tools/module-graph.py --self-test
+python3 tests/tools/module-graph.py --check
 
 # A manager left running by `make run` would allocate alongside the tests' own managers.
 if [[ -f .dev/manager.pid ]] && kill -0 "$(cat .dev/manager.pid)" 2>/dev/null; then
