@@ -17,7 +17,7 @@ use crate::apiserver::{ApiError, Read, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
 use crate::index::{AddressRecord, AllocateError, Assigned, ClaimView, Index, ObjectKey, PoolKey, Served};
-use crate::runtime::queue::Next;
+use crate::runtime::retry::Next;
 use crate::runtime::retry::RECHECK;
 
 mod adopt;

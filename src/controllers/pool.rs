@@ -13,7 +13,7 @@ use crate::api::v1alpha2::{PoolAddressesStatus, PoolStatus};
 use crate::api::{MOVED_AWAY_ANNOTATION, PROTECT_POOL_FINALIZER, Pool};
 use crate::apiserver::{Read, Target};
 use crate::index::{Index, PoolKey};
-use crate::runtime::queue::Next;
+use crate::runtime::retry::Next;
 
 /// A safety net for missed events; changes arrive through watches.
 const RESYNC: Duration = Duration::from_secs(600);

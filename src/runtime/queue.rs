@@ -18,17 +18,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::retry::{Outcome, Retry, backoff};
+use super::retry::{Next, Outcome, Retry, backoff};
 use crate::metrics::{QueueGauges, QueueSeries};
-
-/// What a reconcile asks for next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Next {
-    /// Nothing until something changes (a watch event or a wake).
-    AwaitChange,
-    /// Another run after this long, unless a change comes first.
-    After(Duration),
-}
 
 /// Collections at most this large keep their capacity; larger ones shrink when they drain.
 const KEEP_CAPACITY: usize = 1024;

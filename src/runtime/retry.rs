@@ -5,7 +5,15 @@
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::runtime::queue::Next;
+
+/// What a reconcile asks for next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until something changes (a watch event or a wake).
+    AwaitChange,
+    /// Another run after this long, unless a change comes first.
+    After(Duration),
+}
 
 /// How a run of a worker ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -31,7 +31,8 @@ use crate::index::relist::{Feed, Pools, Relist};
 use crate::index::{Index, ObjectKey, PoolKey, Sink};
 use crate::leader::{SimulatedTerm, TermClock};
 use crate::metrics::Metrics;
-use crate::runtime::queue::{Next, QueueClock};
+use crate::runtime::queue::QueueClock;
+use crate::runtime::retry::Next;
 use crate::runtime::retry::{Outcome, RECHECK};
 use crate::runtime::{Work, WorkStreams};
 
