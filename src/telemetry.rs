@@ -2,7 +2,21 @@
 
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use crate::cli::LogFormat;
+/// `--log-format` (`--logging-format`, the Go provider's name).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+impl LogFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Json => "json",
+            LogFormat::Text => "text",
+        }
+    }
+}
 
 /// Installs the global subscriber. The filter is `RUST_LOG` when set, else `--log-level`. The kube client's own
 /// logging is off unless the filter names it (`kube_client=debug`): it logs every failed request as an ERROR that

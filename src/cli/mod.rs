@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::server::tls::TlsVersion;
+pub use crate::telemetry::LogFormat;
 
 #[derive(clap::Parser, Debug, Clone)]
 // A flag given twice takes its last value, as Go's pflag does: the Cluster API Operator appends its flags to the
@@ -187,21 +188,6 @@ pub struct Args {
     /// and admit, as the Go provider admits them; docs/compatibility.md D12).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub reject_gateway_outside_subnet: bool,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    Json,
-    Text,
-}
-
-impl LogFormat {
-    pub fn name(self) -> &'static str {
-        match self {
-            LogFormat::Json => "json",
-            LogFormat::Text => "text",
-        }
-    }
 }
 
 impl Args {
