@@ -36,6 +36,31 @@ mod timings;
 pub use timings::Timings;
 use timings::*;
 
+/// How a Lease holder's identity names its manager's `--watch-filter` (after the host and a random part): a replica
+/// waiting for a Lease held by another shard says so, since it never leads while they share it.
+const SHARD_MARK: &str = "_watch-filter=";
+
+/// The `--watch-filter` a holder identity names; `None` when it names none (no filter, or the Go provider).
+pub fn shard_of(identity: &str) -> Option<&str> {
+    identity.split_once(SHARD_MARK).map(|(_, shard)| shard)
+}
+
+/// This replica's Lease holder identity: the host, a random part, and the `--watch-filter` it serves, if any.
+pub fn holder_identity(shard: Option<&str>) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "manager".to_owned());
+    let id = format!("{host}_{:016x}", RandomState::new().hash_one(std::process::id()));
+    match shard {
+        Some(shard) => format!("{id}{SHARD_MARK}{shard}"),
+        None => id,
+    }
+}
+
 /// The writes of a leader's term go through this. `Fence::none()` (no leader election: a single replica) lets
 /// everything through.
 #[derive(Clone, Debug, Default)]
@@ -279,8 +304,7 @@ impl Elector {
                 }
                 Attempt::Other { holder } => {
                     if waiting_for.as_ref() != Some(&holder) {
-                        let (theirs, ours) =
-                            (crate::manager::shard_of(&holder), crate::manager::shard_of(&self.identity));
+                        let (theirs, ours) = (shard_of(&holder), shard_of(&self.identity));
                         if theirs.is_some() && theirs != ours {
                             tracing::error!(
                                 lease = %self.name,

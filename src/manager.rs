@@ -87,30 +87,6 @@ fn leader_election_namespace(args: &Args) -> String {
         .unwrap_or_else(|| "default".to_owned())
 }
 
-/// How a Lease holder's identity names its manager's `--watch-filter` (after the host and a random part): a replica
-/// waiting for a Lease held by another shard says so, since it never leads while they share it.
-const SHARD_MARK: &str = "_watch-filter=";
-
-/// The `--watch-filter` a holder identity names; `None` when it names none (no filter, or the Go provider).
-pub fn shard_of(identity: &str) -> Option<&str> {
-    identity.split_once(SHARD_MARK).map(|(_, shard)| shard)
-}
-
-fn identity(shard: Option<&str>) -> String {
-    use std::hash::{BuildHasher, RandomState};
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "manager".to_owned());
-    let id = format!("{host}_{:016x}", RandomState::new().hash_one(std::process::id()));
-    match shard {
-        Some(shard) => format!("{id}{SHARD_MARK}{shard}"),
-        None => id,
-    }
-}
-
 /// Resolves on SIGTERM or SIGINT.
 async fn shutdown_signal() {
     #[cfg(unix)]
@@ -259,7 +235,7 @@ async fn lead(
     readiness: Arc<Readiness>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let identity = identity(options.watch_filter.as_deref());
+    let identity = crate::leader::holder_identity(options.watch_filter.as_deref());
     let mut elector = Elector::new(client.clone(), &namespace, &lease, &identity, timings);
     metrics.campaign(&lease);
     info!(%lease, %namespace, %identity, "waiting for leadership");
