@@ -7,6 +7,8 @@ use std::collections::HashSet;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash};
 use std::sync::{Arc, LazyLock};
 
+use crate::api::PoolKind;
+
 static INTERNED: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Default::default);
 
 /// One shared copy of a string that many cached objects repeat (a namespace, a pool or cluster name). The set only
@@ -146,6 +148,45 @@ impl ResourceVersion {
 /// A stable 64-bit digest (fixed keys, so equal values give equal digests for the life of the process).
 pub fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
     BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
+}
+
+/// A pool: its kind, namespace ("" for global pools) and name (shared strings: every IPAddress of the pool keeps
+/// one).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub kind: PoolKind,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+impl PoolKey {
+    pub fn new(kind: PoolKind, namespace: &str, name: &str) -> Self {
+        let namespace = if kind.is_global() { "" } else { namespace };
+        Self { kind, namespace: intern(namespace), name: intern(name) }
+    }
+
+    /// One shared copy of the key, for what every IPAddress of the pool keeps (8 bytes instead of 40 each).
+    pub fn shared(self) -> Arc<PoolKey> {
+        static SHARED: std::sync::LazyLock<parking_lot::Mutex<HashSet<Arc<PoolKey>>>> =
+            std::sync::LazyLock::new(Default::default);
+        let mut set = SHARED.lock();
+        if let Some(existing) = set.get(&self) {
+            return existing.clone();
+        }
+        let shared = Arc::new(self);
+        set.insert(shared.clone());
+        shared
+    }
+}
+
+impl std::fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {:?}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -63,10 +63,6 @@ impl Error {
     }
 }
 
-pub fn is_transport(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::HttpError(_))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,9 +13,14 @@ use crate::api::v1alpha2::PoolStatus;
 use crate::api::{MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK, Pool};
 use crate::capi::status::ClaimStatusPatch;
 use crate::capi::{CapiApis, ClaimResource, Cluster, IpAddress};
-use crate::error::is_transport;
-use crate::index::{ObjectKey, PoolKey};
+use crate::compact::{ObjectKey, PoolKey};
 use crate::leader::Fence;
+
+/// Whether a kube client error is one of transport (connect, TLS, timeout, a dropped connection): no answer from the
+/// API server.
+pub fn is_transport(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::HttpError(_))
+}
 
 /// The field manager every write of ours names (managedFields show who wrote what).
 pub const FIELD_MANAGER: &str = "capi-ipam-in-cluster";

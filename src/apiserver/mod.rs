@@ -17,7 +17,7 @@ use crate::api::Pool;
 use crate::api::v1alpha2::PoolStatus;
 use crate::capi::status::ClaimStatusPatch;
 use crate::capi::{ClaimResource, Cluster, IpAddress};
-use crate::index::{ObjectKey, PoolKey};
+use crate::compact::{ObjectKey, PoolKey};
 use crate::leader::Fenced;
 
 /// A request to the API server.

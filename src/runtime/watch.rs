@@ -7,7 +7,7 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-use crate::error::is_transport;
+use crate::apiserver::client::is_transport;
 use crate::index::relist::{Feed, Relist};
 
 /// Watches end on the server's side after 45 s and resume from their last resourceVersion: the client's 60 s read

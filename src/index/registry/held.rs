@@ -1,54 +1,14 @@
 //! What the registry's holders are keyed by and hold, and what it answers with.
 
-use std::collections::HashSet;
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::Arc;
 
 use super::pool_state::parse_ipv6;
 use crate::api::PoolKind;
 use crate::capi::IpAddressSpec;
-use crate::compact::{ObjectKey, intern};
+use crate::compact::ObjectKey;
+pub use crate::compact::PoolKey;
 use crate::ipam::Allocation;
 use crate::ipam::address::parse_ip;
-
-/// A pool: its kind, namespace ("" for global pools) and name (shared strings: every IPAddress of the pool keeps
-/// one).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PoolKey {
-    pub kind: PoolKind,
-    pub namespace: Arc<str>,
-    pub name: Arc<str>,
-}
-
-impl PoolKey {
-    pub fn new(kind: PoolKind, namespace: &str, name: &str) -> Self {
-        let namespace = if kind.is_global() { "" } else { namespace };
-        Self { kind, namespace: intern(namespace), name: intern(name) }
-    }
-
-    /// One shared copy of the key, for what every IPAddress of the pool keeps (8 bytes instead of 40 each).
-    pub fn shared(self) -> Arc<PoolKey> {
-        static SHARED: std::sync::LazyLock<parking_lot::Mutex<HashSet<Arc<PoolKey>>>> =
-            std::sync::LazyLock::new(Default::default);
-        let mut set = SHARED.lock();
-        if let Some(existing) = set.get(&self) {
-            return existing.clone();
-        }
-        let shared = Arc::new(self);
-        set.insert(shared.clone());
-        shared
-    }
-}
-
-impl std::fmt::Display for PoolKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.namespace.is_empty() {
-            write!(f, "{} {:?}", self.kind, self.name)
-        } else {
-            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
-        }
-    }
-}
 
 /// What an IPAddress holds in its pool: an address (IP pools) or a prefix (prefix pools); `None` when unparsable.
 /// Byte-aligned (20 bytes, where the allocator's 16-byte-aligned `Allocation` would make it 48): one is kept per
