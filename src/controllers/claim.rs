@@ -159,7 +159,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
                     && ctx.index.holds_unconfirmed(&pool_key, key)
                     && lives_bound_to_another(claim, ctx, held_address).await?)
             {
-                settle_own_uncertain_create(ctx, &pool_key, key).await?;
+                settle_uncertain_create_before_waiting(ctx, &pool_key, key).await?;
             }
             // Bound again to the address that an entry of the pool's moved-away annotation reserves for it (it came
             // back with its Cluster), and paused again before the entry's removal was written (a leader change lost
@@ -218,13 +218,13 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     }
 
     let Some(pool) = view.pool else {
-        settle_own_uncertain_create(ctx, &pool_key, key).await?;
+        settle_uncertain_create_before_waiting(ctx, &pool_key, key).await?;
         let message = format!("{pool_key} not found");
         set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
         return Ok(Next::AwaitChange);
     };
     if pool.is_deleting() {
-        settle_own_uncertain_create(ctx, &pool_key, key).await?;
+        settle_uncertain_create_before_waiting(ctx, &pool_key, key).await?;
         let message = format!("{pool_key} is being deleted");
         set_ready(claim, ctx, ClaimReason::PoolNotReady, message, None).await?;
         return Ok(Next::AwaitChange);
@@ -249,7 +249,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
         && ctx.index.holds_unconfirmed(&pool_key, key)
         && !bound_meanwhile_to(claim, ctx, view.held.and_then(crate::index::Held::address)).await?
     {
-        settle_own_uncertain_create(ctx, &pool_key, key).await?;
+        settle_uncertain_create_before_waiting(ctx, &pool_key, key).await?;
         return Ok(Next::After(Duration::ZERO));
     }
     // Bound, and its IPAddress gone (a person deleted it): made again only for a claim that still lives bound, read
@@ -375,7 +375,7 @@ async fn create_address(
             };
             if AddressRecord::of(&existing).is_none_or(|r| *r.pool != *pool_key) {
                 // Not of this pool: our create never happened, so the address is free again.
-                ctx.index.abandon(pool_key, key);
+                ctx.index.give_up_uncertain_create(pool_key, key);
             }
             match ctx.index.remember_address(key, &existing) {
                 Some(record) => adopt(claim, ctx, &ctx.index.claim_view(claim, pool_key.clone()), &record).await,
@@ -400,7 +400,7 @@ async fn create_address(
             // claim must not get it while the API server refuses (soak seed 110141832).
             let machines = claim.address_ref().is_some() && claim.bound_address.is_none_or(|b| b == assigned.address);
             if !machines && !bound_meanwhile_to(claim, ctx, Some(assigned.address)).await? {
-                ctx.index.abandon(pool_key, key);
+                ctx.index.give_up_uncertain_create(pool_key, key);
             }
             let message = format!("creating IPAddress {key}: {}", refusal(&e));
             set_ready(claim, ctx, ClaimReason::AllocationFailed, message.clone(), None).await?;
@@ -465,18 +465,18 @@ fn refusal(error: &ApiError) -> String {
 /// The claim `key` is gone (or replaced by one of another pool) while the hold of its uncertain create stays: the
 /// IPAddress was created (it is recorded, and released as an orphan) or not (the hold goes, unless a new claim of that
 /// name in that pool took it over). Run by the claim's worker, so no create of the name is in flight meanwhile.
-pub async fn settle_uncertain_create(ctx: &Context, key: &ObjectKey) -> Result<Next, Error> {
+pub async fn settle_gone_claims_uncertain_create(ctx: &Context, key: &ObjectKey) -> Result<Next, Error> {
     let Some(pool) = ctx.index.orphaned_hold(key) else { return Ok(Next::AwaitChange) };
     match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
         Some(created) if ctx.index.remember_address(key, &created).is_some() => {
             if AddressRecord::of(&created).is_none_or(|r| *r.pool != pool) {
                 // The name was taken by an IPAddress of another of our pools: our create never happened.
-                ctx.index.abandon_orphaned_hold(&pool, key);
+                ctx.index.give_up_gone_claims_hold(&pool, key);
             }
             super::orphans::release_if_orphaned(ctx, key).await;
         }
         // Not created, or gone again already.
-        _ => ctx.index.abandon_orphaned_hold(&pool, key),
+        _ => ctx.index.give_up_gone_claims_hold(&pool, key),
     }
     Ok(Next::AwaitChange)
 }
@@ -492,13 +492,17 @@ pub async fn resolve_doubtful_record(ctx: &Context, key: &ObjectKey) -> Result<(
 /// A live claim that will not create its IPAddress now (its pool is going or gone, its Cluster keeps it waiting)
 /// finds out whether an earlier create that failed uncertainly happened: if not, the hold goes, so that the address
 /// is free and a pool being deleted is not held up by it.
-async fn settle_own_uncertain_create(ctx: &Context, pool_key: &PoolKey, key: &ObjectKey) -> Result<(), Error> {
+async fn settle_uncertain_create_before_waiting(
+    ctx: &Context,
+    pool_key: &PoolKey,
+    key: &ObjectKey,
+) -> Result<(), Error> {
     if !ctx.index.holds_unconfirmed(pool_key, key) {
         return Ok(());
     }
     match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
         Some(created) if ctx.index.remember_address(key, &created).is_some() => {}
-        _ => ctx.index.abandon(pool_key, key),
+        _ => ctx.index.give_up_uncertain_create(pool_key, key),
     }
     Ok(())
 }
@@ -558,18 +562,18 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
         Some(address) if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) => {
             debug!(claim = %key, "the IPAddress of this name belongs to another provider; leaving it alone");
             // The name is taken: a create of ours that failed uncertainly did not happen, and its hold goes.
-            ctx.index.abandon(pool_key, key);
+            ctx.index.give_up_uncertain_create(pool_key, key);
         }
         Some(address) => {
             ctx.index.claim_deleted_for_good(pool_key, claim);
             // Gone now: the address is free at once (the watch event confirms it later).
             if ipaddress::delete(ctx, &address, "deleting the IPAddress").await? {
-                ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
+                ctx.index.address_deleted_by_us(key, pool_key, address.metadata.uid.as_deref());
             }
             info!(claim = %key, "released");
         }
         // None exists: a create of ours that failed uncertainly did not happen, and its hold goes.
-        None => ctx.index.abandon(pool_key, key),
+        None => ctx.index.give_up_uncertain_create(pool_key, key),
     }
     if let Some(index) = claim.release_finalizer_index {
         let target = Target::Claim(key.clone());

@@ -404,7 +404,7 @@ pub async fn work_claim(ctx: &Context, key: &ObjectKey) -> Outcome {
     if let Err(error) = claim::resolve_doubtful_record(ctx, key).await {
         return ctx.failed("reading an IPAddress the watch did not list", key, &error);
     }
-    if let Err(error) = claim::settle_uncertain_create(ctx, key).await {
+    if let Err(error) = claim::settle_gone_claims_uncertain_create(ctx, key).await {
         return ctx.failed("finding out whether an IPAddress was created", key, &error);
     }
     // Deleted meanwhile: its Delete event did what was left to do.

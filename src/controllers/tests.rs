@@ -86,7 +86,7 @@ fn allocation_takes_the_held_then_the_requested_then_the_pinned_then_the_lowest_
     let back = claim("back");
     index.apply_claim(back.clone());
     index.apply_address(&ip_address("back", "10.0.0.3", &back));
-    index.delete_address(&key("back"), None);
+    index.address_gone(&key("back"), None);
     assert_eq!(address("other").as_deref(), Some("10.0.0.4"), "the address of a live claim's lost IPAddress is held");
     assert_eq!(allocate(&back, &pool_key(), None, &index).expect("held").address.to_string(), "10.0.0.3");
     // A bound claim whose IPAddress went with what a former leader knew: the address its condition names, while free.

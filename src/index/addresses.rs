@@ -85,8 +85,6 @@ impl State {
         current.revision != event.revision && current.revision.is_at_least(event.revision)
     }
 
-    /// An IPAddress is gone (its watch's DELETED event, or a list that no longer holds it). Only the object `uid`:
-    /// another of the same name may hold an address now.
     /// Notes how far the IPAddress watch has come. Not while it lists: a list comes in name order, not in the order
     /// of changes (the list's newest object is taken once it is complete, [`Index::addresses_listed`]).
     pub(super) fn saw_addresses_until(&mut self, meta: &kube::api::ObjectMeta) {
@@ -99,12 +97,15 @@ impl State {
     }
 
     /// The IPAddress watch delivered `object`'s DELETED event.
-    pub fn address_deleted(&mut self, key: &ObjectKey, object: &IpAddress) {
+    pub fn address_delete_watched(&mut self, key: &ObjectKey, object: &IpAddress) {
         self.saw_addresses_until(&object.metadata);
-        self.delete_address(key, object.metadata.uid.as_deref().map(Uid::of));
+        self.address_gone(key, object.metadata.uid.as_deref().map(Uid::of));
     }
 
-    pub fn delete_address(&mut self, key: &ObjectKey, uid: Option<Uid>) {
+    /// An IPAddress is gone: its watch's DELETED event, a list that no longer holds it, or a read of a record in
+    /// doubt. Only the object `uid`: another of the same name may hold an address now. (Our own DELETE's answer is
+    /// [`State::address_deleted_by_us`].)
+    pub fn address_gone(&mut self, key: &ObjectKey, uid: Option<Uid>) {
         if let Some(uid) = uid {
             self.deleted.remove(&(key.clone(), uid));
         }
@@ -252,7 +253,7 @@ impl State {
         }
         let still_doubtful = self.addresses.get(key).is_some_and(|r| r.uid == uid && r.doubtful && !r.seen);
         if still_doubtful {
-            self.delete_address(key, uid);
+            self.address_gone(key, uid);
         }
     }
 
@@ -386,7 +387,7 @@ impl State {
 
     /// We deleted the IPAddress `key` (`uid`) of `pool` and it is gone: its address is free at once, before the
     /// watch confirms it, and late events about it are ignored.
-    pub fn deleted_address(&mut self, key: &ObjectKey, pool: &PoolKey, uid: Option<&str>) {
+    pub fn address_deleted_by_us(&mut self, key: &ObjectKey, pool: &PoolKey, uid: Option<&str>) {
         let uid = uid.map(Uid::of);
         if let Some(uid) = uid {
             self.deleted.insert((key.clone(), uid));

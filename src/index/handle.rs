@@ -77,12 +77,12 @@ impl Index {
         self.write(|s| s.apply_address(address))
     }
 
-    pub fn address_deleted(&self, key: &ObjectKey, object: &IpAddress) {
-        self.write(|s| s.address_deleted(key, object))
+    pub fn address_delete_watched(&self, key: &ObjectKey, object: &IpAddress) {
+        self.write(|s| s.address_delete_watched(key, object))
     }
 
-    pub fn delete_address(&self, key: &ObjectKey, uid: Option<Uid>) {
-        self.write(|s| s.delete_address(key, uid))
+    pub fn address_gone(&self, key: &ObjectKey, uid: Option<Uid>) {
+        self.write(|s| s.address_gone(key, uid))
     }
 
     pub fn is_moved_holder(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
@@ -137,16 +137,16 @@ impl Index {
         self.write(|s| s.remember_address(key, object))
     }
 
-    pub fn deleted_address(&self, key: &ObjectKey, pool: &PoolKey, uid: Option<&str>) {
-        self.write(|s| s.deleted_address(key, pool, uid))
+    pub fn address_deleted_by_us(&self, key: &ObjectKey, pool: &PoolKey, uid: Option<&str>) {
+        self.write(|s| s.address_deleted_by_us(key, pool, uid))
     }
 
-    pub fn abandon(&self, pool: &PoolKey, key: &ObjectKey) {
-        self.write(|s| s.abandon(pool, key))
+    pub fn give_up_uncertain_create(&self, pool: &PoolKey, key: &ObjectKey) {
+        self.write(|s| s.give_up_uncertain_create(pool, key))
     }
 
-    pub fn abandon_orphaned_hold(&self, pool: &PoolKey, key: &ObjectKey) {
-        self.write(|s| s.abandon_orphaned_hold(pool, key))
+    pub fn give_up_gone_claims_hold(&self, pool: &PoolKey, key: &ObjectKey) {
+        self.write(|s| s.give_up_gone_claims_hold(pool, key))
     }
 
     pub fn claim_back(&self, pool: &PoolKey, claim: &ObjectKey, held: Held) {

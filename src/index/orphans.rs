@@ -6,7 +6,7 @@ use crate::compact::Uid;
 
 impl State {
     /// Our create of `key`'s IPAddress was refused (or found another in its place): its hold is given up.
-    pub fn abandon(&mut self, pool: &PoolKey, key: &ObjectKey) {
+    pub fn give_up_uncertain_create(&mut self, pool: &PoolKey, key: &ObjectKey) {
         let woken = self.registry.abandon(pool, key);
         self.wake_all(woken);
     }
@@ -14,7 +14,7 @@ impl State {
     /// The claim `key` is gone, and no IPAddress of its name exists: a hold its uncertain create left is given up,
     /// unless a claim of that name is back (its own reconcile owns the hold then). Decided in one step, so
     /// a new claim's allocation cannot slip in between.
-    pub fn abandon_orphaned_hold(&mut self, pool: &PoolKey, key: &ObjectKey) {
+    pub fn give_up_gone_claims_hold(&mut self, pool: &PoolKey, key: &ObjectKey) {
         let taken_over = || self.claims.get(key).is_some_and(|c| c.uses_pool(pool.kind, &pool.namespace, &pool.name));
         let woken = self.registry.abandon_unless(pool, key, taken_over);
         self.wake_all(woken);

@@ -109,10 +109,10 @@ impl Feed<IpAddress> for Index {
         (self.apply_address(&object), uid)
     }
     fn delete(&self, object: &IpAddress) {
-        self.address_deleted(&object_key(object), object);
+        self.address_delete_watched(&object_key(object), object);
     }
     fn forget(&self, (key, uid): &Self::Key) {
-        self.delete_address(key, *uid);
+        self.address_gone(key, *uid);
     }
     fn keys(&self) -> Vec<Self::Key> {
         self.address_ids()

@@ -225,7 +225,7 @@ fn an_ipaddress_we_deleted_is_not_brought_back_by_a_late_event() {
     let a = claim("a");
     let address = ip_address("a", "10.0.0.1", &a);
     index.apply_address(&address);
-    index.deleted_address(&key("a"), &pool_key(), address.metadata.uid.as_deref());
+    index.address_deleted_by_us(&key("a"), &pool_key(), address.metadata.uid.as_deref());
     // The event of our finalizer removal arrives after the delete.
     index.apply_address(&address);
     assert!(index.address(&key("a")).is_none());
@@ -238,7 +238,7 @@ fn an_ipaddress_we_deleted_is_not_brought_back_by_a_late_event() {
     assert!(index.address(&key("a")).is_none(), "a tombstone listed again was dropped");
     assert_eq!(index.pool_counts(&pool_key()).0.free, 1);
     // Once the watch lists again without it, the tombstone goes; a new object of the name counts again.
-    index.delete_address(&key("a"), None);
+    index.address_gone(&key("a"), None);
     index.addresses_listed();
     let mut again = ip_address("a", "10.0.0.1", &a);
     again.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
@@ -259,7 +259,7 @@ fn an_ipaddress_deleted_from_under_its_live_claim_keeps_its_address_for_that_cla
     index.apply_address(&ip_address("b", "10.0.0.1", &b));
     index.wait_for_address(&pool_key(), &key("w"));
     sink.take_woken();
-    index.delete_address(&key("a"), None);
+    index.address_gone(&key("a"), None);
     let woken = sink.take_woken();
     assert!(!woken.contains(&key("w")), "no waiter is woken for an address its claim keeps: {woken:?}");
     assert!(woken.contains(&key("a")), "the claim makes its IPAddress again: {woken:?}");
@@ -271,7 +271,7 @@ fn an_ipaddress_deleted_from_under_its_live_claim_keeps_its_address_for_that_cla
     // Once the claim goes, the hold goes the way an uncertain create's does (its worker finds out).
     index.delete_claim(&key("a"));
     assert_eq!(index.orphaned_hold(&key("a")), Some(pool_key()));
-    index.abandon_orphaned_hold(&pool_key(), &key("a"));
+    index.give_up_gone_claims_hold(&pool_key(), &key("a"));
     assert_eq!(index.pool_counts(&pool_key()).0.free, 1);
     assert!(sink.take_woken().contains(&key("w")), "now the waiter is woken");
 }
@@ -289,12 +289,12 @@ fn the_answer_of_a_create_whose_ipaddress_is_gone_already_leaves_its_hold_to_be_
     let mut created = ip_address("a", "10.0.0.1", &a);
     created.metadata.resource_version = Some("5".to_owned());
     index.apply_address(&created);
-    index.delete_address(&key("a"), None);
+    index.address_gone(&key("a"), None);
     index.delete_claim(&key("a"));
     let (record, _) = index.address_created(&a, &created);
     assert!(record.is_none(), "gone already: not recorded");
     assert_eq!(index.orphaned_hold(&key("a")), Some(pool_key()), "its worker settles the hold");
-    index.abandon_orphaned_hold(&pool_key(), &key("a"));
+    index.give_up_gone_claims_hold(&pool_key(), &key("a"));
     assert_eq!(index.pool_counts(&pool_key()).0.free, 1);
     let w = claim("w");
     index.wait_for_address(&pool_key(), &key("w"));
@@ -413,7 +413,7 @@ fn an_ipaddress_deleted_without_a_live_claim_frees_its_address() {
     a.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
     index.apply_claim(a.clone());
     index.apply_address(&ip_address("a", "10.0.0.2", &a));
-    index.delete_address(&key("a"), None);
+    index.address_gone(&key("a"), None);
     assert_eq!(index.pool_counts(&pool_key()).0.free, 2);
 }
 
@@ -641,7 +641,7 @@ fn a_late_delete_event_of_an_old_ipaddress_leaves_its_same_named_replacement_alo
     let mut relist = Relist::default();
     let old = ip_address_uid("x", "10.0.0.1", &incarnation("x", 1), 1);
     relist.on_event(&index, Event::Apply(old.clone()));
-    index.deleted_address(&key("x"), &pool_key(), old.metadata.uid.as_deref());
+    index.address_deleted_by_us(&key("x"), &pool_key(), old.metadata.uid.as_deref());
     // The new claim x: its address is held, created and recorded as `controllers::claim` does.
     let assigned = index.write(|s| s.registry().allocate(&pool_key(), &key("x"), None)).expect("free");
     let new = ip_address_uid("x", &assigned.address.to_string(), &incarnation("x", 2), 2);
@@ -666,7 +666,7 @@ fn a_relist_that_still_lists_an_ipaddress_we_deleted_keeps_it_deleted() {
     let a = ip_address_uid("a", "10.0.0.1", &incarnation("a", 1), 1);
     relist.on_event(&index, Event::Apply(a.clone()));
     relist.on_event(&index, Event::<IpAddress>::Init);
-    index.deleted_address(&key("a"), &pool_key(), a.metadata.uid.as_deref());
+    index.address_deleted_by_us(&key("a"), &pool_key(), a.metadata.uid.as_deref());
     relist.on_event(&index, Event::InitApply(a.clone()));
     relist.on_event(&index, Event::<IpAddress>::InitDone);
     let mut finalizer_removed = a.clone();
@@ -817,7 +817,7 @@ fn a_claim_blocked_by_another_providers_ipaddress_is_woken_when_it_goes_or_a_rel
     sink.take_woken();
     index.apply_address(&theirs);
     assert_eq!(sink.take_woken(), [key("m")], "told when it appears or changes");
-    index.address_deleted(&key("m"), &theirs);
+    index.address_delete_watched(&key("m"), &theirs);
     assert_eq!(sink.take_woken(), [key("m")], "woken when it goes");
     // Blocked again; the watch expires and lists again without it (its DELETED event was never seen).
     index.blocked_elsewhere(&key("m"));
@@ -879,7 +879,7 @@ fn a_hold_confirmed_or_unconfirmed_changes_the_pool_status() {
     let address = ip_address("a", "10.0.0.1", &a);
     index.address_created(&a, &address);
     assert_eq!(index.take_changed_pools(usize::MAX), vec![pool_key()], "confirmed: the status counts it now");
-    index.delete_address(&key("a"), None);
+    index.address_gone(&key("a"), None);
     assert_eq!(index.take_changed_pools(usize::MAX), vec![pool_key()], "unconfirmed again: it does not");
 }
 
@@ -1003,7 +1003,7 @@ fn a_new_claim_of_the_name_of_a_moved_claim_is_not_taken_for_moved() {
     index.address_created(&x, &address);
     x.moving_away = true;
     index.apply_claim(x.clone());
-    index.address_deleted(&key("x"), &address);
+    index.address_delete_watched(&key("x"), &address);
     index.delete_claim(&key("x"));
     let (again, created) = a_new_claim_x_allocated(&index, &global);
     let (record, _) = index.address_created(&again, &created);
@@ -1019,7 +1019,7 @@ fn a_kept_hold_notes_no_create_for_a_restored_ipaddress_to_take_for_moved() {
     let (index, _sink, _global, mut x, address) = claim_x_allocated_from_a_global_pool();
     index.address_created(&x, &address);
     index.apply_address(&address);
-    index.address_deleted(&key("x"), &address);
+    index.address_delete_watched(&key("x"), &address);
     deleted_for_a_move(&index, &mut x);
     index.apply_address(&another_object_of(&address, "restored"));
     assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "the restored IPAddress is taken for moved");
@@ -1033,7 +1033,7 @@ fn a_kept_hold_making_its_ipaddress_again_notes_that_create() {
     let (index, _sink, global, mut x, address) = claim_x_allocated_from_a_global_pool();
     index.address_created(&x, &address);
     index.apply_address(&address);
-    index.address_deleted(&key("x"), &address);
+    index.address_delete_watched(&key("x"), &address);
     index.allocate(&x, &global, None).expect("its kept hold");
     deleted_for_a_move(&index, &mut x);
     let record = index.remember_address(&key("x"), &another_object_of(&address, "again"));
@@ -1049,7 +1049,7 @@ fn a_kept_hold_making_its_ipaddress_again_notes_that_create() {
 fn a_later_ownerless_event_of_a_recorded_ipaddress_takes_no_left_over_note() {
     let (index, _sink, global, mut x, _address) = claim_x_allocated_from_a_global_pool();
     deleted_for_a_move(&index, &mut x);
-    index.abandon(&global, &key("x"));
+    index.give_up_uncertain_create(&global, &key("x"));
     let (again, created) = a_new_claim_x_allocated(&index, &global);
     index.address_created(&again, &created);
     index.apply_address(&created);
@@ -1066,7 +1066,7 @@ fn a_later_ownerless_event_of_a_recorded_ipaddress_takes_no_left_over_note() {
 #[test]
 fn a_hold_a_new_term_keeps_for_a_bound_claim_notes_no_create() {
     let (index, _sink, _global, mut x, address) = claim_x_allocated_from_a_global_pool();
-    index.abandon(&_global, &key("x"));
+    index.give_up_uncertain_create(&_global, &key("x"));
     x.bound = Some(Box::default());
     x.bound_address = Some("10.1.0.1".parse().expect("an address"));
     index.apply_claim(x.clone());
@@ -1083,7 +1083,7 @@ fn a_hold_a_new_term_keeps_for_a_bound_claim_notes_no_create() {
 fn a_new_claim_of_the_name_is_not_taken_for_the_moved_claim_whose_create_never_answered() {
     let (index, _sink, global, mut x, _address) = claim_x_allocated_from_a_global_pool();
     deleted_for_a_move(&index, &mut x);
-    index.abandon(&global, &key("x"));
+    index.give_up_uncertain_create(&global, &key("x"));
     let (again, created) = a_new_claim_x_allocated(&index, &global);
     let (record, _) = index.address_created(&again, &created);
     assert!(record.is_some_and(|r| !r.moving_away), "the new claim is taken for moved");

@@ -37,8 +37,8 @@ impl Reachability {
         self.state.lock()
     }
 
-    /// A request could not reach the API server. `operation` and `object` name what failed (for the one WARN);
-    /// `claim`, when given, is reconciled again as soon as the API server answers.
+    /// A request could not reach the API server. `operation` and `object` name what failed, and `error` how (for the
+    /// one WARN). What waits for the API server to answer again is parked by the work queue, not here.
     pub fn unreachable(&self, operation: &str, object: &dyn std::fmt::Display, error: &dyn std::fmt::Display) {
         let mut state = self.state();
         if state.down_since.is_none() {

@@ -179,7 +179,7 @@ pub(super) async fn let_go(
         ),
     }
     if ipaddress::delete(ctx, &address, "letting an IPAddress of the claim's name go").await? {
-        ctx.index.deleted_address(key, pool_key, address.metadata.uid.as_deref());
+        ctx.index.address_deleted_by_us(key, pool_key, address.metadata.uid.as_deref());
     }
     if why == LetGo::Duplicate {
         ctx.metrics.duplicate_withdrawn(pool_key.kind);
