@@ -216,12 +216,13 @@ impl State {
     /// Whether the IPAddress `key` (`record`) came second to one Velero restored with its claim, holding its address:
     /// the claim restored, live, unbound (Velero restores no status) and of the pool, the IPAddress not its own create
     /// (owned by the backup's claim, or by none once the garbage collector took that dangling reference off), and
-    /// created before this one or in the same second. Its machine uses the address, the bound one Velero's missing status hides, and this
-    /// one is a late create (a deposed leader's): a pause keeps no such duplicate (soak seed 700328281). One created
-    /// first is kept: the IPAddress a move left behind (its claim's deletion unseen) and a stale backup's restore of
-    /// its address must not have it released (helper-102 F1). Timestamps are in seconds: one of the same second is
-    /// taken for later, as a deposed leader's create in flight lands moments after the restore (helper-104 G1), while
-    /// an IPAddress a move left behind was there long before a stale backup was restored over it.
+    /// created before this one or in the same second. Its machine uses the address, the bound one Velero's missing
+    /// status hides, and this one is a late create (a deposed leader's): a pause keeps no such duplicate (soak seed
+    /// 700328281). One created first is kept: the IPAddress a move left behind (its claim's deletion unseen) must not
+    /// be released for a stale backup's restore of its address (helper-102 F1). Timestamps are in seconds: one of the
+    /// same second is taken for later, as a deposed leader's create in flight lands moments after the restore
+    /// (helper-104 G1), while an IPAddress a move left behind was there long before a stale backup was restored over
+    /// it.
     fn duplicates_a_restored_one(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
         let pool = &record.pool;
         self.registry.duplicate_of(pool, key).is_some_and(|d| {
