@@ -663,9 +663,28 @@ fn move_away_and_release(w: &mut World, cl: &ObjectKey, m0: &ObjectKey) {
     w.remove(Kind::Cluster, cl);
     w.deliver_all(&[]);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
+}
+
+/// The owner references of an IPAddress of the global pool once the garbage collector took its claim's off: the pool's.
+fn owned_by_the_global_pool(w: &World) -> Value {
+    let gip = PoolId::Global;
+    let pool_uid = w.read(gip.server_kind(), &gip.key()).expect("the pool")["metadata"]["uid"].clone();
+    json!([{"apiVersion": format!("{GROUP}/v1alpha2"), "kind": "GlobalInClusterIPPool", "name": "gip",
+            "uid": pool_uid, "controller": false, "blockOwnerDeletion": true}])
+}
+
+/// Velero restores claim `name` of the namespace numbered `namespace` in the global pool (no status), then its
+/// IPAddress holding `address`, as the garbage collector left it: its owner reference to the backup's claim taken off.
+fn velero_restores_with_its_owner_collected(w: &mut World, namespace: usize, name: &str, address: &Value) -> ObjectKey {
+    let claim = w.create_claim_named(namespace, name, PoolId::Global);
+    w.patch(Kind::Claim, &claim, json!({"metadata": {"labels": { VELERO_RESTORE_LABEL: "restore-1" }}}));
+    let backups_claim = json!("00000000-0000-0000-00ff-000000000000");
+    let mut restored = global_ipaddress(&claim.namespace, name, &backups_claim, address, None);
+    restored["metadata"]["labels"][VELERO_RESTORE_LABEL] = json!("restore-1");
+    restored["metadata"]["ownerReferences"] = owned_by_the_global_pool(w);
+    w.create(Kind::Address, restored);
+    claim
 }
 
 /// An IPAddress of a global pool, as our manager or clusterctl makes it.
@@ -917,16 +936,12 @@ fn a_move_too_large_for_the_annotation_loses_nothing_across_a_restart() {
     w.remove(Kind::Cluster, &cl);
     w.deliver_all(&[]);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
     // The manager restarts: what it knew goes.
     w.end_this_term();
     w.begin_term();
     w.deliver_all(&[]);
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
     new_claims_get_none_of(&mut w, &moved);
     let recorded = moved_away_entries(&w);
     let kept: Vec<ObjectKey> = [&m0, &m1].into_iter().filter(|m| w.read(Kind::Address, m).is_some()).cloned().collect();
@@ -1132,9 +1147,7 @@ fn left_behind_in_a_pool_made_again(collected: Collected) {
     w.answer_everything();
     w.remove(Kind::Cluster, &cl);
     w.deliver_all(&[]);
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
     // Before the entry is written, the pool goes (its finalizer stripped) and the writer finds it gone.
     w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
     w.remove(gip.server_kind(), &gip.key());
@@ -1152,13 +1165,9 @@ fn left_behind_in_a_pool_made_again(collected: Collected) {
         w.garbage_collect();
         w.deliver_all(&[]);
     }
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
     assert!(
         moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")),
         "the new pool does not reserve {moved} (collected: {collected:?}): {:?}\n{}",
@@ -1204,9 +1213,7 @@ fn an_ipaddress_left_behind_whose_release_a_new_term_finishes_keeps_its_address_
     w.begin_term();
     w.deliver_all(&[Kind::Address]);
     w.deliver_all(&[]);
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
     assert!(w.read(Kind::Address, &m0).is_none(), "the sweep finished the release:\n{}", w.trace_text());
     new_claims_get_none_of(&mut w, &[moved]);
     assert_eq!(moved_away_entries(&w), entry, "the reservation stays:\n{}", w.trace_text());
@@ -1766,36 +1773,25 @@ fn a_restored_ipaddress_is_not_withdrawn_for_a_late_orphan_a_pause_keeps() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
     w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
-    let pool_uid = w.read(gip.server_kind(), &gip.key()).expect("the pool")["metadata"]["uid"].clone();
-    let pool_owner = json!([{"apiVersion": format!("{GROUP}/v1alpha2"), "kind": "GlobalInClusterIPPool",
-                             "name": "gip", "uid": pool_uid, "controller": false, "blockOwnerDeletion": true}]);
     w.create(
         Kind::Cluster,
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "cl", "namespace": "b"}, "spec": {"paused": true}}),
     );
     let address = json!("10.1.0.1");
-    // Velero's restore: the claim (no status), then its IPAddress as the garbage collector left it.
-    let m0 = w.create_claim_named(0, "m0", gip);
-    w.patch(Kind::Claim, &m0, json!({"metadata": {"labels": { VELERO_RESTORE_LABEL: "restore-1" }}}));
-    let mut restored = global_ipaddress("a", "m0", &json!("00000000-0000-0000-00ff-000000000000"), &address, None);
-    restored["metadata"]["labels"][VELERO_RESTORE_LABEL] = json!("restore-1");
-    restored["metadata"]["ownerReferences"] = pool_owner.clone();
-    w.create(Kind::Address, restored);
+    let m0 = velero_restores_with_its_owner_collected(&mut w, 0, "m0", &address);
     // The deposed leader's late create for b/m1, whose claim is gone (its owner reference collected too), lands
     // moments later: in the same second (helper-104 G1).
     w.pass_time(300);
     let m1 = ObjectKey::new("b", "m1");
     let mut late = global_ipaddress("b", "m1", &json!("00000000-0000-0000-00fe-000000000000"), &address, Some("cl"));
-    late["metadata"]["ownerReferences"] = pool_owner;
+    late["metadata"]["ownerReferences"] = owned_by_the_global_pool(&w);
     w.create(Kind::Address, late);
     w.begin_term();
     w.deliver_all(&[]);
     w.run_to_rest(Job::Claim(m0.clone()));
     assert_kept(&w, &m0, &address, "the restored IPAddress was withdrawn for a late orphan its Cluster's pause keeps");
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
     assert!(w.read(Kind::Address, &m1).is_none(), "the late orphan is kept:\n{}", w.trace_text());
     w.run_to_rest(Job::Claim(m0.clone()));
     assert_eq!(bound_to(&w, &m0), Some(address), "a/m0 adopts its restored IPAddress\n{}", w.trace_text());
@@ -1812,26 +1808,16 @@ fn a_restored_ipaddress_is_not_withdrawn_for_a_late_orphan_a_pause_keeps() {
 #[test]
 fn a_stale_restored_ipaddress_does_not_get_a_paused_moves_left_behind_address() {
     let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
-    let pool_uid = w.read(gip.server_kind(), &gip.key()).expect("the pool")["metadata"]["uid"].clone();
-    let pool_owner = json!([{"apiVersion": format!("{GROUP}/v1alpha2"), "kind": "GlobalInClusterIPPool",
-                             "name": "gip", "uid": pool_uid, "controller": false, "blockOwnerDeletion": true}]);
     // The move's claim deletion falls between terms: no mark, the IPAddress left behind.
     w.end_this_term();
     clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
     w.pass_time(2000);
     // Velero restores b/m1 from a backup taken when the address was b/m1's.
-    let m1 = w.create_claim_named(1, "m1", gip);
-    w.patch(Kind::Claim, &m1, json!({"metadata": {"labels": { VELERO_RESTORE_LABEL: "restore-1" }}}));
-    let mut restored = global_ipaddress("b", "m1", &json!("00000000-0000-0000-00ff-000000000000"), &moved, None);
-    restored["metadata"]["labels"][VELERO_RESTORE_LABEL] = json!("restore-1");
-    restored["metadata"]["ownerReferences"] = pool_owner;
-    w.create(Kind::Address, restored);
+    let m1 = velero_restores_with_its_owner_collected(&mut w, 1, "m1", &moved);
     w.begin_term();
     w.deliver_all(&[]);
     w.run_to_rest(Job::Claim(m1.clone()));
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
     w.run_to_rest(Job::Claim(m1.clone()));
     assert!(
         w.read(Kind::Address, &m0).is_some(),
@@ -1843,9 +1829,7 @@ fn a_stale_restored_ipaddress_does_not_get_a_paused_moves_left_behind_address() 
     w.remove(Kind::Cluster, &cl);
     w.deliver_all(&[]);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
-    w.sweep_after_the_delay();
-    w.answer_everything();
-    w.deliver_all(&[]);
+    w.sweep_to_rest();
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "not reserved:\n{}", w.trace_text());
     assert_ne!(bound_to(&w, &m1), Some(moved), "b/m1 took the reserved address\n{}", w.trace_text());
     let result = w.finish();

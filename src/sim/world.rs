@@ -1959,6 +1959,13 @@ impl World {
         self.run_job(Job::Sweep);
     }
 
+    /// [`World::sweep_after_the_delay`], every request answered, then every event delivered.
+    pub(super) fn sweep_to_rest(&mut self) {
+        self.sweep_after_the_delay();
+        self.answer_everything();
+        self.deliver_all(&[]);
+    }
+
     /// Starts a worker's run of `job`.
     pub(super) fn run_job(&mut self, job: Job) {
         assert!(!self.is_running(&job), "a scenario runs {job} while it runs already: it would run nothing");
