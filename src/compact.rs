@@ -150,6 +150,11 @@ pub fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
     BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
 }
 
+/// `metadata.creationTimestamp` in Unix seconds, in 4 bytes (enough until 2106); 0 when absent.
+pub fn created_seconds(meta: &kube::api::ObjectMeta) -> u32 {
+    meta.creation_timestamp.as_ref().map_or(0, |t| u32::try_from(t.0.as_second()).unwrap_or(0))
+}
+
 /// A pool: its kind, namespace ("" for global pools) and name (shared strings: every IPAddress of the pool keeps
 /// one).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

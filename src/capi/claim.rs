@@ -191,7 +191,7 @@ impl From<ClaimObject> for ClaimResource {
             moving_away,
             requested_address,
             watch_filter,
-            created: meta.creation_timestamp.as_ref().map_or(0, |t| u32::try_from(t.0.as_second()).unwrap_or(0)),
+            created: crate::compact::created_seconds(meta),
             restored,
             bound: status
                 .address_ref

@@ -86,11 +86,7 @@ impl AddressRecord {
             deleting_when_moved: false,
             deleted_by_us: false,
             marked_moved_away,
-            created: object
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map_or(0, |t| u32::try_from(t.0.as_second()).unwrap_or(0)),
+            created: crate::compact::created_seconds(&object.metadata),
             pool,
         })
     }
