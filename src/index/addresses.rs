@@ -157,6 +157,10 @@ impl State {
             c.deletion_timestamp.is_none()
                 && c.uses_pool(pool.kind, &pool.namespace, &pool.name)
                 && c.bound_address.is_none_or(|bound| held == Some(bound))
+                // One a move left behind unmarked (its address reserved, not this claim's): adopt.rs lets it go, and
+                // its hold becomes the reservation (seed 730861184: kept, the claim made it again with the address
+                // the moved machine uses).
+                && !self.left_behind_for(record, key, &c)
         }) && held.is_some()
             && self.registry.duplicate_of(pool, key).is_none()
     }

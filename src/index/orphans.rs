@@ -67,6 +67,19 @@ impl State {
             && self.registry.held_by(pool, key).is_some_and(|held| moved_away::is_reserved(self, pool, held))
     }
 
+    /// Whether the IPAddress `key` (`record`) is, for `claim` (the claim of its name), one a move left behind: marked
+    /// so, or holding a reserved address while neither owned by the claim nor the one it is bound to (clusterctl
+    /// rewrites the owner references of one that came back). Not for a claim Velero restored: Velero keeps the
+    /// backup's owner references, so its own IPAddress, restored beside it, is not owned by it (seed 460384603), unless
+    /// that owner is the claim that went for the move (restored from a backup taken while it was left behind: seed
+    /// 570216407). Its address is in use on the other management cluster: never this claim's.
+    pub fn left_behind_for(&self, record: &AddressRecord, key: &ObjectKey, claim: &Claim) -> bool {
+        let owner_moved_away = record.claim_owner.is_some_and(|owner| self.moved_owners.get(key) == Some(&owner));
+        record.claim_owner != Some(claim.uid.uid())
+            && claim.address_ref() != Some(&*key.name)
+            && (record.moving_away || (self.holds_reserved(&record.pool, key) && (!claim.restored || owner_moved_away)))
+    }
+
     /// The claim is deleted here for good, not for a move (neither marked by clusterctl, nor of a Cluster that is
     /// paused or was moved): an address of its own IPAddress reserved as moved away (its Cluster came back with it, and
     /// the claim goes before it was bound again) is in use nowhere any more, and the reservation ends. Unsure, it

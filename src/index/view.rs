@@ -42,9 +42,8 @@ pub struct ClaimView {
     pub others_orphaned: bool,
     /// It holds an address reserved as moved away (it came back with its Cluster, or a move left it behind).
     pub holds_reserved: bool,
-    /// Its claim owner is the claim of its name that went for a move (`State::moved_owners`): left behind by that
-    /// move, whatever object it is now.
-    pub owner_moved_away: bool,
+    /// It is, for this claim, one a move left behind (`State::left_behind_for`): never adopted.
+    pub left_behind: bool,
     /// Its address is still to be written into the pool's moved-away annotation.
     pub moved_away_unwritten: bool,
     /// What it holds is not an address the pool's spec allocates (the pool was edited while it was being created).
@@ -143,11 +142,7 @@ impl State {
             moved_one_waits,
             restored_one_wins,
             holds_reserved: self.holds_reserved(&pool_key, key),
-            owner_moved_away: self
-                .addresses
-                .get(key)
-                .and_then(|r| r.claim_owner)
-                .is_some_and(|owner| self.moved_owners.get(key) == Some(&owner)),
+            left_behind: self.addresses.get(key).is_some_and(|r| self.left_behind_for(r, key, claim)),
             moved_away_unwritten: self.moved_away_unwritten(&pool_key, key),
             served: self.who_serves(claim, pool_key.clone()),
             out_of_range: self

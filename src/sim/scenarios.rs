@@ -1356,7 +1356,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// 650784791: a bound claim marked for the move before its IPAddress's deletion was seen lost its hold, and a waiting
 /// claim took its address, in use over there; 700007091: a record of our create that a relist did not show, its read
 /// failing, was counted in the status of a pool two managers write, and they rewrote each other's status; 700328281: a
-/// restored IPAddress, its dangling owner collected, was withdrawn for a late orphan that a pause of its Cluster kept.
+/// restored IPAddress, its dangling owner collected, was withdrawn for a late orphan that a pause of its Cluster kept;
+/// 730861184: an unmarked IPAddress a move left behind, let go under a new claim of its name (the answer lost), had its
+/// hold kept for that claim, which made it again with the address in use over there.
 /// (A seed is a regression check only while the simulation draws the same numbers; the
 /// scenarios above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it
 /// too.)
@@ -1445,6 +1447,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         650_784_791,
         700_007_091,
         700_328_281,
+        730_861_184,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
@@ -2578,4 +2581,45 @@ fn our_withdrawal_landed_in_an_earlier_term_does_not_cancel_the_moved_address() 
     w.deliver_all(&[]);
     answer_failing_the_pool(&mut w, gip);
     the_moved_address_is_reserved_after_the_sweep(&mut w, gip, &moved);
+}
+
+/// Soak seed 730861184, scripted: clusterctl moves `cl` away, and its IPAddress a/m0 is left behind unmarked (the
+/// orphan check of the claim's deletion never ran), its entry written into the pool's annotation. A user makes a new
+/// claim a/m0, and the term ends. The next term knows the move only from the annotation. It lets the IPAddress go,
+/// the answer to taking our finalizer off is lost, and the watch's Deleted event ends it. Its hold must become the
+/// reservation, not the new claim's: kept for the claim, it made its IPAddress with the address the moved machine
+/// uses over there.
+#[test]
+fn an_unmarked_ipaddress_a_move_left_behind_let_go_in_a_term_that_knows_only_the_annotation_keeps_its_address_reserved()
+{
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    // The entry is written; no orphan check or sweep runs, so the IPAddress left behind carries no mark.
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let entry = moved_away_entries(&w);
+    assert!(entry.contains(moved.as_str().unwrap_or("?")), "the entry is written: {entry:?}");
+    let left = w.read(Kind::Address, &m0).expect("the IPAddress left behind");
+    assert!(left["metadata"]["annotations"][MOVED_AWAY_ANNOTATION].is_null(), "unmarked: {left}");
+    // A user makes a claim a/m0 of the pool (no Cluster); the term ends before it is reconciled.
+    let m0 = w.create_claim_named(0, "m0", gip);
+    w.end_this_term();
+    // The next term lists everything and lets the IPAddress go; the answer to taking our finalizer off is lost.
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    let is_finalizer_off = |op: &Op| matches!(op, Op::PatchJson { kind: Kind::Address, .. });
+    while !w.answer_where(is_finalizer_off, Fate::AppliedAnswerLost) {
+        assert!(w.answer_where(|op| !is_finalizer_off(op), Fate::Answered), "never let go:\n{}", w.trace_text());
+    }
+    w.answer_everything();
+    // The watch's Deleted event, then the claim allocates.
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let made = w.read(Kind::Address, &m0).expect("the new claim's IPAddress");
+    assert_ne!(made["spec"]["address"], moved, "the new claim took the address in use over there:\n{}", w.trace_text());
+    assert_eq!(moved_away_entries(&w), entry, "the reservation stays:\n{}", w.trace_text());
+    let result = w.finish();
+    fails(&w, result);
 }

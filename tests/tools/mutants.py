@@ -332,9 +332,9 @@ MUTATIONS = [
      "        if index.moved_away_unwritten_for(pool, held) {\n",
      "        if false {\n",
      "an entry left out for want of room waits for the next retry after its IPAddress went (unbacked, it has room)"),
-    ("restored-taken-for-left-behind", "src/controllers/claim/adopt.rs",
-     "(record.moving_away || (view.holds_reserved && (!claim.restored || view.owner_moved_away)))",
-     "(record.moving_away || view.holds_reserved)",
+    ("restored-taken-for-left-behind", "src/index/orphans.rs",
+     "(self.holds_reserved(&record.pool, key) && (!claim.restored || owner_moved_away))",
+     "self.holds_reserved(&record.pool, key)",
      "a claim Velero restored lets its own IPAddress go as one a move left behind (the owner reference is stale)"),
     ("out-of-range-withdrawn-paused", "src/controllers/claim.rs",
      "                && ipaddress::cluster_paused_now(ctx, &key.namespace, claim.cluster()).await?\n",
@@ -426,9 +426,9 @@ MUTATIONS = [
      "            || record.deleted_by_us\n",
      "",
      "our own withdrawal's DELETE, landed after the claim's move was noticed, cancels the moved address's entry"),
-    ("restored-left-behind-adopted", "src/controllers/claim/adopt.rs",
-     "        && (record.moving_away || (view.holds_reserved && (!claim.restored || view.owner_moved_away)))",
-     "        && (record.moving_away || (view.holds_reserved && !claim.restored))",
+    ("restored-left-behind-adopted", "src/index/orphans.rs",
+     "(!claim.restored || owner_moved_away)",
+     "!claim.restored",
      "a restored claim adopts the IPAddress a move left behind, restored from a backup taken while it was left behind"),
     ("moved-winner-bound-at-once", "src/controllers/claim/adopt.rs",
      "    if claim.address_ref().is_none() && view.moved_one_waits {",
@@ -554,6 +554,11 @@ MUTATIONS = [
      "        if let Some(previous) = previous.filter(|p| p.doubtful && !doubtful) {\n            self.registry.status_changed(&previous.pool);\n        }",
      "        let _ = (previous, doubtful);",
      "a record in doubt replaced by a read leaves the pool's status without it until something else changes"),
+    ("left-behind-hold-kept-for-new-claim", "src/index/addresses.rs",
+     "                && !self.left_behind_for(record, key, &c)\n",
+     "",
+     "the hold of an unmarked IPAddress a move left behind, gone from under a new claim of its name, is kept for that "
+     "claim, which makes it again with the address the moved machine uses"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

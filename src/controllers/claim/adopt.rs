@@ -77,17 +77,10 @@ pub(super) async fn adopt(
         // anew. A bound claim's stays while it goes (its machine may use the address): its deletion wakes the claim.
         return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
     }
-    if !has_claim_owner
-        && !bound
-        && (record.moving_away || (view.holds_reserved && (!claim.restored || view.owner_moved_away)))
-    {
-        // Left behind by the move of an earlier claim of this name (marked so, or holding a reserved address while
-        // not owned by this claim, as one that came back would be: clusterctl rewrites the owner references): its
-        // address is in use on the other management cluster. Not for a claim Velero restored: Velero keeps the
-        // backup's owner references, so its own IPAddress, restored beside it, is not owned by it (seed 460384603),
-        // unless its owner is the claim that went for the move (restored from a backup taken while it was left behind:
-        // seed 570216407). Never adopted: it is let go once its address is
-        // recorded as moved away (so that the address stays reserved), and this claim gets another.
+    if view.left_behind {
+        // Left behind by the move of an earlier claim of this name (`State::left_behind_for`): its address is in use
+        // on the other management cluster. Never adopted: it is let go once its address is recorded as moved away
+        // (so that the address stays reserved), and this claim gets another.
         if view.moved_away_unwritten {
             // No room for its entry (operations.md: the IPAddress keeps the address until room is made): said, and
             // looked at again when the entry lands (its write wakes the claim of the name).
