@@ -1430,3 +1430,41 @@ fn in_a_prefix_pool_a_claim_bound_to_its_own_prefix_is_bound_as_told() {
     assert!(view.holds_reserved, "x holds the reserved prefix");
     assert!(!view.moved_one_wins, "y is bound to its own prefix: x does not win");
 }
+
+/// Global pool `g` whose moved-away annotation reserves 10.1.0.1 for IPAddress `ns/x`; claim `x` (a new object of the
+/// name, restored by Velero when `restored`), and IPAddress `x` holding 10.1.0.1, owned by an earlier claim `x` (the
+/// backup's, or the one that moved away), not by this one.
+fn claim_x_beside_an_ipaddress_holding_its_reserved_address(restored: bool) -> (Index, PoolKey, Claim, IpAddress) {
+    let (index, _sink) = index();
+    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+    Relist::default().on_event(
+        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
+        Event::Apply(global_pool(10, Some("10.1.0.1@ns/x"))),
+    );
+    let (earlier, address) = claim_of_global_pool_with_cluster("x");
+    let mut x = earlier.clone();
+    x.uid = crate::compact::UidText::of("x-again");
+    x.restored = restored;
+    index.apply_claim(x.clone());
+    index.apply_address(&address);
+    (index, global, x, address)
+}
+
+/// The rule adopt.rs and the watch's deletion share (`State::left_behind_for`): an IPAddress holding a reserved address
+/// and owned by an earlier claim of its name is one a move left behind for a new claim (never adopted; gone, its hold
+/// is the reservation, not the claim's: seed 730861184), but for a claim Velero restored it is its own, restored
+/// beside it with the backup's owner reference (seed 460384603): adopted, and kept for it when deleted from under it.
+#[test]
+fn an_ipaddress_holding_a_reserved_address_is_left_behind_for_a_new_claim_but_a_restored_claims_own() {
+    let (index, global, x, address) = claim_x_beside_an_ipaddress_holding_its_reserved_address(false);
+    assert!(index.claim_view(&x, global.clone()).left_behind, "a new claim adopts what a move left behind");
+    index.address_delete_watched(&key("x"), &address);
+    assert!(index.held_by(&global, &key("x")).is_none(), "the new claim keeps the hold of what a move left behind");
+    let next = index.write(|s| s.registry().allocate(&global, &key("y"), None)).expect("free");
+    assert_eq!(next.address.to_string(), "10.1.0.2", "the address in use over there was handed out");
+
+    let (index, global, x, address) = claim_x_beside_an_ipaddress_holding_its_reserved_address(true);
+    assert!(!index.claim_view(&x, global.clone()).left_behind, "a restored claim lets its own IPAddress go");
+    index.address_delete_watched(&key("x"), &address);
+    assert!(index.holds_unconfirmed(&global, &key("x")), "the restored claim lost the hold of its machine's address");
+}
