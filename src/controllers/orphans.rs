@@ -114,6 +114,14 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
         // IPAddress whose pool owner is gone, our claim's withdrawal deleted it before the move was noticed): an
         // operator freeing it (docs/operations.md), as they asked.
         ctx.index.moved_away_cancelled(&record.pool, key);
+    } else if record.moving_away && record.pool.kind.is_global() && ctx.index.pool(&record.pool).is_none() {
+        // Left behind by a move, of a pool this manager does not know: gone (its reservations with it), or made again
+        // and not yet shown by the pool watch, which then queues this one's entry for it (`pool_appeared`). Read
+        // live: released before that, the pool made again would never reserve the address the moved machine uses
+        // (soak seed 750843974). Unread, it waits for the next sweep.
+        if !matches!(ctx.api.get_pool(&record.pool).await, Ok(None)) {
+            return;
+        }
     }
     match ipaddress::release_orphan(ctx, key, record).await {
         Ok(()) => ctx.orphaned_since.forget(key),

@@ -559,6 +559,10 @@ MUTATIONS = [
      "",
      "the hold of an unmarked IPAddress a move left behind, gone from under a new claim of its name, is kept for that "
      "claim, which makes it again with the address the moved machine uses"),
+    ("left-behind-released-before-its-pool-is-shown", "src/controllers/orphans.rs",
+     "        if !matches!(ctx.api.get_pool(&record.pool).await, Ok(None)) {\n            return;\n        }\n",
+     "",
+     "a marked IPAddress a move left behind is released while the pool watch has not shown its pool made again"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
