@@ -34,7 +34,7 @@ use tracing::{debug, info, warn};
 
 mod timings;
 pub use timings::Timings;
-use timings::*;
+use timings::{jittered, released, seconds};
 
 /// How a Lease holder's identity names its manager's `--watch-filter` (after the host and a random part): a replica
 /// waiting for a Lease held by another shard says so, since it never leads while they share it.

@@ -1,6 +1,12 @@
 //! IPAddressClaims as the controllers keep them: compact, with only what they read.
 
-use super::*;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::{CapiVersion, IpAddressClaimSpec, NameRef, slim_metadata};
+use crate::api::{CLUSTER_NAME_LABEL, GROUP, PoolKind};
+use crate::compact::ObjectKey;
 
 /// A claim's stored `Ready` condition, as the controller compares it: the message is kept as a digest only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,15 +3,12 @@
 //! CAPI 1.6–1.10; the version is chosen once at start-up by discovery (docs/compatibility.md D6), so these are handled
 //! as dynamic objects of that version and parsed into the small typed views below.
 
-use std::sync::Arc;
-
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
 use serde::{Deserialize, Serialize};
 
-use crate::api::{CLUSTER_NAME_LABEL, GROUP, PoolKind};
-use crate::compact::ObjectKey;
+use crate::api::{GROUP, PoolKind};
 
 pub const CLUSTER_GROUP: &str = "cluster.x-k8s.io";
 
@@ -318,4 +315,4 @@ impl IpAddress {
 // After `capi_resource!`, which it uses.
 mod claim;
 pub mod status;
-pub use claim::*;
+pub use claim::{Claim, ClaimResource, ReadyCondition, allocated_address};

@@ -9,11 +9,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use tracing::{debug, info};
 
-use super::events::{EventType, Note};
-use super::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
+use super::status::ClaimReason;
 use super::{Context, Error, finalizers, ipaddress};
 use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER, WATCH_FILTER_LABEL};
-use crate::apiserver::{ApiError, Read, Target};
+use crate::apiserver::{ApiError, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
 use crate::index::{AddressRecord, AllocateError, Assigned, ClaimView, Index, ObjectKey, PoolKey, Served};
@@ -21,12 +20,12 @@ use crate::runtime::retry::Next;
 use crate::runtime::retry::RECHECK;
 
 mod adopt;
-use adopt::*;
+use adopt::{LetGo, adopt, allocated_message, belongs_elsewhere, let_go, told_of};
 
 mod ready;
 #[cfg(test)]
 pub(super) use ready::deserves_event;
-use ready::*;
+use ready::{as_read, set_ready};
 
 /// What a claim's pause state, Cluster and pool allow before anything is written (docs/compatibility.md D8, D9).
 #[derive(Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use super::ip_pool::{IpPoolConfig, IpPoolSpec};
 use super::prefix_pool::{Allocation, PrefixPoolConfig, PrefixPoolSpec, effective_allocation_length};
 
 mod prefix;
-pub use prefix::*;
+pub use prefix::{prefix_pool_non_allocatable, prefix_pool_warnings, validate_prefix_pool};
 
 /// How a field is wrong, as in Kubernetes' `field.Error` types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

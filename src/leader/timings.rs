@@ -1,6 +1,11 @@
 //! The leader election's timings (Lease duration, renew deadline, retry period) and the Lease arithmetic on them.
 
-use super::*;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use tokio::time::Instant;
 
 /// The timings of leader election, with controller-runtime's flags and defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,21 +19,14 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::routes::{AdmissionRoute, Purpose};
-use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
 use crate::api::{DELETE_FOR_MOVE_ANNOTATION, GROUP, PoolKind, SKIP_DELETE_VALIDATION_ANNOTATION};
+use crate::capi::{self, CapiVersion, IpAddressSpec};
+use crate::ipam::validate::FieldError;
 
 type Request = AdmissionRequest<DynamicObject>;
-use crate::capi::{self, CapiVersion, IpAddressSpec};
-use crate::ipam::address::Family;
-use crate::ipam::prefix_pool::effective_allocation_length;
-use crate::ipam::validate::{
-    FieldError, InUse, IpPoolExtras, first_overlap, ip_pool_gateway_finding, ip_pool_stranded_addresses, pin_warnings,
-    pins_in_use, prefix_pool_non_allocatable, prefix_pool_warnings, quote_list, validate_ip_pool, validate_prefix_pool,
-};
-use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
 
 mod pools;
-use pools::*;
+use pools::{validate_ip, validate_prefix};
 
 /// What the admission handlers need from the outside.
 #[derive(Clone)]

@@ -12,7 +12,12 @@ and `src/main.rs`. Comments and string literals are skipped.
 
   tests/tools/module-graph.py            print both graphs and their cycles
   tests/tools/module-graph.py --check    fail on a cycle that is not within one listed in KNOWN_CYCLES below, or on
-                                         a listed one that is gone or smaller (so that the list only shrinks)
+                                         a listed one that is gone or smaller (so that the list only shrinks), or on a
+                                         glob import of one of the crate's own modules outside test code
+
+A glob import (`use super::*;`, `pub use child::*;`) hides which module an item comes from, and two that import each
+other's items that way (a parent and its children) are one module split by line count, not by a seam; test modules may
+still `use super::*`.
 
 A cycle (a strongly connected component) is named by its modules, sorted and joined with " ~ ".
 """
@@ -196,6 +201,20 @@ def edges():
     return found
 
 
+def glob_imports():
+    """Each glob import of the crate's own modules in non-test code: (file, the path imported)."""
+    found = []
+    for path in source_files():
+        with open(path, encoding="utf-8") as f:
+            code = without_test_items(strip(f.read()))
+        children = set(re.findall(r"\bmod\s+(\w+)\s*;", code))
+        for m in re.finditer(r"\buse\s+((?:\w+::)+)\*\s*;", code):
+            first = m.group(1).split("::")[0]
+            if first in ("crate", "super", "self") or first in children:
+                found.append((os.path.relpath(path, REPO), m.group(1) + "*"))
+    return found
+
+
 def cycles(graph):
     """The strongly connected components of more than one node (Tarjan)."""
     index, low, stack, on, out = {}, {}, [], set(), []
@@ -260,7 +279,8 @@ def self_test():
         "a/x.rs": "use super::y::Y; pub struct X;",
         "a/y.rs": "use super::x::X; use super::A; pub struct Y;",
         "b.rs": "pub struct B; fn f() { super::a::x::X; }\n#[cfg(test)]\nmod t { use crate::d::D; }",
-        "c.rs": "pub struct C;",
+        "c.rs": "pub struct C; mod k; use k::*; use std::io::*;\n#[cfg(test)]\nmod tests { use super::*; }",
+        "c/k.rs": "use super::*; pub struct K;",
         "d.rs": "use crate::b::B; pub struct D; fn g() { let _ = 'c'; let _ = r#\"crate::c\"#; }",
     }
     saved = SRC
@@ -272,11 +292,13 @@ def self_test():
         SRC = tmp
         try:
             levels, _ = graphs(edges())
+            globs = sorted(glob_imports())
         finally:
             SRC = saved
     crate = {k: sorted(v) for k, v in levels["crate"].items()}
     assert crate == {"a": ["b"], "b": ["a"], "d": ["b"]}, crate
     assert [c for g in levels.values() for c in cycles(g)] == [["a", "b"], ["a::x", "a::y"]], levels
+    assert [g for _, g in globs] == ["k::*", "super::*"], globs
     print("module-graph: self-test passed")
 
 
@@ -310,10 +332,13 @@ def main():
             print(f"    {tie}")
     for name in gone:
         print(f"gone or smaller (write KNOWN_CYCLES as the cycles above are): {name}")
-    if args.check and (new or gone):
+    globs = glob_imports()
+    for file, imported in globs:
+        print(f"glob import: {file}: use {imported}; (name what is imported)")
+    if args.check and (new or gone or globs):
         sys.exit(1)
     if args.check:
-        print(f"module-graph: {len(found)} known cycle(s), no new one")
+        print(f"module-graph: {len(found)} known cycle(s), no new one; no glob import of the crate's own modules")
 
 
 if __name__ == "__main__":

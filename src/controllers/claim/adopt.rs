@@ -1,6 +1,16 @@
 //! Adopting an IPAddress of the claim's name, and letting go of one that is not to be adopted (a duplicate, one being deleted, one of another pool).
 
-use super::*;
+use std::time::Duration;
+
+use tracing::debug;
+
+use super::ready::set_ready;
+use super::{Context, Error, ipaddress};
+use crate::capi::{Claim, IpAddress};
+use crate::compact::Uid;
+use crate::controllers::status::ClaimReason;
+use crate::index::{AddressRecord, ClaimView, ObjectKey, PoolKey};
+use crate::runtime::retry::Next;
 
 /// Adopts an existing IPAddress of the claim's name: its spec is never touched (it is immutable); missing
 /// finalizers, owner references and the cluster-name label are put back (docs/compatibility.md D7).

@@ -1,6 +1,10 @@
 //! The claim's Ready condition and binding, written only when they change.
 
-use super::*;
+use super::{Context, Error, claim_reference};
+use crate::apiserver::{ApiError, Read};
+use crate::capi::Claim;
+use crate::controllers::events::{EventType, Note};
+use crate::controllers::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
 
 /// The claim's resourceVersion and whether it has finalizers, as cached; read live when its resourceVersion was not
 /// kept (it is opaque, and only the API server's decimal ones are).

@@ -8,7 +8,7 @@ mod pins;
 mod pool_state;
 mod waiting;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use crate::api::PoolSpec;
 pub use crate::compact::ObjectKey;

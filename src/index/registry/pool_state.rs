@@ -1,8 +1,12 @@
 //! One pool's allocator state (its allocator, its holders and its waiters), and the queue of pools that changed.
 
+use std::collections::HashSet;
 use std::net::{IpAddr, Ipv6Addr};
 
-use super::*;
+use super::{
+    Allocator, Assigned, Config, Duplicate, Held, HeldPrefix, IpPoolAllocator, IpPoolConfig, ObjectKey, PoolCounts,
+    PoolKey, PoolSpec, PoolState, PrefixPoolAllocator, PrefixPoolConfig, parse_ip,
+};
 use crate::ipam::Family;
 
 impl PoolState {

@@ -1,6 +1,11 @@
 //! Validating a prefix pool's spec.
 
-use super::*;
+use std::net::IpAddr;
+
+use super::{
+    Allocation, CidrError, Family, FieldError, PrefixPoolConfig, PrefixPoolSpec, effective_allocation_length,
+    parse_cidr, parse_entry, parse_ip, quote, quote_list, too_large,
+};
 
 /// Validates a prefix pool spec (reference §2.6), after defaulting.
 pub fn validate_prefix_pool(spec: &PrefixPoolSpec) -> Vec<FieldError> {

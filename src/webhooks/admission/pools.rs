@@ -1,6 +1,17 @@
 //! Validating a pool's spec on create and update: the allocator's own parsing, and overlaps with the other pools.
 
-use super::*;
+use serde_json::Value;
+
+use super::{AdmissionContext, Outcome, Request, bad_request, deny_spec, internal, invalid, parse_spec};
+use crate::api::PoolKind;
+use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
+use crate::ipam::address::Family;
+use crate::ipam::prefix_pool::effective_allocation_length;
+use crate::ipam::validate::{
+    FieldError, InUse, IpPoolExtras, first_overlap, ip_pool_gateway_finding, ip_pool_stranded_addresses, pin_warnings,
+    pins_in_use, prefix_pool_non_allocatable, prefix_pool_warnings, quote_list, validate_ip_pool, validate_prefix_pool,
+};
+use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
 
 pub(super) async fn validate_ip(
     ctx: &AdmissionContext,
