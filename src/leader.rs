@@ -184,6 +184,14 @@ impl Fence {
 
     /// Runs `write` if this replica leads now, and drops it (closing its request) if the term ends before it
     /// completes.
+    ///
+    /// Guarantees: no write starts after the term is known to have ended, and none is awaited past it: its answer is
+    /// dropped, so no decision of an ended term follows from it.
+    ///
+    /// Assumptions: a request sent before the term ended may still land at the API server after it (dropping the
+    /// future cannot unsend it): each write that decides an address carries a precondition (a create's is its name,
+    /// refused as AlreadyExists; the others test a UID or a resourceVersion), and the next term reads before it trusts,
+    /// so a deposed leader's late write is found and undone.
     pub async fn guard<F: std::future::Future>(&self, write: F) -> Result<F::Output, Fenced> {
         let Some(term) = &self.term else { return Ok(write.await) };
         if !term.holds() {
@@ -518,7 +526,7 @@ mod tests {
         assert!(!fence.holds(), "a term that ended is never revived");
     }
 
-    /// Issue 25, hole 7: a leader suspended (its VM paused) for longer than its term resumes with the term over. The
+    /// A leader suspended (its VM paused) for longer than its term resumes with the term over. The
     /// boot clock jumps while tokio's monotonic clock stands still, as in a suspend.
     #[tokio::test(start_paused = true)]
     async fn a_term_counts_the_time_the_machine_was_suspended() {
@@ -537,7 +545,7 @@ mod tests {
         assert!(TermClock::Boot.now() > Duration::ZERO, "CLOCK_BOOTTIME reads");
     }
 
-    /// Issue 25, hole 6: a release leaves the Lease ours for the margin an expiry leaves, instead of empty.
+    /// A release leaves the Lease ours for the margin an expiry leaves, instead of empty.
     #[test]
     fn a_release_keeps_the_margin_of_an_expiry() {
         let mut spec = LeaseSpec {

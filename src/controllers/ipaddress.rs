@@ -119,6 +119,14 @@ pub async fn repair(
 /// that our finalizer keeps the object, marked for deletion, until our finalizer comes off: an interruption in between
 /// leaves an IPAddress being deleted, which the orphan sweep or its claim finishes, never one that holds its address
 /// for good.
+///
+/// Guarantees: only the object read (its UID and resourceVersion) is deleted; the index records our deletion before
+/// the request goes (`deleting_ourselves`), so a watch event of it is never taken for someone else's; the address is
+/// free only once the object is gone (the DELETE or our finalizer's removal answered so, or its Deleted event), never
+/// while it is being deleted.
+///
+/// Assumptions: the caller decided on a live read that the IPAddress is ours to delete (`is_ours_for`, a claim gone
+/// or not bound to it); the write passes the leader fence.
 pub async fn delete(ctx: &Context, address: &IpAddress, what: &'static str) -> Result<bool, Error> {
     let key = ObjectKey::new(address.metadata.namespace.as_deref().unwrap_or_default(), &address.name_any());
     let deleting = if address.metadata.deletion_timestamp.is_some() {

@@ -227,8 +227,9 @@ fn fit(
 mod tests {
     use super::*;
 
-    /// Issue 33, finding 4: at 4,000-5,000 entries the whole annotation was refused by the API server on every
-    /// write, retried each second for ever. What fits is written, removals first; the rest stays pending.
+    /// A read of the allocation path found that at 4,000-5,000 entries the whole annotation was refused by the API
+    /// server on every write, retried each second for ever. What fits is written, removals first; the rest stays
+    /// pending.
     #[test]
     fn the_annotation_takes_what_fits_and_removals_first() {
         let stored: BTreeSet<String> = ["10.0.0.1@a/m1".to_owned()].into();

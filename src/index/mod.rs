@@ -201,6 +201,13 @@ impl Index {
     }
 
     /// Runs one step that writes the state; what it noticed goes to the sink once the lock is released.
+    ///
+    /// Guarantees: the step sees and leaves the state whole (one lock, no await inside), so a decision and the hold it
+    /// takes are one step: no other claim can take an address between them. Notices are delivered in order, after
+    /// the lock is released, so a sink (the work queue, metrics) may call back into the index.
+    ///
+    /// Assumptions: a step is short and does no I/O; a caller that writes to the API server takes its hold first and
+    /// records the answer in a later step (a crash in between leaves a hold the next term's relist settles).
     pub fn write<R>(&self, step: impl FnOnce(&mut State) -> R) -> R {
         let (result, notices) = {
             let mut state = self.state.lock();

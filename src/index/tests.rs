@@ -246,7 +246,7 @@ fn an_ipaddress_we_deleted_is_not_brought_back_by_a_late_event() {
     assert!(index.address(&key("a")).is_some());
 }
 
-/// Issue 33, finding 7: an IPAddress deleted from under its live claim (its finalizer stripped by a person or a
+/// An IPAddress deleted from under its live claim (its finalizer stripped by a person or a
 /// tool) freed its address and woke a waiter before the loss was recorded for the claim: the waiter took the address
 /// the claim's machine still uses. The hold stays for the claim, which makes its IPAddress again with it.
 #[test]
@@ -544,11 +544,11 @@ fn orphans_are_ipaddresses_of_claims_gone_whose_cluster_is_not_paused() {
 #[test]
 fn what_is_kept_per_object_stays_small() {
     use std::mem::size_of;
-    // 248 since issue 33 (the address its condition names, a bound claim's one durable trace of it; its creation
-    // time for the restore wait): 1.6 MB more for 100,000.
+    // 248 bytes with the address its condition names (a bound claim's one durable trace of it) and its creation time
+    // (for the restore wait): 1.6 MB more for 100,000.
     assert!(size_of::<Claim>() <= 248, "Claim: {} bytes", size_of::<Claim>());
-    // 104 since issue 33 (clusterctl's `delete-for-move` and our moved-away mark, apart; its creation time, which of
-    // two holders came second: helper-102 F1): 0.8 MB more for 100,000.
+    // 104 bytes with clusterctl's `delete-for-move` and our moved-away mark apart, and its creation time (which of
+    // two holders came second): 0.8 MB more for 100,000.
     assert!(size_of::<AddressRecord>() <= 104, "AddressRecord: {} bytes", size_of::<AddressRecord>());
     assert!(size_of::<Held>() <= 20, "Held: {} bytes", size_of::<Held>());
     assert_eq!(size_of::<ObjectKey>(), 32);
@@ -643,7 +643,7 @@ fn ip_address_uid(name: &str, address: &str, owner: &Claim, n: u8) -> IpAddress 
     a
 }
 
-/// Issue 25, hole 1: claim `x` is deleted and its IPAddress (u1) with it; a new claim `x` gets a new IPAddress `x`
+/// Claim `x` is deleted and its IPAddress (u1) with it; a new claim `x` gets a new IPAddress `x`
 /// (u2), recorded from our own write; the watch, behind, then delivers u1's DELETED. It must not free u2's address.
 #[test]
 fn a_late_delete_event_of_an_old_ipaddress_leaves_its_same_named_replacement_alone() {
@@ -667,7 +667,7 @@ fn a_late_delete_event_of_an_old_ipaddress_leaves_its_same_named_replacement_alo
     assert!(index.duplicates(&pool_key()).is_empty());
 }
 
-/// Issue 25, hole 1 (its other half): a relist that still lists an IPAddress we deleted (the list was served before
+/// A relist that still lists an IPAddress we deleted (the list was served before
 /// the delete) must keep its tombstone, or the watch's late MODIFIED event brings the record back.
 #[test]
 fn a_relist_that_still_lists_an_ipaddress_we_deleted_keeps_it_deleted() {
@@ -717,7 +717,7 @@ fn an_older_event_of_an_ipaddress_does_not_undo_our_record_of_its_deletion() {
     assert!(index.address(&key("a")).is_some_and(|r| r.deleting && !r.protected), "a newer event was taken for stale");
 }
 
-/// Issue 25, hole 5: an IP pool changed to the other family and back keeps every address in use.
+/// An IP pool changed to the other family and back keeps every address in use.
 #[test]
 fn a_family_change_and_back_keeps_every_address_in_use() {
     let (index, _sink) = index();
@@ -756,7 +756,7 @@ fn moving_away_claim_of_global_pool(index: &Index) -> crate::capi::IpAddress {
     address
 }
 
-/// Issue 25, hole 3: a pool event older than our write of the moved-away annotation (the status writer's, still in
+/// A pool event older than our write of the moved-away annotation (the status writer's, still in
 /// the watch) must not end the reservation it does not show yet.
 #[test]
 fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
@@ -813,9 +813,9 @@ fn a_writer_that_finds_the_pool_gone_drops_only_the_entries_it_read() {
     assert_eq!(left, [("10.1.0.2@ns/y".to_owned(), true)].into(), "the entry queued after the read was dropped");
 }
 
-/// Issue 33, finding 2: a claim whose name another provider's IPAddress held was never woken when that IPAddress
-/// changed or went (the watch returned before any wake for objects outside our pools), nor after a relist that no
-/// longer listed it.
+/// A read of the allocation path found a claim whose name another provider's IPAddress held never woken when that
+/// IPAddress changed or went (the watch returned before any wake for objects outside our pools), nor after a relist
+/// that no longer listed it.
 #[test]
 fn a_claim_blocked_by_another_providers_ipaddress_is_woken_when_it_goes_or_a_relist_may_have_missed_it() {
     let (index, sink) = index();
@@ -840,7 +840,7 @@ fn a_claim_blocked_by_another_providers_ipaddress_is_woken_when_it_goes_or_a_rel
     assert!(sink.take_woken().is_empty(), "once: it is blocked again only if its reconcile finds it so");
 }
 
-/// Issue 33, finding 3: a pool belongs to the shard its `cluster.x-k8s.io/watch-filter` label names. Its claims are
+/// A pool belongs to the shard its `cluster.x-k8s.io/watch-filter` label names. Its claims are
 /// this manager's only when the shard is its own; a claim the pool's shard's manager watches is that manager's; any
 /// other is no manager's. Its IPAddresses are never orphans of another shard's manager.
 #[test]

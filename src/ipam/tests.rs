@@ -535,8 +535,8 @@ fn pre_allocations_are_validated() {
     );
 }
 
-/// Issue 33, finding 1: a pin added over an address another claim's IPAddress holds was admitted, and its claim
-/// waited until that IPAddress went.
+/// A read of the allocation path found a pin added over an address another claim's IPAddress holds admitted, and its
+/// claim waited until that IPAddress went.
 #[test]
 fn a_new_pin_over_an_address_another_claim_holds_is_refused() {
     let pins = |entries: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {

@@ -367,6 +367,12 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     /// retried after the backoff of its failures in a row (parked as well while the API server does not answer), or
     /// after the delay the policy gave; a run that did what it could ends the key's failures. Returns the delay it
     /// asked for (a wake may still come first, and an earlier requeue due already stays).
+    ///
+    /// Guarantees: a key runs on one worker at a time; a wake that came during the run is not lost (it runs the key
+    /// again at once); the failures in a row, and so the backoff, are per key.
+    ///
+    /// Assumptions: the worker calls it exactly once for each key it took, also when the run failed; until then the
+    /// key is not run again (a wake only marks it to run again).
     pub fn finish(&self, key: K, outcome: Outcome) -> Option<Duration> {
         if matches!(outcome, Outcome::Failed(_)) {
             self.series(&key).retries.inc();

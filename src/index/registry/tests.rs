@@ -345,9 +345,9 @@ fn an_address_freed_by_a_replaced_or_handed_over_hold_wakes_a_waiter() {
     assert_eq!(r.take_woken(), vec![obj("e")]);
 }
 
-/// Issue 33, finding 1: `spec.preAllocations` reserved nothing. A pinned address is Metal3's: held for its claim
-/// whatever the order in which claims come, refused to any other that asks for it, and back to the pin when the
-/// claim's IPAddress goes.
+/// A read of the allocation path found that `spec.preAllocations` reserved nothing. A pinned address is Metal3's: held
+/// for its claim whatever the order in which claims come, refused to any other that asks for it, and back to the pin
+/// when the claim's IPAddress goes.
 #[test]
 fn a_pinned_address_is_reserved_for_its_claim_whatever_the_order() {
     let mut r = Registry::new();
@@ -419,7 +419,7 @@ fn a_global_pool_pins_a_claim_of_one_namespace() {
     assert!(err.to_string().contains("already allocated"), "{err}");
 }
 
-/// Issue 33, finding 8: child prefixes that overlap with different lengths (a pool edited past the webhook, an
+/// Child prefixes that overlap with different lengths (a pool edited past the webhook, an
 /// IPAddress made by hand) are a duplicate like two equal ones, so that the one no claim is bound to is withdrawn.
 #[test]
 fn prefixes_that_overlap_with_different_lengths_are_a_duplicate() {
