@@ -114,18 +114,34 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
         // IPAddress whose pool owner is gone, our claim's withdrawal deleted it before the move was noticed): an
         // operator freeing it (docs/operations.md), as they asked.
         ctx.index.moved_away_cancelled(&record.pool, key);
-    } else if record.moving_away && record.pool.kind.is_global() && ctx.index.pool(&record.pool).is_none() {
-        // Left behind by a move, of a pool this manager does not know: gone (its reservations with it), or made again
-        // and not yet shown by the pool watch, which then queues this one's entry for it (`pool_appeared`). Read
-        // live: released before that, the pool made again would never reserve the address the moved machine uses
-        // (soak seed 750843974). Unread, it waits for the next sweep.
-        if !matches!(ctx.api.get_pool(&record.pool).await, Ok(None)) {
-            return;
-        }
+    } else if record.moving_away && record.pool.kind.is_global() && !pool_known_as_it_is(ctx, record).await {
+        // Left behind by a move, and its pool is not what this manager knows: made again, and not yet shown by the
+        // pool watch (unknown, or still the one deleted), which then queues this one's entry for it
+        // (`pool_appeared`). Released before that, the pool made again would never reserve the address the moved
+        // machine uses (soak seed 750843974, helper-108 F1). It waits for the next sweep.
+        return;
     }
     match ipaddress::release_orphan(ctx, key, record).await {
         Ok(()) => ctx.orphaned_since.forget(key),
         Err(e) => ctx.report_failure("releasing the IPAddress of a claim gone", key, &e),
+    }
+}
+
+/// The pool of the IPAddress left behind, as the API server has it now, is the one this manager knows: both have
+/// none (gone, its reservations with it), or the same object. Read live: the pool watch may lag. Unread, it is taken
+/// for not (the address stays, and the next sweep asks again).
+async fn pool_known_as_it_is(ctx: &Context, record: &AddressRecord) -> bool {
+    let known = ctx.index.pool(&record.pool).and_then(|p| p.metadata.uid.clone());
+    match ctx.api.get_pool(&record.pool).await {
+        Ok(live) => live.and_then(|p| p.metadata.uid) == known,
+        Err(e) => {
+            ctx.report_failure(
+                "reading the pool of an IPAddress left behind by a move",
+                &record.pool,
+                &Error::api("reading the pool")(e),
+            );
+            false
+        }
     }
 }
 

@@ -560,9 +560,13 @@ MUTATIONS = [
      "the hold of an unmarked IPAddress a move left behind, gone from under a new claim of its name, is kept for that "
      "claim, which makes it again with the address the moved machine uses"),
     ("left-behind-released-before-its-pool-is-shown", "src/controllers/orphans.rs",
-     "        if !matches!(ctx.api.get_pool(&record.pool).await, Ok(None)) {\n            return;\n        }\n",
-     "",
+     " && !pool_known_as_it_is(ctx, record).await {",
+     " && false {",
      "a marked IPAddress a move left behind is released while the pool watch has not shown its pool made again"),
+    ("left-behind-deleting-let-go-unrecorded", "src/controllers/claim/adopt.rs",
+     "    if record.deleting && !bound && !(view.left_behind && view.moved_away_unwritten) {",
+     "    if record.deleting && !bound {",
+     "a new claim of its name lets go of an IPAddress a move left behind, being deleted, before its entry is written"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

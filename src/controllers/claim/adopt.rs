@@ -81,10 +81,12 @@ pub(super) async fn adopt(
         return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
     }
     let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
-    if record.deleting && !bound {
+    if record.deleting && !bound && !(view.left_behind && view.moved_away_unwritten) {
         // Being deleted, and the claim not bound to it: a delete of ours that did not finish (a withdrawn duplicate,
         // an orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address
         // anew. A bound claim's stays while it goes (its machine may use the address): its deletion wakes the claim.
+        // Not one a move left behind whose address is still to be recorded (the garbage collector deletes it once its
+        // pool is made again): let go first, its reservation would live in memory only (helper-108 F2).
         return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
     }
     if view.left_behind {
