@@ -1111,11 +1111,18 @@ fn an_uncertain_create_of_an_address_the_pool_stopped_allocating_is_found_out_be
 /// operator freeing the address: the new pool's annotation gets its entry, and no claim here gets the address the
 /// moved Cluster uses over there. The writer reading the pool while it is gone drops nothing queued after its read.
 /// When the garbage collector deleted it while the pool was gone (as seed 20033858 did), no event of the IPAddress
-/// follows the pool's return, and only the pool's appearance queues the entry again. A restart then shows whether the
+/// follows the pool's return, and only the pool's appearance queues the entry again. When it is collected after the
+/// pool came back but before the pool watch shows the new pool (soak seed 750843974), the sweep must not release it
+/// as one of a pool gone: it reads the pool, finds it, and waits for the entry. A restart then shows whether the
 /// reservation was only in memory.
 #[test]
 fn an_ipaddress_left_behind_keeps_its_address_reserved_when_its_pool_is_made_again() {
-    for collected in [Collected::AfterThePoolCameBack, Collected::WhileThePoolWasGone, Collected::Never] {
+    for collected in [
+        Collected::AfterThePoolCameBack,
+        Collected::AfterThePoolCameBackUnseen,
+        Collected::WhileThePoolWasGone,
+        Collected::Never,
+    ] {
         left_behind_in_a_pool_made_again(collected);
     }
 }
@@ -1123,6 +1130,8 @@ fn an_ipaddress_left_behind_keeps_its_address_reserved_when_its_pool_is_made_aga
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Collected {
     AfterThePoolCameBack,
+    /// After the pool came back, and the sweep runs before the pool watch shows it.
+    AfterThePoolCameBackUnseen,
     WhileThePoolWasGone,
     Never,
 }
@@ -1160,6 +1169,12 @@ fn left_behind_in_a_pool_made_again(collected: Collected) {
     w.answer_everything();
     // GitOps makes the pool again; the garbage collector deletes the IPAddress, whose owners are both gone.
     w.create_pool_shaped(gip, shape);
+    if collected == Collected::AfterThePoolCameBackUnseen {
+        w.garbage_collect();
+        w.deliver_all(&[Kind::Address, Kind::Claim, Kind::Cluster]);
+        w.sweep_after_the_delay();
+        w.answer_everything();
+    }
     w.deliver_all(&[]);
     if collected == Collected::AfterThePoolCameBack {
         w.garbage_collect();
@@ -2625,4 +2640,93 @@ fn an_unmarked_ipaddress_a_move_left_behind_let_go_in_a_term_that_knows_only_the
     assert_eq!(moved_away_entries(&w), entry, "the reservation stays:\n{}", w.trace_text());
     let result = w.finish();
     fails(&w, result);
+}
+
+/// helper-108 F1: the entry of the IPAddress a move left behind is in the pool's annotation, and the IPAddress not yet
+/// released, when a person deletes the pool and GitOps makes it again. The pool watch shows neither yet: the index
+/// still knows the deleted pool, whose annotation holds the entry. The garbage collector deletes the IPAddress (no
+/// owner of it is left), and the sweep must not release it as recorded: the pool made again, once shown, reserves
+/// nothing (its annotation is empty), unless the IPAddress still there queues its entry for it.
+#[test]
+fn an_ipaddress_left_behind_collected_while_the_pool_watch_still_shows_its_deleted_pool_keeps_its_address_reserved() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the entry is written");
+    // The pool is deleted and made again, and the garbage collector deletes the IPAddress; the pool watch lags.
+    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
+    w.remove(gip.server_kind(), &gip.key());
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    w.garbage_collect();
+    w.deliver_all(&[Kind::Address, Kind::Claim, Kind::Cluster]);
+    w.sweep_after_the_delay();
+    w.answer_everything();
+    // The pool watch catches up.
+    w.deliver_all(&[]);
+    w.sweep_to_rest();
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    w.sweep_to_rest();
+    assert!(
+        moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")),
+        "the pool made again does not reserve {moved}: {:?}\n{}",
+        moved_away_entries(&w),
+        w.trace_text()
+    );
+    w.end_this_term();
+    w.begin_term();
+    w.deliver_all(&[]);
+    new_claims_get_none_of(&mut w, &[moved]);
+}
+
+/// helper-108 F2: a move leaves IPAddress a/m0 behind, its entry not yet written when a person deletes the pool and
+/// GitOps makes it again (the new pool queues the entry of the IPAddress still there). The garbage collector deletes
+/// the IPAddress, and a new claim a/m0 of the pool comes before the writer. Let go at once as one being deleted, its
+/// reservation would live in memory only, and the writer, finding it gone, drop its entry: the new claim waits for
+/// the entry, and no claim gets the address in use over there.
+#[test]
+fn a_new_claim_of_its_name_waits_for_the_entry_of_an_ipaddress_left_behind_being_deleted() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    // The pool goes before the entry is written (the writer finds it gone), and comes back.
+    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
+    w.remove(gip.server_kind(), &gip.key());
+    w.deliver_all(&[]);
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    w.answer_everything();
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    w.deliver_all(&[]);
+    // The garbage collector deletes the IPAddress; a new claim a/m0 runs before the writer.
+    w.garbage_collect();
+    w.deliver_all(&[]);
+    let m0 = w.create_claim_named(0, "m0", gip);
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.sweep_to_rest();
+    assert!(
+        moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")),
+        "the pool made again does not reserve {moved}: {:?}\n{}",
+        moved_away_entries(&w),
+        w.trace_text()
+    );
+    if let Some(made) = w.read(Kind::Address, &m0) {
+        assert_ne!(made["spec"]["address"], moved, "the new claim took the address in use over there");
+    }
+    w.end_this_term();
+    w.begin_term();
+    w.deliver_all(&[]);
+    new_claims_get_none_of(&mut w, &[moved]);
 }
