@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::{Context, Error, ipaddress};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, ObjectKey};
+use crate::index::{AddressRecord, ObjectKey, PoolKey};
 
 /// When each IPAddress whose claim is gone was first seen so: its release waits out the sweep's delay and its pool's
 /// reuse grace period from then. Kept in memory: after a restart they are counted from the first sweep, which holds
@@ -67,7 +67,24 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     if now < since + reuse_grace(ctx, &record) {
         return;
     }
-    release_if_claim_gone(ctx, key, &record).await;
+    release_if_claim_gone(ctx, key, &record, &mut PoolsRead::default()).await;
+}
+
+/// Whether each pool read live in one sweep is the one this manager knows (`pool_known_as_it_is`): read once per
+/// sweep, not once per IPAddress left behind in it (thousands after a large move, each read carrying the pool's
+/// annotation; helper-109 G3).
+#[derive(Default)]
+struct PoolsRead(HashMap<PoolKey, bool>);
+
+impl PoolsRead {
+    async fn known_as_it_is(&mut self, ctx: &Context, record: &AddressRecord) -> bool {
+        if let Some(known) = self.0.get(&*record.pool) {
+            return *known;
+        }
+        let known = pool_known_as_it_is(ctx, record).await;
+        self.0.insert((*record.pool).clone(), known);
+        known
+    }
 }
 
 /// An IPAddress of a global pool whose claim moved away (deleted for a move, or of a Cluster moved away) is marked so
@@ -97,7 +114,7 @@ fn reuse_grace(ctx: &Context, record: &AddressRecord) -> SignedDuration {
 
 /// Releases the IPAddress `key` once the API server confirms that its claim is gone, unless the address it holds
 /// still waits to be recorded as moved away (released first, a restart would lose the reservation).
-async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord) {
+async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord, pools: &mut PoolsRead) {
     // Whatever the record says now: a manager that follows the object (another shard's Cluster, `keeps_moving_away`)
     // forgets the move an unmarked IPAddress's next event does not show, while its entry still waits (helper-49 P1).
     if ctx.index.moved_away_unwritten(&record.pool, key) {
@@ -114,7 +131,7 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
         // IPAddress whose pool owner is gone, our claim's withdrawal deleted it before the move was noticed): an
         // operator freeing it (docs/operations.md), as they asked.
         ctx.index.moved_away_cancelled(&record.pool, key);
-    } else if record.moving_away && record.pool.kind.is_global() && !pool_known_as_it_is(ctx, record).await {
+    } else if record.moving_away && record.pool.kind.is_global() && !pools.known_as_it_is(ctx, record).await {
         // Left behind by a move, and its pool is not what this manager knows: made again, and not yet shown by the
         // pool watch (unknown, or still the one deleted), which then queues this one's entry for it
         // (`pool_appeared`). Released before that, the pool made again would never reserve the address the moved
@@ -130,7 +147,7 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
 /// The pool of the IPAddress left behind, as the API server has it now, is the one this manager knows: both have
 /// none (gone, its reservations with it), or the same object. Read live: the pool watch may lag. Unread, it is taken
 /// for not (the address stays, and the next sweep asks again).
-async fn pool_known_as_it_is(ctx: &Context, record: &AddressRecord) -> bool {
+pub(crate) async fn pool_known_as_it_is(ctx: &Context, record: &AddressRecord) -> bool {
     let known = ctx.index.pool(&record.pool).and_then(|p| p.metadata.uid.clone());
     match ctx.api.get_pool(&record.pool).await {
         Ok(live) => live.and_then(|p| p.metadata.uid) == known,
@@ -172,12 +189,13 @@ pub(crate) async fn sweep(ctx: &Context, delay: Duration) {
     candidates.sort_by(|a, b| a.0.cmp(&b.0));
     let still: HashSet<ObjectKey> = candidates.iter().map(|(k, _)| k.clone()).collect();
     ctx.orphaned_since.keep_only(&still);
+    let mut pools = PoolsRead::default();
     for (key, record) in candidates {
         mark_moved_away(ctx, &key, &record).await;
         let since = ctx.orphaned_since.mark(&key, now);
         if now < since + delay.max(reuse_grace(ctx, &record)) {
             continue;
         }
-        release_if_claim_gone(ctx, &key, &record).await;
+        release_if_claim_gone(ctx, &key, &record, &mut pools).await;
     }
 }

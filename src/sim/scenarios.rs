@@ -2715,3 +2715,89 @@ fn a_new_claim_of_its_name_waits_for_the_entry_of_an_ipaddress_left_behind_being
     w.deliver_all(&[]);
     new_claims_get_none_of(&mut w, &[moved]);
 }
+
+/// helper-109 G1: the annotation has no room for the entry of the IPAddress a move left behind (kept, marked), and a
+/// new claim of its name says so. A person deletes that IPAddress to free its address (docs/operations.md): it is let
+/// go at once, and the claim gets another address. It must not wait for room, the IPAddress stuck being deleted.
+#[test]
+fn a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind_a_person_deletes_while_the_annotation_is_full() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3 });
+    w.limit_annotations(0, 1 << 20);
+    let cl = cluster(&mut w, false);
+    let (m0, _) = claim_of_cluster(&mut w, "m0");
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let moved = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    w.sweep_to_rest();
+    let left = w.read(Kind::Address, &m0).expect("kept: no room for its entry");
+    assert_eq!(left["metadata"]["annotations"][MOVED_AWAY_ANNOTATION], "true", "kept by our mark: {left}");
+    // A new claim a/m0 of the pool waits for room; a person deletes the IPAddress left behind.
+    let m0 = w.create_claim_named(0, "m0", gip);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.user_delete(Kind::Address, &m0);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.sweep_to_rest();
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let made = w.read(Kind::Address, &m0).expect("the new claim's IPAddress");
+    assert!(
+        made["metadata"]["deletionTimestamp"].is_null() && made["spec"]["address"] != moved,
+        "the new claim waits on the IPAddress left behind, being deleted: {made}\n{}",
+        w.trace_text()
+    );
+    let result = w.finish();
+    fails(&w, result);
+}
+
+/// helper-109 G2: the entry of the IPAddress a move left behind is in the pool's annotation when a person deletes the
+/// pool and GitOps makes it again; the pool watch shows neither yet. A new claim of the IPAddress's name must not let
+/// it go on what the index knows (the deleted pool, whose annotation holds the entry): the pool made again would
+/// then reserve nothing. It waits for the pool watch, which queues the entry for the new pool.
+#[test]
+fn a_new_claim_of_its_name_keeps_the_ipaddress_left_behind_while_the_pool_watch_lags_a_pool_made_again() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, &cl);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the entry is written");
+    // The pool is deleted and made again; the pool watch lags. A new claim a/m0 runs meanwhile.
+    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
+    w.remove(gip.server_kind(), &gip.key());
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    let m0 = w.create_claim_named(0, "m0", gip);
+    let not_pools = [Kind::Address, Kind::Claim, Kind::Cluster];
+    w.deliver_all(&not_pools);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    w.deliver_all(&not_pools);
+    // The pool watch catches up.
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.sweep_to_rest();
+    assert!(
+        moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")),
+        "the pool made again does not reserve {moved}: {:?}\n{}",
+        moved_away_entries(&w),
+        w.trace_text()
+    );
+    w.end_this_term();
+    w.begin_term();
+    w.deliver_all(&[]);
+    new_claims_get_none_of(&mut w, &[moved]);
+}

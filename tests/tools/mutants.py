@@ -560,13 +560,21 @@ MUTATIONS = [
      "the hold of an unmarked IPAddress a move left behind, gone from under a new claim of its name, is kept for that "
      "claim, which makes it again with the address the moved machine uses"),
     ("left-behind-released-before-its-pool-is-shown", "src/controllers/orphans.rs",
-     " && !pool_known_as_it_is(ctx, record).await {",
+     " && !pools.known_as_it_is(ctx, record).await {",
      " && false {",
      "a marked IPAddress a move left behind is released while the pool watch has not shown its pool made again"),
     ("left-behind-deleting-let-go-unrecorded", "src/controllers/claim/adopt.rs",
-     "    if record.deleting && !bound && !(view.left_behind && view.moved_away_unwritten) {",
-     "    if record.deleting && !bound {",
+     "        if view.moved_away_unwritten && !(record.deleting && of_the_pool_known) {",
+     "        if view.moved_away_unwritten && !record.deleting {",
      "a new claim of its name lets go of an IPAddress a move left behind, being deleted, before its entry is written"),
+    ("left-behind-let-go-for-a-stale-pool", "src/controllers/claim/adopt.rs",
+     "        if !orphans::pool_known_as_it_is(ctx, record).await {\n            return Ok(Next::After(Duration::from_secs(1)));\n        }\n",
+     "",
+     "a new claim of its name lets go of an IPAddress a move left behind while the pool watch lags a pool made again"),
+    ("left-behind-deleted-by-hand-waits-for-room", "src/controllers/claim/adopt.rs",
+     "        if view.moved_away_unwritten && !(record.deleting && of_the_pool_known) {",
+     "        if view.moved_away_unwritten {",
+     "a new claim of its name keeps an IPAddress a move left behind, deleted by hand, until the annotation has room"),
 ]
 
 # Mutations that cannot break a promise, with the reason.

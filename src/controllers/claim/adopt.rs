@@ -8,6 +8,7 @@ use super::ready::set_ready;
 use super::{Context, Error, ipaddress};
 use crate::capi::{Claim, IpAddress};
 use crate::compact::Uid;
+use crate::controllers::orphans;
 use crate::controllers::status::ClaimReason;
 use crate::index::{AddressRecord, ClaimView, ObjectKey, PoolKey};
 use crate::runtime::retry::Next;
@@ -81,19 +82,22 @@ pub(super) async fn adopt(
         return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
     }
     let has_claim_owner = record.claim_owner == Some(claim.uid.uid());
-    if record.deleting && !bound && !(view.left_behind && view.moved_away_unwritten) {
+    if record.deleting && !bound && !view.left_behind {
         // Being deleted, and the claim not bound to it: a delete of ours that did not finish (a withdrawn duplicate,
         // an orphan of an earlier claim of this name) or one by hand. It is let go, and the claim gets an address
         // anew. A bound claim's stays while it goes (its machine may use the address): its deletion wakes the claim.
-        // Not one a move left behind whose address is still to be recorded (the garbage collector deletes it once its
-        // pool is made again): let go first, its reservation would live in memory only (helper-108 F2).
         return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
     }
     if view.left_behind {
         // Left behind by the move of an earlier claim of this name (`State::left_behind_for`): its address is in use
         // on the other management cluster. Never adopted: it is let go once its address is recorded as moved away
-        // (so that the address stays reserved), and this claim gets another.
-        if view.moved_away_unwritten {
+        // (so that the address stays reserved), and this claim gets another. One being deleted as an IPAddress of
+        // the pool this manager knows (by hand, or the pool deleted in the foreground) goes at once, its hold the
+        // reservation and its entry written as one no IPAddress backs; one of a pool gone (the garbage collector
+        // deletes it once its pool is made again) waits for its entry: let go first, its reservation would live in
+        // memory only, and the writer, finding it gone, drop the entry (helper-108 F2; helper-109 G1).
+        let of_the_pool_known = record.pool_owner == pool.and_then(|p| p.metadata.uid.as_deref()).map(Uid::of);
+        if view.moved_away_unwritten && !(record.deleting && of_the_pool_known) {
             // No room for its entry (operations.md: the IPAddress keeps the address until room is made): said, and
             // looked at again when the entry lands (its write wakes the claim of the name).
             if ctx.index.moved_away_no_room(pool_key, key) {
@@ -106,6 +110,11 @@ pub(super) async fn adopt(
                 set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
                 return Ok(Next::After(crate::runtime::retry::RECHECK));
             }
+            return Ok(Next::After(Duration::from_secs(1)));
+        }
+        // Its pool made again and not yet shown by the pool watch (or still the one deleted, whose annotation holds
+        // the entry): let go now, the new pool would never reserve the address (helper-109 G2).
+        if !orphans::pool_known_as_it_is(ctx, record).await {
             return Ok(Next::After(Duration::from_secs(1)));
         }
         return let_go(ctx, key, pool_key, record.uid, LetGo::Deleting).await;
