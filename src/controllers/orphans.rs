@@ -149,17 +149,7 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
 /// for not (the address stays, and the next sweep asks again).
 pub(crate) async fn pool_known_as_it_is(ctx: &Context, record: &AddressRecord) -> bool {
     let known = ctx.index.pool(&record.pool).and_then(|p| p.metadata.uid.clone());
-    match ctx.api.get_pool(&record.pool).await {
-        Ok(live) => live.and_then(|p| p.metadata.uid) == known,
-        Err(e) => {
-            ctx.report_failure(
-                "reading the pool of an IPAddress left behind by a move",
-                &record.pool,
-                &Error::api("reading the pool")(e),
-            );
-            false
-        }
-    }
+    live_pool_uid(ctx, record).await.is_some_and(|live| live == known)
 }
 
 /// Its pool, as the API server has it now, owns it. An IPAddress whose pool owner is gone (the pool deleted, perhaps
@@ -167,15 +157,21 @@ pub(crate) async fn pool_known_as_it_is(ctx: &Context, record: &AddressRecord) -
 /// the pool watch may not have shown the pool's deletion yet (found by the adversarial read of the soak's fixes). When
 /// the pool cannot be read, the address stays reserved (the next sweep asks again).
 async fn owned_by_its_pool(ctx: &Context, record: &AddressRecord) -> bool {
+    live_pool_uid(ctx, record).await.flatten().is_some_and(|uid| record.pool_owner == Some(Uid::of(&uid)))
+}
+
+/// The UID of the IPAddress's pool as the API server has it now (`Some(None)`: none); `None` when it cannot be read
+/// (reported).
+async fn live_pool_uid(ctx: &Context, record: &AddressRecord) -> Option<Option<String>> {
     match ctx.api.get_pool(&record.pool).await {
-        Ok(pool) => pool.and_then(|p| p.metadata.uid).is_some_and(|uid| record.pool_owner == Some(Uid::of(&uid))),
+        Ok(pool) => Some(pool.and_then(|p| p.metadata.uid)),
         Err(e) => {
             ctx.report_failure(
                 "reading the pool of an IPAddress left behind by a move",
                 &record.pool,
                 &Error::api("reading the pool")(e),
             );
-            false
+            None
         }
     }
 }

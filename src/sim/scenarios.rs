@@ -389,6 +389,17 @@ fn clusterctl_deletes_for_the_move(w: &mut World, cl: &ObjectKey, claim: &Object
     w.force_delete_claim(claim);
 }
 
+/// clusterctl's move away, seen through: the claim's deletion for the move noticed (its IPAddress left behind, marked,
+/// its entry queued), and the Cluster gone.
+fn moves_away_leaving_its_ipaddress_behind(w: &mut World, cl: &ObjectKey, claim: &ObjectKey) {
+    clusterctl_deletes_for_the_move(w, cl, claim);
+    w.deliver_all(&[]);
+    w.run_job(Job::Gone(claim.clone()));
+    w.answer_everything();
+    w.remove(Kind::Cluster, cl);
+    w.deliver_all(&[]);
+}
+
 /// A second review found it: a claim deleted without our release (its finalizer stripped by hand) leaves an
 /// IPAddress that its pool owns too, and Kubernetes' garbage collector takes the dangling owner reference off (it
 /// keeps a dependent that has a solid owner) before the orphan release looks. The IPAddress must still be released:
@@ -1190,12 +1201,7 @@ fn left_behind_in_a_pool_made_again(collected: Collected) {
 fn an_ipaddress_left_behind_whose_release_a_new_term_finishes_keeps_its_address_reserved() {
     let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
     // clusterctl moves cl away: the claim goes for the move, its IPAddress stays, is marked, and its entry written.
-    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
-    w.deliver_all(&[]);
-    w.run_job(Job::Gone(m0.clone()));
-    w.answer_everything();
-    w.remove(Kind::Cluster, &cl);
-    w.deliver_all(&[]);
+    moves_away_leaving_its_ipaddress_behind(&mut w, &cl, &m0);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     let entry = moved_away_entries(&w);
     assert!(entry.contains(moved.as_str().unwrap_or("?")), "the entry is written: {entry:?}");
@@ -2635,12 +2641,7 @@ fn an_unmarked_ipaddress_a_move_left_behind_let_go_in_a_term_that_knows_only_the
 #[test]
 fn an_ipaddress_left_behind_collected_while_the_pool_watch_still_shows_its_deleted_pool_keeps_its_address_reserved() {
     let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
-    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
-    w.deliver_all(&[]);
-    w.run_job(Job::Gone(m0.clone()));
-    w.answer_everything();
-    w.remove(Kind::Cluster, &cl);
-    w.deliver_all(&[]);
+    moves_away_leaving_its_ipaddress_behind(&mut w, &cl, &m0);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the entry is written");
     // The pool is deleted and made again, and the garbage collector deletes the IPAddress; the pool watch lags.
@@ -2676,12 +2677,7 @@ fn an_ipaddress_left_behind_collected_while_the_pool_watch_still_shows_its_delet
 #[test]
 fn a_new_claim_of_its_name_waits_for_the_entry_of_an_ipaddress_left_behind_being_deleted() {
     let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
-    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
-    w.deliver_all(&[]);
-    w.run_job(Job::Gone(m0.clone()));
-    w.answer_everything();
-    w.remove(Kind::Cluster, &cl);
-    w.deliver_all(&[]);
+    moves_away_leaving_its_ipaddress_behind(&mut w, &cl, &m0);
     // The pool goes before the entry is written (the writer finds it gone), and comes back.
     w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
     w.remove(gip.server_kind(), &gip.key());
@@ -2731,12 +2727,7 @@ fn a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind_a_person_deletes_wh
     w.deliver_all(&[]);
     w.run_to_rest(Job::Claim(m0.clone()));
     let moved = w.read(Kind::Address, &m0).expect("m0's IPAddress")["spec"]["address"].clone();
-    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
-    w.deliver_all(&[]);
-    w.run_job(Job::Gone(m0.clone()));
-    w.answer_everything();
-    w.remove(Kind::Cluster, &cl);
-    w.deliver_all(&[]);
+    moves_away_leaving_its_ipaddress_behind(&mut w, &cl, &m0);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     w.sweep_to_rest();
     let left = w.read(Kind::Address, &m0).expect("kept: no room for its entry");
@@ -2767,12 +2758,7 @@ fn a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind_a_person_deletes_wh
 #[test]
 fn a_new_claim_of_its_name_keeps_the_ipaddress_left_behind_while_the_pool_watch_lags_a_pool_made_again() {
     let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
-    clusterctl_deletes_for_the_move(&mut w, &cl, &m0);
-    w.deliver_all(&[]);
-    w.run_job(Job::Gone(m0.clone()));
-    w.answer_everything();
-    w.remove(Kind::Cluster, &cl);
-    w.deliver_all(&[]);
+    moves_away_leaving_its_ipaddress_behind(&mut w, &cl, &m0);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the entry is written");
     // The pool is deleted and made again; the pool watch lags. A new claim a/m0 runs meanwhile.
