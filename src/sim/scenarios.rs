@@ -400,6 +400,26 @@ fn moves_away_leaving_its_ipaddress_behind(w: &mut World, cl: &ObjectKey, claim:
     w.deliver_all(&[]);
 }
 
+/// A person deletes the pool, its finalizer stripped first: it is gone at once.
+fn a_person_deletes_the_pool(w: &mut World, pool: PoolId) {
+    w.patch(pool.server_kind(), &pool.key(), json!({"metadata": {"finalizers": null}}));
+    w.remove(pool.server_kind(), &pool.key());
+}
+
+/// The pool made again reserves `moved` in its annotation, and after a restart no new claim gets it.
+fn the_pool_made_again_reserves_it_across_a_restart(w: &mut World, moved: Value) {
+    assert!(
+        moved_away_entries(w).contains(moved.as_str().unwrap_or("?")),
+        "the pool made again does not reserve {moved}: {:?}\n{}",
+        moved_away_entries(w),
+        w.trace_text()
+    );
+    w.end_this_term();
+    w.begin_term();
+    w.deliver_all(&[]);
+    new_claims_get_none_of(w, &[moved]);
+}
+
 /// A second review found it: a claim deleted without our release (its finalizer stripped by hand) leaves an
 /// IPAddress that its pool owns too, and Kubernetes' garbage collector takes the dangling owner reference off (it
 /// keeps a dependent that has a solid owner) before the orphan release looks. The IPAddress must still be released:
@@ -1160,8 +1180,7 @@ fn left_behind_in_a_pool_made_again(collected: Collected) {
     w.deliver_all(&[]);
     w.sweep_to_rest();
     // Before the entry is written, the pool goes (its finalizer stripped) and the writer finds it gone.
-    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
-    w.remove(gip.server_kind(), &gip.key());
+    a_person_deletes_the_pool(&mut w, gip);
     w.deliver_all(&[]);
     if collected == Collected::WhileThePoolWasGone {
         w.garbage_collect();
@@ -1717,8 +1736,7 @@ fn an_entry_queued_for_a_pool_deleted_since_is_not_written_into_the_pool_made_ag
     w.answer_everything();
     assert!(w.is_pending_moved_away(&gip), "the entry is queued, not written yet\n{}", w.trace_text());
     // GitOps deletes the pool (its finalizer stripped by hand) and makes it again.
-    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
-    w.remove(gip.server_kind(), &gip.key());
+    a_person_deletes_the_pool(&mut w, gip);
     w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
     w.deliver_all(&[]);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
@@ -2645,8 +2663,7 @@ fn an_ipaddress_left_behind_collected_while_the_pool_watch_still_shows_its_delet
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the entry is written");
     // The pool is deleted and made again, and the garbage collector deletes the IPAddress; the pool watch lags.
-    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
-    w.remove(gip.server_kind(), &gip.key());
+    a_person_deletes_the_pool(&mut w, gip);
     w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
     w.garbage_collect();
     w.deliver_all(&[Kind::Address, Kind::Claim, Kind::Cluster]);
@@ -2657,16 +2674,7 @@ fn an_ipaddress_left_behind_collected_while_the_pool_watch_still_shows_its_delet
     w.sweep_to_rest();
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     w.sweep_to_rest();
-    assert!(
-        moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")),
-        "the pool made again does not reserve {moved}: {:?}\n{}",
-        moved_away_entries(&w),
-        w.trace_text()
-    );
-    w.end_this_term();
-    w.begin_term();
-    w.deliver_all(&[]);
-    new_claims_get_none_of(&mut w, &[moved]);
+    the_pool_made_again_reserves_it_across_a_restart(&mut w, moved);
 }
 
 /// helper-108 F2: a move leaves IPAddress a/m0 behind, its entry not yet written when a person deletes the pool and
@@ -2679,8 +2687,7 @@ fn a_new_claim_of_its_name_waits_for_the_entry_of_an_ipaddress_left_behind_being
     let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
     moves_away_leaving_its_ipaddress_behind(&mut w, &cl, &m0);
     // The pool goes before the entry is written (the writer finds it gone), and comes back.
-    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
-    w.remove(gip.server_kind(), &gip.key());
+    a_person_deletes_the_pool(&mut w, gip);
     w.deliver_all(&[]);
     w.run_job(Job::MovedAway(gip.pool_key()));
     w.answer_everything();
@@ -2762,8 +2769,7 @@ fn a_new_claim_of_its_name_keeps_the_ipaddress_left_behind_while_the_pool_watch_
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the entry is written");
     // The pool is deleted and made again; the pool watch lags. A new claim a/m0 runs meanwhile.
-    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"finalizers": null}}));
-    w.remove(gip.server_kind(), &gip.key());
+    a_person_deletes_the_pool(&mut w, gip);
     w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
     let m0 = w.create_claim_named(0, "m0", gip);
     let not_pools = [Kind::Address, Kind::Claim, Kind::Cluster];
@@ -2776,14 +2782,5 @@ fn a_new_claim_of_its_name_keeps_the_ipaddress_left_behind_while_the_pool_watch_
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     w.run_to_rest(Job::Claim(m0.clone()));
     w.sweep_to_rest();
-    assert!(
-        moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")),
-        "the pool made again does not reserve {moved}: {:?}\n{}",
-        moved_away_entries(&w),
-        w.trace_text()
-    );
-    w.end_this_term();
-    w.begin_term();
-    w.deliver_all(&[]);
-    new_claims_get_none_of(&mut w, &[moved]);
+    the_pool_made_again_reserves_it_across_a_restart(&mut w, moved);
 }
