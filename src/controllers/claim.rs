@@ -15,7 +15,10 @@ use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER, WATCH_FILTER_LABEL};
 use crate::apiserver::{ApiError, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, AllocateError, Assigned, ClaimView, Index, ObjectKey, PoolKey, Served};
+use crate::index::{
+    AddressRecord, AllocateError, Assigned, ClaimView, IfNotCreated, Index, ObjectKey, Observation, Observed, PoolKey,
+    Served,
+};
 use crate::runtime::retry::Next;
 use crate::runtime::retry::RECHECK;
 
@@ -173,7 +176,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
                 && claim.deletion_timestamp.is_none()
                 && lives_bound_staying(claim, ctx).await?
             {
-                ctx.index.claim_back(&pool_key, key, held);
+                ctx.index.observe(Observed::BoundTo { pool: &pool_key, key, held });
             }
             debug!(claim = %key, reason = reason.as_str(), "waiting for the Cluster");
             if claim.deletion_timestamp.is_none() {
@@ -261,13 +264,12 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
     // Bound, and its IPAddress gone with what this process knew of it (deleted from under it before a restart or a
     // leader change): the address its condition names is the one its machine uses, and it gets it back while free.
     let previous = claim.bound_address.filter(|_| view.held.is_none()).map(|a| a.to_string());
-    // The pool's label may have given it to another shard's manager while this run awaited (the view is from its
-    // start): that manager cannot see our hold, so nothing is taken from it (the simulation's second manager met it).
-    if !ctx.index.serves_pool(&pool_key) {
-        return Ok(Next::After(Duration::ZERO));
-    }
     match allocate(claim, &pool_key, previous.as_deref(), &ctx.index) {
         Ok(assigned) => create_address(claim, ctx, &pool_key, &pool, &assigned).await,
+        // The pool's label may have given it to another shard's manager while this run awaited (the view is from its
+        // start): that manager cannot see our hold, so nothing is taken from it (the simulation's second manager met
+        // it). Looked at again, the claim is another manager's.
+        Err(AllocateError::ServedElsewhere { .. }) => Ok(Next::After(Duration::ZERO)),
         Err(AllocateError::Exhausted { .. }) => {
             ctx.index.wait_for_address(&pool_key, key);
             set_ready(claim, ctx, ClaimReason::PoolExhausted, format!("{pool_key} has no free address"), None).await?;
@@ -323,9 +325,9 @@ async fn create_address(
     // Fenced, it is uncertain whether it was created: the hold stays (this replica's state goes with its term).
     match ctx.api.create_address(&object).await {
         Ok(created) => {
-            let (_, latency) = ctx.index.address_created(claim, &created);
-            let held = ctx.index.held_by(pool_key, key);
-            let out_of_range = held.is_some_and(|held| ctx.index.allocates(pool_key, held) == Some(false));
+            let (Observation { latency, .. }, view) =
+                ctx.index.observe_then_view(claim, pool_key.clone(), Observed::Created { claim, object: &created });
+            let out_of_range = view.out_of_range;
             // Paused meanwhile, a move may have copied it (clusterctl pauses, then copies), and the claim over there
             // adopts it, in range or not: kept, the claim waits for its Cluster, and a move leaves it behind with its
             // address reserved (seed 460166466).
@@ -337,7 +339,7 @@ async fn create_address(
             }
             // Only an address not handed out yet: a bound claim making its IPAddress again keeps its machine's.
             if claim.address_ref().is_none()
-                && (out_of_range || !ctx.index.serves_pool(pool_key))
+                && (out_of_range || view.served != Served::Here)
                 && !bound_meanwhile_to(claim, ctx, Some(assigned.address)).await?
             {
                 // The pool was edited while the create was in flight (the webhook cannot see an allocation that is
@@ -372,34 +374,36 @@ async fn create_address(
                 // Gone again meanwhile: create it anew.
                 return Ok(Next::After(Duration::from_millis(200)));
             };
-            if AddressRecord::of(&existing).is_none_or(|r| *r.pool != *pool_key) {
-                // Not of this pool: our create never happened, so the address is free again.
-                ctx.index.give_up_uncertain_create(pool_key, key);
-            }
-            match ctx.index.remember_address(key, &existing) {
-                Some(record) => adopt(claim, ctx, &ctx.index.claim_view(claim, pool_key.clone()), &record).await,
-                None if AddressRecord::of(&existing).is_none() => {
+            // Not of this pool, our create never happened, and the address is free again.
+            let then = IfNotCreated::Retried;
+            let read = Observed::NameRead { pool: pool_key, key, live: Some(&existing), then };
+            match ctx.index.observe_then_view(claim, pool_key.clone(), read) {
+                (Observation { record: Some(record), .. }, view) => adopt(claim, ctx, &view, &record).await,
+                _ if AddressRecord::of(&existing).is_none() => {
                     belongs_elsewhere(claim, ctx, pool_key, &ipaddress::owner_of(&existing)).await
                 }
                 // One we deleted a moment ago.
-                None => Ok(Next::After(Duration::from_millis(200))),
+                _ => Ok(Next::After(Duration::from_millis(200))),
             }
         }
         Err(e @ (ApiError::Refused { .. } | ApiError::NotFound)) => {
             // Refused: nothing was created now. An earlier attempt that timed out may have created it, though (the
             // refusal comes from admission, before a name conflict): the hold goes only if no IPAddress exists.
-            if ctx.index.holds_unconfirmed(pool_key, key)
-                && let Some(existing) = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?
-                && AddressRecord::of(&existing).is_some_and(|r| *r.pool == *pool_key)
-                && let Some(record) = ctx.index.remember_address(key, &existing)
-            {
-                return adopt(claim, ctx, &ctx.index.claim_view(claim, pool_key.clone()), &record).await;
-            }
-            // A bound claim making its IPAddress again keeps its hold: the address is its machine's, and a waiting
-            // claim must not get it while the API server refuses (soak seed 110141832).
-            let machines = claim.address_ref().is_some() && claim.bound_address.is_none_or(|b| b == assigned.address);
-            if !machines && !bound_meanwhile_to(claim, ctx, Some(assigned.address)).await? {
-                ctx.index.give_up_uncertain_create(pool_key, key);
+            if ctx.index.holds_unconfirmed(pool_key, key) {
+                let live = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
+                // A bound claim making its IPAddress again keeps its hold: the address is its machine's, and a waiting
+                // claim must not get it while the API server refuses (soak seed 110141832).
+                let machines = (claim.address_ref().is_some()
+                    && claim.bound_address.is_none_or(|b| b == assigned.address))
+                    || bound_meanwhile_to(claim, ctx, Some(assigned.address)).await?;
+                let then = if machines { IfNotCreated::KeptForTheMachine } else { IfNotCreated::GivenUp };
+                let read = Observed::NameRead { pool: pool_key, key, live: live.as_ref(), then };
+                if let (Observation { record: Some(record), .. }, view) =
+                    ctx.index.observe_then_view(claim, pool_key.clone(), read)
+                    && *record.pool == *pool_key
+                {
+                    return adopt(claim, ctx, &view, &record).await;
+                }
             }
             let message = format!("creating IPAddress {key}: {}", refusal(&e));
             set_ready(claim, ctx, ClaimReason::AllocationFailed, message.clone(), None).await?;
@@ -464,27 +468,20 @@ fn refusal(error: &ApiError) -> String {
 /// The claim `key` is gone (or replaced by one of another pool) while the hold of its uncertain create stays: the
 /// IPAddress was created (it is recorded, and released as an orphan) or not (the hold goes, unless a new claim of that
 /// name in that pool took it over). Run by the claim's worker, so no create of the name is in flight meanwhile.
-pub async fn settle_gone_claims_uncertain_create(ctx: &Context, key: &ObjectKey) -> Result<Next, Error> {
-    let Some(pool) = ctx.index.orphaned_hold(key) else { return Ok(Next::AwaitChange) };
-    match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
-        Some(created) if ctx.index.remember_address(key, &created).is_some() => {
-            if AddressRecord::of(&created).is_none_or(|r| *r.pool != pool) {
-                // The name was taken by an IPAddress of another of our pools: our create never happened.
-                ctx.index.give_up_gone_claims_hold(&pool, key);
-            }
-            super::orphans::release_if_orphaned(ctx, key).await;
-        }
-        // Not created, or gone again already.
-        _ => ctx.index.give_up_gone_claims_hold(&pool, key),
+pub async fn settle_gone_claims_uncertain_create(ctx: &Context, key: &ObjectKey, pool: &PoolKey) -> Result<(), Error> {
+    let live = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
+    let then = IfNotCreated::GivenUpForAGoneClaim;
+    // Recorded (created, or the name taken by an IPAddress of another of our pools), it is released as an orphan.
+    if ctx.index.observe(Observed::NameRead { pool, key, live: live.as_ref(), then }).record.is_some() {
+        super::orphans::release_if_orphaned(ctx, key).await;
     }
-    Ok(Next::AwaitChange)
+    Ok(())
 }
 
 /// A record of an IPAddress we wrote that a relist of the watch did not show: read, it stays or goes.
-pub async fn resolve_doubtful_record(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
-    let Some(record) = ctx.index.address(key).filter(|r| r.doubtful) else { return Ok(()) };
+pub async fn resolve_doubtful_record(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> Result<(), Error> {
     let live = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
-    ctx.index.doubt_resolved(key, record.uid, live.as_ref());
+    ctx.index.observe(Observed::DoubtRead { key, uid: record.uid, live: live.as_ref() });
     Ok(())
 }
 
@@ -499,10 +496,8 @@ async fn settle_uncertain_create_before_waiting(
     if !ctx.index.holds_unconfirmed(pool_key, key) {
         return Ok(());
     }
-    match ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))? {
-        Some(created) if ctx.index.remember_address(key, &created).is_some() => {}
-        _ => ctx.index.give_up_uncertain_create(pool_key, key),
-    }
+    let live = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
+    ctx.index.observe(Observed::NameRead { pool: pool_key, key, live: live.as_ref(), then: IfNotCreated::GivenUp });
     Ok(())
 }
 
@@ -561,18 +556,22 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
         Some(address) if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) => {
             debug!(claim = %key, "the IPAddress of this name belongs to another provider; leaving it alone");
             // The name is taken: a create of ours that failed uncertainly did not happen, and its hold goes.
-            ctx.index.give_up_uncertain_create(pool_key, key);
+            let read = Observed::NameRead { pool: pool_key, key, live: Some(&address), then: IfNotCreated::GivenUp };
+            ctx.index.observe(read);
         }
         Some(address) => {
             ctx.index.claim_deleted_for_good(pool_key, claim);
             // Gone now: the address is free at once (the watch event confirms it later).
             if ipaddress::delete(ctx, &address, "deleting the IPAddress").await? {
-                ctx.index.address_deleted_by_us(key, pool_key, address.metadata.uid.as_deref());
+                let uid = address.metadata.uid.as_deref();
+                ctx.index.observe(Observed::DeletedByUs { key, pool: pool_key, uid });
             }
             info!(claim = %key, "released");
         }
         // None exists: a create of ours that failed uncertainly did not happen, and its hold goes.
-        None => ctx.index.give_up_uncertain_create(pool_key, key),
+        None => {
+            ctx.index.observe(Observed::NameRead { pool: pool_key, key, live: None, then: IfNotCreated::GivenUp });
+        }
     }
     if let Some(index) = claim.release_finalizer_index {
         let target = Target::Claim(key.clone());

@@ -11,7 +11,7 @@ use crate::api::{CLUSTER_NAME_LABEL, GROUP, MOVED_AWAY_ANNOTATION, MOVED_AWAY_MA
 use crate::apiserver::{ApiError, Deleted, Removed, Repair, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress, IpAddressSpec, NameRef, PoolRef};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, Assigned, ObjectKey, PoolKey};
+use crate::index::{AddressRecord, Assigned, ObjectKey, Observed, PoolKey};
 
 fn claim_owner(claim: &Claim, version: CapiVersion) -> OwnerReference {
     OwnerReference {
@@ -81,7 +81,7 @@ pub async fn repair(
     if live.metadata.deletion_timestamp.is_some() || replaced {
         // Being deleted, or a new IPAddress of the name (its address may be another's), since the cache saw it: not
         // adopted on a judgement of something else.
-        ctx.index.remember_address(key, &live);
+        ctx.index.observe(Observed::Answered { key, object: &live });
         return Ok(false);
     }
     // Without `pool` (the caller passes none for a pool being deleted: see `adopt`), the pool's owner reference
@@ -109,7 +109,7 @@ pub async fn repair(
         unmark_moved_away: live.annotations().get(MOVED_AWAY_ANNOTATION).is_some_and(|v| v == MOVED_AWAY_MARK),
     };
     let patched = ctx.api.repair_address(key, &repair).await.map_err(Error::api("adopting the IPAddress"))?;
-    ctx.index.remember_address(key, &patched);
+    ctx.index.observe(Observed::Answered { key, object: &patched });
     info!(claim = %key, "adopted the existing IPAddress");
     Ok(true)
 }
@@ -139,7 +139,7 @@ pub async fn delete(ctx: &Context, address: &IpAddress, what: &'static str) -> R
             Ok(Deleted::Gone) | Err(ApiError::NotFound) => return Ok(true),
             Ok(Deleted::Deleting(object)) => {
                 // Recorded as being deleted: should the finalizer's removal fail, no decision takes it for a live one.
-                ctx.index.remember_address(&key, &object);
+                ctx.index.observe(Observed::Answered { key: &key, object: &object });
                 object.metadata
             }
             Err(e) => return Err(Error::api(what)(e)),
@@ -249,7 +249,8 @@ pub(super) async fn cluster_paused_now(ctx: &Context, namespace: &str, name: Opt
         .map_err(Error::api("reading a Cluster for a pause the watch may not show yet"))?
     {
         Some(live) if live.is_paused() => {
-            ctx.index.cluster_read_paused(key, crate::index::revision_of(&live.metadata));
+            ctx.index
+                .observe(Observed::ClusterPaused { key: &key, revision: crate::index::revision_of(&live.metadata) });
             Ok(true)
         }
         Some(_) => Ok(false),

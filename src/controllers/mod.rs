@@ -399,21 +399,24 @@ async fn claim_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToke
 
 /// One run of a claim worker: the claim as the index holds it now, reconciled, and how the run ended.
 pub async fn work_claim(ctx: &Context, key: &ObjectKey) -> Outcome {
-    // What the index is not sure of: a record of ours a relist did not show, a hold of an uncertain create that
-    // outlived its claim (deleted, or replaced by one of another pool).
-    if let Err(error) = claim::resolve_doubtful_record(ctx, key).await {
-        return ctx.failed("reading an IPAddress the watch did not list", key, &error);
+    // What the index is not sure of comes first: a record of ours a relist did not show, a hold of an uncertain
+    // create that outlived its claim (deleted, or replaced by one of another pool). Each is read live, and the run
+    // goes on from what the index holds after that read.
+    let mut run = ctx.index.claim_run(key);
+    if let Some(record) = run.doubtful.take() {
+        if let Err(error) = claim::resolve_doubtful_record(ctx, key, &record).await {
+            return ctx.failed("reading an IPAddress the watch did not list", key, &error);
+        }
+        run = ctx.index.claim_run(key);
     }
-    if let Err(error) = claim::settle_gone_claims_uncertain_create(ctx, key).await {
-        return ctx.failed("finding out whether an IPAddress was created", key, &error);
+    if let Some(pool) = run.orphaned_hold.take() {
+        if let Err(error) = claim::settle_gone_claims_uncertain_create(ctx, key, &pool).await {
+            return ctx.failed("finding out whether an IPAddress was created", key, &error);
+        }
+        run = ctx.index.claim_run(key);
     }
     // Deleted meanwhile: its Delete event did what was left to do.
-    let Some(claim) = ctx.index.claim(key) else { return Outcome::Done(Next::AwaitChange) };
-    if claim.address_ref().is_none() {
-        ctx.index.first_seen(&claim);
-    } else {
-        ctx.index.bound(&claim);
-    }
+    let Some(claim) = run.claim else { return Outcome::Done(Next::AwaitChange) };
     match claim::reconcile(&claim, ctx).await {
         Ok(next) => {
             ctx.answered();

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::{Context, Error, ipaddress};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, ObjectKey, PoolKey};
+use crate::index::{AddressRecord, ObjectKey, Observed, PoolKey};
 
 /// When each IPAddress whose claim is gone was first seen so: its release waits out the sweep's delay and its pool's
 /// reuse grace period from then. Kept in memory: after a restart they are counted from the first sweep, which holds
@@ -98,7 +98,7 @@ async fn mark_moved_away(ctx: &Context, key: &ObjectKey, record: &AddressRecord)
     let Some(resource_version) = record.revision.text() else { return };
     match ctx.api.mark_address_moved_away(key, &resource_version).await {
         Ok(marked) => {
-            ctx.index.remember_address(key, &marked);
+            ctx.index.observe(Observed::Answered { key, object: &marked });
         }
         Err(e) => ctx.report_failure("marking the IPAddress of a claim moved away", key, &Error::api("marking")(e)),
     }

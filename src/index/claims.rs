@@ -217,6 +217,17 @@ impl State {
         self.book(claim, |b| b.written.is_some_and(|(d, before)| d == digest && !newer(before))).unwrap_or(false)
     }
 
+    /// Whether the Ready state `digest` is still to be written for the claim (not [`State::already_written`]); if so,
+    /// what we wrote last is forgotten before the write goes: applied with its answer lost, that write would leave the
+    /// earlier digest standing for a status the claim no longer has, and that status would never be written again.
+    pub fn status_to_write(&mut self, claim: &Claim, digest: u64) -> bool {
+        let to_write = !self.already_written(claim, digest);
+        if to_write {
+            self.remember_written(claim, None);
+        }
+        to_write
+    }
+
     /// What we wrote last, on the claim as cached: `None` while a write is in flight, whose answer may be lost although
     /// it was applied (the digest of an earlier write would then hide that the status changed since).
     pub fn remember_written(&mut self, claim: &Claim, digest: Option<u64>) {

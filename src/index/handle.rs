@@ -5,13 +5,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{AddressRecord, AllocateError, Assigned, ClaimView, Duplicate, Held, Index, ObjectKey, PoolKey};
+use super::{
+    AddressRecord, AllocateError, Assigned, ClaimRun, ClaimView, Duplicate, Held, Index, ObjectKey, Observation,
+    Observed, PoolKey,
+};
 use crate::api::Pool;
 use crate::capi::{Claim, IpAddress};
 use crate::compact::{ResourceVersion, Uid};
 use crate::ipam::PoolCounts;
 
 impl Index {
+    #[cfg(test)]
     pub fn address_created(&self, claim: &Claim, created: &IpAddress) -> (Option<AddressRecord>, Option<Duration>) {
         self.write(|s| s.address_created(claim, created))
     }
@@ -26,6 +30,22 @@ impl Index {
 
     pub fn claim_deleted(&self, last: &Claim) {
         self.write(|s| s.claim_deleted(last))
+    }
+
+    /// Records what the API server told a controller (see [`Observed`]): the one way a read's or a write's answer
+    /// reaches the index.
+    pub fn observe(&self, observed: Observed) -> Observation {
+        self.write(|s| s.observe(observed))
+    }
+
+    /// Records `observed` and returns `claim`'s view after it, in one step.
+    pub fn observe_then_view(&self, claim: &Claim, pool_key: PoolKey, observed: Observed) -> (Observation, ClaimView) {
+        self.write(|s| s.observe_then_view(claim, pool_key, observed))
+    }
+
+    /// What a run of the claim `key`'s worker starts from, in one step.
+    pub fn claim_run(&self, key: &ObjectKey) -> ClaimRun {
+        self.write(|s| s.claim_run(key))
     }
 
     /// What `claim`'s reconcile decides on, in one step.
@@ -45,18 +65,21 @@ impl Index {
         self.read(|s| s.claim_count())
     }
 
-    pub fn already_written(&self, claim: &Claim, digest: u64) -> bool {
-        self.write(|s| s.already_written(claim, digest))
+    pub fn status_to_write(&self, claim: &Claim, digest: u64) -> bool {
+        self.write(|s| s.status_to_write(claim, digest))
     }
 
+    #[cfg(test)]
     pub fn remember_written(&self, claim: &Claim, digest: Option<u64>) {
         self.write(|s| s.remember_written(claim, digest))
     }
 
+    #[cfg(test)]
     pub fn first_seen(&self, claim: &Claim) {
         self.write(|s| s.first_seen(claim))
     }
 
+    #[cfg(test)]
     pub fn bound(&self, claim: &Claim) {
         self.write(|s| s.bound(claim))
     }
@@ -109,6 +132,7 @@ impl Index {
         self.write(|s| s.addresses_listed())
     }
 
+    #[cfg(test)]
     pub fn doubt_resolved(&self, key: &ObjectKey, uid: Option<Uid>, live: Option<&IpAddress>) {
         self.write(|s| s.doubt_resolved(key, uid, live))
     }
@@ -133,24 +157,24 @@ impl Index {
         self.write(|s| s.deleting_ourselves(key, uid))
     }
 
+    #[cfg(test)]
     pub fn remember_address(&self, key: &ObjectKey, object: &IpAddress) -> Option<AddressRecord> {
         self.write(|s| s.remember_address(key, object))
     }
 
+    #[cfg(test)]
     pub fn address_deleted_by_us(&self, key: &ObjectKey, pool: &PoolKey, uid: Option<&str>) {
         self.write(|s| s.address_deleted_by_us(key, pool, uid))
     }
 
+    #[cfg(test)]
     pub fn give_up_uncertain_create(&self, pool: &PoolKey, key: &ObjectKey) {
         self.write(|s| s.give_up_uncertain_create(pool, key))
     }
 
+    #[cfg(test)]
     pub fn give_up_gone_claims_hold(&self, pool: &PoolKey, key: &ObjectKey) {
         self.write(|s| s.give_up_gone_claims_hold(pool, key))
-    }
-
-    pub fn claim_back(&self, pool: &PoolKey, claim: &ObjectKey, held: Held) {
-        self.write(|s| s.claim_back(pool, claim, held))
     }
 
     pub fn holds_reserved(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
@@ -289,6 +313,7 @@ impl Index {
         self.write(|s| s.apply_cluster_of_shard(key, paused, shard, revision))
     }
 
+    #[cfg(test)]
     pub fn cluster_read_paused(&self, key: ObjectKey, revision: ResourceVersion) {
         self.write(|s| s.cluster_read_paused(key, revision))
     }

@@ -9,6 +9,7 @@ mod addresses;
 mod claims;
 mod handle;
 pub mod moved_away;
+mod observe;
 mod orphans;
 mod pools;
 mod record;
@@ -28,10 +29,11 @@ use crate::api::Pool;
 use crate::compact::{ResourceVersion, Uid};
 use crate::metrics::Metrics;
 use claims::{ClaimBook, ClaimCache};
+pub use observe::{IfNotCreated, Observation, Observed};
 pub use record::AddressRecord;
 pub use registry::Registry;
 pub use registry::{AllocateError, Assigned, Duplicate, Held, ObjectKey, PoolKey};
-pub use view::{ClaimView, Served};
+pub use view::{ClaimRun, ClaimView, Served};
 
 /// Where the index sends what it noticed.
 pub trait Sink: Send + Sync {
@@ -190,7 +192,7 @@ pub struct Index {
 
 impl Index {
     pub fn new(sink: Arc<dyn Sink>, metrics: Arc<Metrics>) -> Self {
-        Self { state: Mutex::new(State::new(metrics)), sink }
+        Self::of_shard(sink, metrics, None)
     }
 
     /// An index of the manager started with `--watch-filter=<shard>`.

@@ -13,12 +13,17 @@ impl State {
     /// The address for a claim without an IPAddress, held in the pool's allocator before anything is written:
     /// the one it holds already (an uncertain create, or an IPAddress deleted from under the live claim), else
     /// `requested` when given (docs/compatibility.md D14), else the one the pool pins to it, else the lowest free one.
+    /// Nothing in a pool this manager does not serve (`State::serves_pool`): checked in the step that holds, as the
+    /// pool's label may give it to another shard's manager at any time.
     pub fn allocate(
         &mut self,
         claim: &Claim,
         pool: &PoolKey,
         requested: Option<&str>,
     ) -> Result<Assigned, AllocateError> {
+        if !self.serves_pool(pool) {
+            return Err(AllocateError::ServedElsewhere { pool: pool.clone() });
+        }
         if claim.bound_address.is_some_and(|b| requested == Some(&*b.to_string())) {
             moved_away::reclaim_for_bound(self, pool, claim);
         }

@@ -1468,3 +1468,52 @@ fn an_ipaddress_holding_a_reserved_address_is_left_behind_for_a_new_claim_but_a_
     index.address_delete_watched(&key("x"), &address);
     assert!(index.holds_unconfirmed(&global, &key("x")), "the restored claim lost the hold of its machine's address");
 }
+
+/// What a read of the name of a create whose answer was lost or refused means for its hold, for every step that may
+/// follow and everything the name may hold (`Observed::NameRead`): the hold stays only while that create may have
+/// happened, or will be sent again into a free name, or is a bound claim's machine's address.
+#[test]
+fn a_read_of_an_uncertain_creates_name_keeps_its_hold_only_while_that_create_may_have_happened() {
+    use IfNotCreated::{GivenUp, GivenUpForAGoneClaim, KeptForTheMachine, Retried};
+    let names = ["free", "our IPAddress of the pool", "our IPAddress of another pool", "another provider's object"];
+    let table = [
+        (Retried, [true, true, false, false]),
+        (KeptForTheMachine, [true, true, true, true]),
+        (GivenUp, [false, true, false, false]),
+        (GivenUpForAGoneClaim, [false, true, false, false]),
+    ];
+    for (then, kept) in table {
+        for (name, kept) in names.into_iter().zip(kept) {
+            let (index, _) = index();
+            feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+            let a = claim("a");
+            if then != GivenUpForAGoneClaim {
+                index.apply_claim(a.clone());
+            }
+            index.allocate(&a, &pool_key(), None).expect("a free address");
+            let mut live = ip_address("a", "10.0.0.1", &a);
+            match name {
+                "our IPAddress of another pool" => live.spec.pool_ref.name = "other".to_owned(),
+                "another provider's object" => {
+                    live.spec.pool_ref.api_group = Some("ipam.example.com".to_owned());
+                    live.spec.pool_ref.kind = "OtherPool".to_owned();
+                }
+                _ => {}
+            }
+            let live = (name != "free").then_some(&live);
+            index.observe(Observed::NameRead { pool: &pool_key(), key: &key("a"), live, then });
+            let held = index.held_by(&pool_key(), &key("a")).is_some();
+            assert_eq!(held, kept, "{then:?}, the name holding {name}: is the hold kept?");
+            assert_eq!(index.pool_counts(&pool_key()).0.free, if kept { 1 } else { 2 }, "{then:?}, {name}");
+        }
+    }
+    // A gone claim's hold that a new claim of the name in the pool took over stays for that claim.
+    let (index, _) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let a = claim("a");
+    index.allocate(&a, &pool_key(), None).expect("a free address");
+    index.apply_claim(claim("a"));
+    let then = GivenUpForAGoneClaim;
+    index.observe(Observed::NameRead { pool: &pool_key(), key: &key("a"), live: None, then });
+    assert!(index.held_by(&pool_key(), &key("a")).is_some(), "taken over by the claim of the name");
+}

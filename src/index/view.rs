@@ -65,6 +65,19 @@ pub enum Served {
     Nowhere { pool_shard: Arc<str>, claim_shard: Option<Arc<str>> },
 }
 
+/// What a claim worker's run starts from, read in one step: what the index is unsure of about the name, and the
+/// claim as cached. Taking it notes that the claim waits for an address (since when), or that it waits no more.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimRun {
+    /// A record of ours of the name that a relist did not show (`AddressRecord::doubtful`): read before anything is
+    /// decided on it.
+    pub doubtful: Option<AddressRecord>,
+    /// The pool of a hold that an uncertain create of the name left, whose claim is gone (`State::orphaned_hold`).
+    pub orphaned_hold: Option<PoolKey>,
+    /// The claim; `None` when it is deleted.
+    pub claim: Option<Arc<Claim>>,
+}
+
 impl ClaimView {
     /// A duplicate to withdraw (or whose withdrawal to finish) before the claim is bound to it: every duplicate but
     /// the one the moved-back or restored IPAddress wins.
@@ -74,6 +87,19 @@ impl ClaimView {
 }
 
 impl State {
+    /// What a run of the claim `key`'s worker starts from (see [`ClaimRun`]).
+    pub fn claim_run(&mut self, key: &ObjectKey) -> ClaimRun {
+        let claim = self.claim(key);
+        if let Some(claim) = &claim {
+            if claim.address_ref().is_none() {
+                self.first_seen(claim);
+            } else {
+                self.bound(claim);
+            }
+        }
+        ClaimRun { doubtful: self.address(key).filter(|r| r.doubtful), orphaned_hold: self.orphaned_hold(key), claim }
+    }
+
     /// Who serves `claim`, whose pool is `pool_key` (see [`Served`]).
     fn who_serves(&self, claim: &Claim, pool_key: PoolKey) -> Served {
         let Some(pool_shard) = self.pools.get(&pool_key).and_then(|p| p.shard()) else { return Served::Here };

@@ -10,7 +10,7 @@ use crate::capi::{Claim, IpAddress};
 use crate::compact::Uid;
 use crate::controllers::orphans;
 use crate::controllers::status::ClaimReason;
-use crate::index::{AddressRecord, ClaimView, ObjectKey, PoolKey};
+use crate::index::{AddressRecord, ClaimView, ObjectKey, Observed, PoolKey};
 use crate::runtime::retry::Next;
 
 /// Adopts an existing IPAddress of the claim's name: its spec is never touched (it is immutable); missing
@@ -140,7 +140,7 @@ pub(super) async fn adopt(
     if let Some(held) = held {
         // Bound to a claim again: an address that was moved away came back with its Cluster. Only once the binding is
         // written: the entry naming this IPAddress is what keeps it from being withdrawn as a duplicate until then.
-        ctx.index.claim_back(pool_key, key, held);
+        ctx.index.observe(Observed::BoundTo { pool: pool_key, key, held });
     }
     Ok(Next::AwaitChange)
 }
@@ -193,7 +193,7 @@ pub(super) async fn let_go(
         ),
     }
     if ipaddress::delete(ctx, &address, "letting an IPAddress of the claim's name go").await? {
-        ctx.index.address_deleted_by_us(key, pool_key, address.metadata.uid.as_deref());
+        ctx.index.observe(Observed::DeletedByUs { key, pool: pool_key, uid: address.metadata.uid.as_deref() });
     }
     if why == LetGo::Duplicate {
         ctx.metrics.duplicate_withdrawn(pool_key.kind);

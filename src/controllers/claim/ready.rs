@@ -5,6 +5,7 @@ use crate::apiserver::{ApiError, Read};
 use crate::capi::Claim;
 use crate::controllers::events::{EventType, Note};
 use crate::controllers::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
+use crate::index::Observed;
 
 /// The claim's resourceVersion and whether it has finalizers, as cached; read live when its resourceVersion was not
 /// kept (it is opaque, and only the API server's decimal ones are).
@@ -54,7 +55,9 @@ pub(super) async fn set_ready(
     let address_ref = address_ref.or(stored_ref);
     let current = is_current(stored, &ready) && stored_ref == address_ref;
     let written = crate::compact::digest(&(&ready, address_ref));
-    if current || ctx.index.already_written(claim, written) {
+    // Not written again when it was (the cache may not show our write yet); else what was written is forgotten before
+    // this write goes (`State::status_to_write`).
+    if current || !ctx.index.status_to_write(claim, written) {
         return Ok(());
     }
     let (conditions, v1beta2_conditions, resource_version) = match claim.resource_version.text() {
@@ -89,14 +92,11 @@ pub(super) async fn set_ready(
         claim.generation.map(i64::from),
         ctx.now(),
     );
-    // Forgotten first: applied with its answer lost, this write would leave the earlier digest standing for a status
-    // the claim no longer has, and that status would never be written again.
-    ctx.index.remember_written(claim, None);
     ctx.api
         .patch_claim_status(&claim.key, &resource_version, &body)
         .await
         .map_err(Error::api("writing the claim status"))?;
-    ctx.index.remember_written(claim, Some(written));
+    ctx.index.observe(Observed::StatusWritten { claim, digest: written });
     if deserves_event(stored, &ready) {
         let type_ = match reason {
             ClaimReason::Allocated

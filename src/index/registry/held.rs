@@ -143,4 +143,8 @@ pub enum AllocateError {
     Unknown { pool: PoolKey },
     #[error("requested address {requested} cannot be allocated from {pool}: {reason}")]
     Requested { pool: PoolKey, requested: String, reason: String },
+    /// The index's, not the allocator's: the pool's `cluster.x-k8s.io/watch-filter` label gives it to the manager of
+    /// another shard, which cannot see a hold of ours.
+    #[error("{pool} is served by the manager of another shard (its label cluster.x-k8s.io/watch-filter)")]
+    ServedElsewhere { pool: PoolKey },
 }
