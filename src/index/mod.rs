@@ -188,6 +188,10 @@ impl State {
 pub struct Index {
     state: Mutex<State>,
     sink: Arc<dyn Sink>,
+    /// How many steps the index ran (`write` and `read`): what a reconcile costs in crossings of the seam between the
+    /// controllers and the index (issue 35 measures it: `sim::seam`).
+    #[cfg(test)]
+    crossings: std::sync::atomic::AtomicUsize,
 }
 
 impl Index {
@@ -199,8 +203,27 @@ impl Index {
     pub fn of_shard(sink: Arc<dyn Sink>, metrics: Arc<Metrics>, shard: Option<&str>) -> Self {
         let mut state = State::new(metrics);
         state.shard = shard.map(crate::compact::intern);
-        Self { state: Mutex::new(state), sink }
+        Self {
+            state: Mutex::new(state),
+            sink,
+            #[cfg(test)]
+            crossings: std::sync::atomic::AtomicUsize::new(0),
+        }
     }
+
+    /// How many steps the index has run so far.
+    #[cfg(test)]
+    pub fn crossings(&self) -> usize {
+        self.crossings.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[cfg(test)]
+    fn crossed(&self) {
+        self.crossings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[cfg(not(test))]
+    fn crossed(&self) {}
 
     /// Runs one step that writes the state; what it noticed goes to the sink once the lock is released.
     ///
@@ -211,6 +234,7 @@ impl Index {
     /// Assumptions: a step is short and does no I/O; a caller that writes to the API server takes its hold first and
     /// records the answer in a later step (a crash in between leaves a hold the next term's relist settles).
     pub fn write<R>(&self, step: impl FnOnce(&mut State) -> R) -> R {
+        self.crossed();
         let (result, notices) = {
             let mut state = self.state.lock();
             let result = step(&mut state);
@@ -235,6 +259,13 @@ impl Index {
 
     /// Reads the state.
     pub fn read<R>(&self, look: impl FnOnce(&State) -> R) -> R {
+        self.crossed();
+        look(&self.state.lock())
+    }
+
+    /// Reads the state without counting a crossing: for the simulation's checker, which is no controller.
+    #[cfg(test)]
+    pub fn peek<R>(&self, look: impl FnOnce(&State) -> R) -> R {
         look(&self.state.lock())
     }
 

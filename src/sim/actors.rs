@@ -178,7 +178,7 @@ impl World {
                 *pool == term_pool
                     && h.overlaps(held)
                     && self.live_index().is_none_or(|index| {
-                        index.address(key).and_then(|r| r.uid) != Some(crate::compact::Uid::of(uid))
+                        index.peek(|s| s.address(key)).and_then(|r| r.uid) != Some(crate::compact::Uid::of(uid))
                     })
                     && self.objects(Kind::Address).iter().any(|a| a["metadata"]["uid"].as_str() == Some(uid))
             })
@@ -195,7 +195,9 @@ impl World {
         if bound {
             return Ok(());
         }
-        let Some(pool) = self.live_index().and_then(|index| index.pool(&term_pool.pool_key())) else { return Ok(()) };
+        let Some(pool) = self.live_index().and_then(|index| index.peek(|s| s.pool(&term_pool.pool_key()))) else {
+            return Ok(());
+        };
         let PoolSpec::Ip(spec) = &pool.spec else { return Ok(()) };
         for (key, address) in spec.pre_allocations.iter().flatten() {
             let to = PinnedTo::of(&term_pool.pool_key(), key);

@@ -19,6 +19,8 @@ mod model;
 mod rng;
 #[cfg(test)]
 mod scenarios;
+#[cfg(test)]
+mod seam;
 mod server;
 mod world;
 
