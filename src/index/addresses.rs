@@ -33,6 +33,7 @@ impl State {
         let pool = record.pool.clone();
         // Before a reservation it may take back or its record confirms the hold.
         let unseen_create = self.unseen_create_of(&pool, &key, uid, held);
+        self.set_machines_address_aside(&pool, &key, held);
         let current = self.addresses.get(&key).filter(|r| r.uid == uid);
         let kept = current.is_some_and(|r| self.keeps_moving_away(r));
         record.moving_away_noticed = kept && current.is_some_and(|r| r.moving_away_noticed);
@@ -338,6 +339,7 @@ impl State {
         self.replacing(key, record.uid);
         let held = Held::of(record.pool.kind, &object.spec);
         let unseen_create = self.unseen_create_of(&record.pool, key, record.uid, held);
+        self.set_machines_address_aside(&record.pool, key, held);
         if record.pool.kind.is_global() {
             // It holds a reserved address now (one that came back with its Cluster, read before the watch saw it).
             moved_away::came_back(self, &record.pool, key, held);
@@ -353,6 +355,24 @@ impl State {
         }
         self.moved_before_recorded(key, record.claim_owner, unseen_create);
         self.addresses.get(key).cloned()
+    }
+
+    /// An object of `key`'s name holding `held` is about to be recorded while the name's hold, unconfirmed, is the
+    /// address its live claim is bound to (its machine's: its IPAddress deleted from under it, being made again), and
+    /// `held` is another: a deposed leader's late create. Recorded in its place, the machine's address would be free,
+    /// and a waiting claim could take it while the claim withdraws the late one (helper-110 F1). It is set aside,
+    /// still held, and the claim takes it back when it allocates again (`Registry::set_aside`).
+    fn set_machines_address_aside(&mut self, pool: &PoolKey, key: &ObjectKey, held: Held) {
+        let Some(kept) = self.registry.held_by(pool, key).filter(|kept| *kept != held) else { return };
+        let machines = self.claims.get(key).is_some_and(|c| {
+            c.address_ref().is_some()
+                && c.bound_address.is_some_and(|bound| kept.address() == Some(bound))
+                && c.deletion_timestamp.is_none()
+                && c.uses_pool(pool.kind, &pool.namespace, &pool.name)
+        });
+        if machines && self.registry.holds_unconfirmed(pool, key) {
+            self.registry.set_aside(pool, key);
+        }
     }
 
     /// Whether an IPAddress of `key` (`uid`, holding `held`) may be the object of our create whose answer we have

@@ -155,8 +155,9 @@ impl State {
             self.claim_deleted_for_good(&pool, &claim);
             // A claim deleted while it waited must not take the wake of an address that frees up.
             self.registry.stop_waiting(&pool, key);
-            if self.registry.holds_unconfirmed(&pool, key) {
-                // A create of its IPAddress failed uncertainly: its worker finds out whether it happened.
+            if self.registry.holds_unconfirmed(&pool, key) || self.registry.has_aside(&pool, key) {
+                // A create of its IPAddress failed uncertainly, or its machine's address is set aside: its worker
+                // finds out whether it happened, and lets what it holds go.
                 self.wake(key.clone());
             }
         }

@@ -1517,3 +1517,49 @@ fn a_read_of_an_uncertain_creates_name_keeps_its_hold_only_while_that_create_may
     index.observe(Observed::NameRead { pool: &pool_key(), key: &key("a"), live: None, then });
     assert!(index.held_by(&pool_key(), &key("a")).is_some(), "taken over by the claim of the name");
 }
+
+/// helper-110 F1: a late object of another address lands under the name of a bound claim whose IPAddress a person
+/// deleted. The address kept for the claim's machine is set aside, still held, and no waiting claim is woken for it;
+/// the claim takes it back when it allocates again. Set aside again and the claim gone, it goes as the claim's
+/// uncertain hold goes, and the waiter is woken then.
+#[test]
+fn a_late_object_under_a_bound_claims_name_sets_the_address_of_its_machine_aside() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let (a, mut b) = (claim("a"), claim("b"));
+    b.bound = Some(Box::default());
+    b.bound_address = Some("10.0.0.2".parse().expect("an address"));
+    index.apply_claim(a.clone());
+    index.apply_claim(b.clone());
+    index.apply_address(&ip_address("a", "10.0.0.1", &a));
+    let own = ip_address("b", "10.0.0.2", &b);
+    index.apply_address(&own);
+    index.wait_for_address(&pool_key(), &key("w"));
+    index.address_delete_watched(&key("b"), &own);
+    sink.take_woken();
+    // The late create of b's IPAddress, holding a's address.
+    let mut late = ip_address("b", "10.0.0.1", &b);
+    late.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
+    index.apply_address(&late);
+    let woken = sink.take_woken();
+    assert!(!woken.contains(&key("w")), "no waiter is woken for the address b's machine uses: {woken:?}");
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 0, "the address b's machine uses is not free");
+    let w = claim("w");
+    assert!(matches!(index.allocate(&w, &pool_key(), None), Err(AllocateError::Exhausted { .. })));
+    // b withdraws the late one, and makes its IPAddress again with its machine's address.
+    index.address_deleted_by_us(&key("b"), &pool_key(), late.metadata.uid.as_deref());
+    assert_eq!(index.allocate(&b, &pool_key(), None).expect("its own").address.to_string(), "10.0.0.2");
+    // Another late one sets it aside again, and b is deleted: the hold goes as its uncertain create's would, and the
+    // waiter gets the address.
+    late.metadata.uid = Some("30000000-0000-0000-0000-000000000002".to_owned());
+    index.apply_address(&late);
+    assert_eq!(index.pool_counts(&pool_key()).0.free, 0, "set aside again");
+    sink.take_woken();
+    index.delete_claim(&key("b"));
+    assert!(sink.take_woken().contains(&key("b")), "b's worker is woken to settle the hold set aside");
+    assert_eq!(index.orphaned_hold(&key("b")), Some(pool_key()), "b's worker settles the hold set aside");
+    index.give_up_gone_claims_hold(&pool_key(), &key("b"));
+    assert!(sink.take_woken().contains(&key("w")), "now the waiter is woken");
+    assert_eq!(index.allocate(&w, &pool_key(), None).expect("free now").address.to_string(), "10.0.0.2");
+    index.check_consistency().expect("consistent");
+}

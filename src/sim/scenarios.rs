@@ -1516,6 +1516,34 @@ fn a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_is_withdra
     }
 }
 
+/// helper-110 F1, after soak seed 20056794: the late create lands under `b/m1`'s name while a claim waits for an
+/// address of the full pool. Its record replaced the hold kept for `b/m1`'s machine, the address went free, and the
+/// waiting claim took it while `b/m1` withdrew the late create: two machines on one address. The kept address stays
+/// held aside until `b/m1` makes its IPAddress again with it.
+#[test]
+fn a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_frees_not_its_machines_address() {
+    let (mut w, a, b) = two_claims_bound_in(PoolId::Global, (0, "m0"), (1, "m1"));
+    let taken = w.read(Kind::Address, &a).expect("a/m0's IPAddress")["spec"]["address"].clone();
+    let own = w.read(Kind::Address, &b).expect("b/m1's IPAddress")["spec"]["address"].clone();
+    let waiting = w.create_claim_named(0, "m2", PoolId::Global);
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(waiting.clone()));
+    assert!(w.read(Kind::Address, &waiting).is_none(), "the pool is full: a/m2 waits");
+    // A person strips the finalizer of b/m1's IPAddress and deletes it; the hold stays for b/m1's machine.
+    w.patch(Kind::Address, &b, json!({"metadata": {"finalizers": null}}));
+    w.remove(Kind::Address, &b);
+    w.deliver_all(&[]);
+    // The late create of b/m1's IPAddress lands, holding a/m0's address; the waiting claim runs before b/m1.
+    let uid = w.read(Kind::Claim, &b).expect("claim b/m1")["metadata"]["uid"].clone();
+    w.create(Kind::Address, global_ipaddress("b", "m1", &uid, &taken, None));
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(waiting.clone()));
+    assert!(w.read(Kind::Address, &waiting).is_none(), "a/m2 took b/m1's machine's address:\n{}", w.trace_text());
+    w.run_to_rest(Job::Claim(b.clone()));
+    w.run_to_rest(Job::Claim(b.clone()));
+    settles_with_ipaddress_made_again(&mut w, &b, &own);
+}
+
 /// Soak seed 70039910, scripted: a claim's watch lags behind our status write that bound it; a person deletes its
 /// IPAddress and the pool is edited to no longer allocate its address (the webhook sees no IPAddress holding it). The
 /// claim, unbound as cached, neither gives up its hold (out of range, no IPAddress: an uncertain create that did not

@@ -99,10 +99,23 @@ pub fn reservation_key(held: Held) -> ObjectKey {
 
 /// Whether a holder is a reservation of an address moved away.
 pub fn is_reservation(key: &ObjectKey) -> bool {
-    is_placeholder(key) && !super::is_pin(key)
+    is_placeholder(key) && !super::is_pin(key) && !is_aside(key)
 }
 
-/// Whether a holder is no IPAddress: a reservation, or the placeholder of a pinned address.
+/// The key of the hold set aside for the claim of `address`'s name (`Registry::set_aside`): in no namespace, like a
+/// reservation, with a prefix no address has.
+pub fn aside_key(address: &ObjectKey) -> ObjectKey {
+    ObjectKey::new("", &format!("{ASIDE_PREFIX}{}/{}", address.namespace, address.name))
+}
+
+const ASIDE_PREFIX: &str = "aside for ";
+
+/// Whether a holder is a hold set aside for a claim ([`aside_key`]).
+pub fn is_aside(key: &ObjectKey) -> bool {
+    key.namespace.is_empty() && key.name.starts_with(ASIDE_PREFIX)
+}
+
+/// Whether a holder is no IPAddress: a reservation, the placeholder of a pinned address, or a hold set aside.
 pub fn is_placeholder(key: &ObjectKey) -> bool {
     key.namespace.is_empty()
 }

@@ -18,7 +18,8 @@ use crate::ipam::{
     prefix_pool::PrefixReserveError,
 };
 pub use held::{
-    AllocateError, Assigned, Duplicate, Held, HeldPrefix, PoolKey, is_placeholder, is_reservation, reservation_key,
+    AllocateError, Assigned, Duplicate, Held, HeldPrefix, PoolKey, aside_key, is_aside, is_placeholder, is_reservation,
+    reservation_key,
 };
 pub use pins::{PinnedTo, is_pin, pin_key};
 use pool_state::{Dirty, assigned, parse_config, parse_ipv6};
@@ -79,6 +80,14 @@ pub struct Registry {
     woken: Woken,
     /// Every watch has listed: a pool without a spec by then is gone, and none will come.
     synced: bool,
+}
+
+/// Names `to` in place of `from` in the duplicate group `from` is part of, if any (its hold moves over).
+fn rename_holder(state: &mut PoolState, from: &ObjectKey, to: &ObjectKey) {
+    if let Some(holders) = state.group_of(from).and_then(|wide| state.duplicates.get_mut(&wide)) {
+        holders.iter_mut().filter(|k| *k == from).for_each(|k| *k = to.clone());
+        holders.sort();
+    }
 }
 
 /// The state of `pool_key`, made when it is not known yet: after every watch listed (`synced`), a pool seen first
@@ -262,16 +271,34 @@ impl Registry {
             let _ = state.clear_duplicate(to, old.held);
             state.let_go(old.held);
         }
-        if let Some(holders) = state.group_of(from).and_then(|wide| state.duplicates.get_mut(&wide)) {
-            holders.iter_mut().filter(|k| *k == from).for_each(|k| *k = to.clone());
-            holders.sort();
-        }
+        rename_holder(state, from, to);
         let held = holding.held;
         state.holders.insert(to.clone(), Holding { held, confirmed: true });
         // What `to` held before, if it held something else, is free now.
         self.woken.extend(take_waiters(state));
         self.dirty.mark(pool_key);
         Some(held)
+    }
+
+    /// Sets the hold of `address` aside, still held and as unconfirmed as it was (see [`aside_key`]): another object of
+    /// its name is about to be recorded, holding something else, while the address stays its claim's. The claim takes
+    /// it back when it allocates (`allocate`), and it goes as the name's uncertain hold goes (`abandon_unless`).
+    pub fn set_aside(&mut self, pool_key: &PoolKey, address: &ObjectKey) {
+        let Some(state) = self.pools.get_mut(pool_key) else { return };
+        let aside = aside_key(address);
+        if state.holders.contains_key(&aside) {
+            return;
+        }
+        if let Some(holding) = state.holders.remove(address) {
+            rename_holder(state, address, &aside);
+            state.holders.insert(aside, holding);
+            self.dirty.mark(pool_key);
+        }
+    }
+
+    /// Whether a hold is set aside for the claim of `address`'s name ([`Registry::set_aside`]).
+    pub fn has_aside(&self, pool_key: &PoolKey, address: &ObjectKey) -> bool {
+        self.pools.get(pool_key).is_some_and(|p| p.holders.contains_key(&aside_key(address)))
     }
 
     /// What `address` holds in the pool, if anything.
@@ -320,9 +347,12 @@ impl Registry {
         self.abandon_unless(pool_key, address, || false)
     }
 
-    /// Drops our not-yet-confirmed hold of `address` unless `keep` says otherwise.
+    /// Drops our not-yet-confirmed hold of `address`, and one set aside for its claim, unless `keep` says otherwise.
     pub fn abandon_unless(&mut self, pool_key: &PoolKey, address: &ObjectKey, keep: impl FnOnce() -> bool) -> Woken {
-        self.release_holder_if(pool_key, address, |holding| !holding.confirmed && !keep())
+        let keep = keep();
+        let mut woken = self.release_holder_if(pool_key, address, |holding| !holding.confirmed && !keep);
+        woken.extend(self.release_holder_if(pool_key, &aside_key(address), |holding| !holding.confirmed && !keep));
+        woken
     }
 
     /// Releases what `address` holds when `release` says so: its address is free, a duplicate
@@ -345,9 +375,11 @@ impl Registry {
         woken
     }
 
-    /// The pool where `address` holds something not yet seen in the API server, if any.
+    /// The pool where `address` holds something not yet seen in the API server, or has a hold set aside, if any.
     pub fn unconfirmed_hold(&self, address: &ObjectKey) -> Option<PoolKey> {
-        self.pools.iter().find(|(_, p)| p.holders.get(address).is_some_and(|h| !h.confirmed)).map(|(k, _)| k.clone())
+        let aside = aside_key(address);
+        let unconfirmed = |p: &PoolState, k: &ObjectKey| p.holders.get(k).is_some_and(|h| !h.confirmed);
+        self.pools.iter().find(|(_, p)| unconfirmed(p, address) || unconfirmed(p, &aside)).map(|(k, _)| k.clone())
     }
 
     /// Whether `address` holds something not yet seen in the API server (our create of it is uncertain).
@@ -385,6 +417,14 @@ impl Registry {
         let state = self.pools.entry(pool_key.clone()).or_default();
         if let Some(reason) = &state.config_error {
             return Err(AllocateError::InvalidPool { pool: pool_key.clone(), reason: reason.clone() });
+        }
+        // The hold set aside for this claim (`set_aside`) is its own again: the address its machine uses.
+        let aside = aside_key(address);
+        if !state.holders.contains_key(address)
+            && let Some(holding) = state.holders.remove(&aside)
+        {
+            rename_holder(state, &aside, address);
+            state.holders.insert(address.clone(), holding);
         }
         if let Some(h) = state.holders.get(address) {
             let held = h.held;
