@@ -1544,6 +1544,39 @@ fn a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_frees_not_
     settles_with_ipaddress_made_again(&mut w, &b, &own);
 }
 
+/// Soak seed 450041258, scripted: claim `a/m0` came back with its Cluster and was bound again to the address the
+/// pool's annotation reserves for it, and a leader change lost the entry's removal (only the next term's annotation
+/// write would have made it). The Cluster is paused again before that term sees the claim: the entry goes now, as
+/// adopting takes it out, not when the pause ends (else the address stays reserved here while the claim here uses it).
+#[test]
+fn a_claim_bound_again_then_paused_ends_the_reservation_a_leader_change_kept() {
+    let mut w = World::scripted();
+    let gip = PoolId::Global;
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"annotations": { MOVED_AWAY_ANNOTATION: "10.1.0.1" }}}));
+    let cl = cluster(&mut w, false);
+    w.begin_term();
+    w.deliver_all(&[]);
+    // clusterctl brings claim m0 back with its IPAddress, which holds the reserved address.
+    let (m0, claim) = claim_of_cluster(&mut w, "m0");
+    w.create(Kind::Address, global_ipaddress("a", "m0", &claim["metadata"]["uid"], &json!("10.1.0.1"), Some("cl")));
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    w.answer_everything();
+    assert_eq!(bound_to(&w, &m0), Some(json!("10.1.0.1")), "bound again:\n{}", w.trace_text());
+    // The term ends before its annotation write; the Cluster is paused again before the next term sees the claim.
+    w.end_this_term();
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.begin_term();
+    w.deliver_all(&[]);
+    assert_eq!(moved_away_entries(&w), "10.1.0.1", "the removal was lost with the term");
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    assert_eq!(moved_away_entries(&w), "", "the reservation of the address a/m0 uses here stays:\n{}", w.trace_text());
+    let result = w.finish();
+    fails(&w, result);
+}
+
 /// Soak seed 70039910, scripted: a claim's watch lags behind our status write that bound it; a person deletes its
 /// IPAddress and the pool is edited to no longer allocate its address (the webhook sees no IPAddress holding it). The
 /// claim, unbound as cached, neither gives up its hold (out of range, no IPAddress: an uncertain create that did not
