@@ -267,6 +267,12 @@ impl State {
         for duplicate in self.registry.synced() {
             self.report_duplicate(&duplicate);
         }
+        // Clusters gone while paused before the claims listed: what they left behind is known now.
+        for (cluster, others) in std::mem::take(&mut self.clusters_gone_before_synced) {
+            if self.moved_clusters.contains(&cluster) {
+                self.left_behind_by(&cluster, others);
+            }
+        }
         let mut lost: Vec<(PoolKey, ObjectKey, String)> = self
             .claims
             .keys_where(|c| {

@@ -83,6 +83,11 @@ pub struct State {
     /// Clusters deleted while paused (moved away by clusterctl, which deletes them last): claims of theirs that go
     /// later, with or without their `delete-for-move`, went with them.
     moved_clusters: HashSet<ObjectKey>,
+    /// Clusters gone while paused before every watch listed once, and whether they were another shard's: what they
+    /// left behind is looked for once the claims have listed (`hold_bound_addresses`), as a claim not listed yet is no
+    /// claim gone (seed 790461484: a Velero restore's namespace wipe, the Cluster's unpause lost to a relist, took the
+    /// restored claim's address for one a move left behind).
+    clusters_gone_before_synced: Vec<(ObjectKey, bool)>,
     /// Claims gone for a move while the create of their IPAddress was in flight (no record to mark yet), by name and
     /// UID: the first record of that claim's IPAddress (its create's answer, a read of it, its watch event) records
     /// the move, and no later claim's of the name does (helper-93: an entry whose create never came stayed, and a new
@@ -143,6 +148,7 @@ impl State {
             addresses_seen_until: 0,
             listing_until: None,
             moved_clusters: HashSet::new(),
+            clusters_gone_before_synced: Vec::new(),
             moved_before_created: HashSet::new(),
             holds_without_create: HashSet::new(),
             claims_seen_gone: HashMap::new(),

@@ -319,26 +319,36 @@ impl State {
         let others = self.clusters_of_other_shards.remove(key);
         if paused {
             self.moved_clusters.insert(key.clone());
-            let left_behind: Vec<ObjectKey> = self
-                .addresses
-                .iter()
-                .filter(|(k, r)| {
-                    r.pool.kind.is_global()
-                        && k.namespace == key.namespace
-                        && r.cluster_label.as_deref() == Some(&*key.name)
-                        && !r.moving_away
-                        && self.claims.get(k).is_none()
-                        && !self.claim_seen_gone(k, r)
-                        && (!others || self.sees_claims_of(&r.pool))
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            for address in &left_behind {
-                let noticed = self.addresses.get(address).is_some_and(|r| self.sees_claims_of(&r.pool));
-                moved_away::claim_moved_away(self, address, noticed);
+            if self.registry.is_synced() {
+                self.left_behind_by(key, others);
+            } else {
+                self.clusters_gone_before_synced.push((key.clone(), others));
             }
         }
         self.wake_claims_where(|claim| claim.key.namespace == key.namespace && claim.cluster() == Some(&*key.name));
+    }
+
+    /// The Cluster `key`, gone while paused (moved away), left behind the IPAddresses of global pools labelled for it
+    /// whose claims are gone: their addresses stay reserved. `others`: it was another shard's Cluster.
+    pub(super) fn left_behind_by(&mut self, key: &ObjectKey, others: bool) {
+        let left_behind: Vec<ObjectKey> = self
+            .addresses
+            .iter()
+            .filter(|(k, r)| {
+                r.pool.kind.is_global()
+                    && k.namespace == key.namespace
+                    && r.cluster_label.as_deref() == Some(&*key.name)
+                    && !r.moving_away
+                    && self.claims.get(k).is_none()
+                    && !self.claim_seen_gone(k, r)
+                    && (!others || self.sees_claims_of(&r.pool))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for address in &left_behind {
+            let noticed = self.addresses.get(address).is_some_and(|r| self.sees_claims_of(&r.pool));
+            moved_away::claim_moved_away(self, address, noticed);
+        }
     }
 
     pub fn cluster_keys(&self) -> Vec<ObjectKey> {

@@ -1144,6 +1144,7 @@ fn a_filtered_manager_records_the_move_of_a_cluster_gone_while_paused() {
     let mut clusters = Relist::default();
     clusters.on_event(&index, Event::Apply(cluster(None)));
     index.apply_address(&address);
+    index.hold_bound_addresses();
     clusters.on_event(&index, Event::Delete(cluster(None)));
     assert!(!index.moved_away_unwritten(&global, &key("x")), "another shard's Cluster: nothing recorded");
     clusters.on_event(&index, Event::Apply(cluster(Some("a"))));
@@ -1173,6 +1174,7 @@ fn a_claim_seen_deleted_without_the_move_mark_is_not_moved_though_its_cluster_we
         index.apply_cluster(key("k"), true);
         index.apply_claim(x.clone());
         index.apply_address(&address);
+        index.hold_bound_addresses();
         if cluster_first {
             index.delete_cluster(&key("k"));
         }
@@ -1212,6 +1214,7 @@ fn a_cluster_read_paused_live_makes_its_unseen_deletion_a_move() {
         let (_, address) = claim_of_global_pool_with_cluster("x");
         index.apply_cluster_of_shard(key("k"), false, None, ResourceVersion::of("5"));
         index.apply_address(&address);
+        index.hold_bound_addresses();
         if deletion.starts_with("read") {
             index.cluster_read_paused(key("k"), ResourceVersion::of("8"));
             index.apply_cluster_of_shard(key("k"), false, None, ResourceVersion::of("6"));
@@ -1562,4 +1565,33 @@ fn a_late_object_under_a_bound_claims_name_sets_the_address_of_its_machine_aside
     assert!(sink.take_woken().contains(&key("w")), "now the waiter is woken");
     assert_eq!(index.allocate(&w, &pool_key(), None).expect("free now").address.to_string(), "10.0.0.2");
     index.check_consistency().expect("consistent");
+}
+
+/// Seed 790461484: a Velero restore wipes a namespace (its Cluster unpaused, then deleted), and an API server restart
+/// makes a new term's watches list: the Cluster's, last seen paused, finishes first and finds it gone, before the
+/// claims have listed. A claim not listed yet is no claim gone: what the Cluster left behind is looked for once every
+/// watch listed. The claim's deletion, seen since without clusterctl's mark, is no move; a claim that never lists is.
+#[test]
+fn a_cluster_gone_paused_before_the_claims_listed_leaves_behind_only_what_no_listed_claim_owned() {
+    for claim_listed in [true, false] {
+        let (index, _sink) = index();
+        let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
+        Relist::default().on_event(
+            &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
+            Event::Apply(global_pool(10, None)),
+        );
+        let (x, address) = claim_of_global_pool_with_cluster("x");
+        index.apply_cluster(key("k"), true);
+        index.apply_address(&address);
+        index.delete_cluster(&key("k"));
+        assert!(index.address(&key("x")).is_some_and(|r| !r.moving_away), "not judged before the claims listed");
+        if claim_listed {
+            index.apply_claim(x.clone());
+            index.claim_deleted(&x);
+        }
+        index.hold_bound_addresses();
+        let moved = index.address(&key("x")).is_some_and(|r| r.moving_away);
+        assert_eq!(moved, !claim_listed, "left behind by a move (the claim listed: {claim_listed})");
+        assert_eq!(index.moved_away_unwritten(&global, &key("x")), !claim_listed, "queued ({claim_listed})");
+    }
 }

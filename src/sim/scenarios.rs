@@ -1385,7 +1385,10 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// 730861184: an unmarked IPAddress a move left behind, let go under a new claim of its name (the answer lost), had its
 /// hold kept for that claim, which made it again with the address in use over there; 750843974: the marked IPAddress a
 /// move left behind, collected by the garbage collector after its pool was made again, was released while the pool
-/// watch had not shown the new pool, whose annotation then never reserved its address.
+/// watch had not shown the new pool, whose annotation then never reserved its address; 790461484: a new term's Cluster
+/// watch, finished listing before the claim watch, found a Cluster gone that it last saw paused (a Velero restore's
+/// namespace wipe; its unpause lost to a relist), and took the IPAddress of a claim not listed yet for one a move left
+/// behind, and the restored claim lost its restored address to the reservation.
 /// (A seed is a regression check only while the simulation draws the same numbers; the
 /// scenarios above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it
 /// too.)
@@ -1476,6 +1479,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         700_328_281,
         730_861_184,
         750_843_974,
+        790_461_484,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

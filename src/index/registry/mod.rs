@@ -157,6 +157,11 @@ impl Registry {
     /// their holders are compared with each other from now on, as a removed spec's are. Returns the duplicates found
     /// among them (a deposed leader's late create into a pool deleted before this term listed, beside a bound
     /// claim's: soak seed 430208541).
+    /// Whether every watch has listed once (`synced` ran).
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
     pub fn synced(&mut self) -> Vec<Duplicate> {
         self.synced = true;
         let mut found = Vec::new();
