@@ -55,6 +55,11 @@ pub async fn run(ctx: Arc<Context>, mut gone: mpsc::UnboundedReceiver<ObjectKey>
 /// A claim's Delete event is authoritative: an IPAddress we made for it goes now, unless its Cluster is paused or its
 /// pool's reuse grace period holds it (the sweep releases it then).
 pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
+    // Not before every watch has listed: what the index knows is partial (a Cluster gone while paused, whose left-behind
+    // IPAddresses are judged once the claims listed: helper-111 R2). The sweep releases it after.
+    if !*ctx.synced.borrow() {
+        return;
+    }
     let Some(record) = ctx.index.address(key).filter(AddressRecord::made_for_a_claim) else {
         return;
     };

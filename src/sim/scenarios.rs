@@ -2849,3 +2849,34 @@ fn a_new_claim_of_its_name_keeps_the_ipaddress_left_behind_while_the_pool_watch_
     w.sweep_to_rest();
     the_pool_made_again_reserves_it_across_a_restart(&mut w, moved);
 }
+
+/// helper-111 R2: a new term lists the claims, the IPAddresses and the Clusters, not yet the pools. clusterctl moves
+/// Cluster `cl` meanwhile (paused, the claim deleted for the move, the Cluster deleted), and relists of the claim and
+/// Cluster watches show neither deletion, only that they are gone. The claim's orphan check, queued by the relist, must
+/// not release the IPAddress it left behind before every watch listed: the Cluster, gone paused, is judged only then,
+/// and the moved address reserved.
+#[test]
+fn an_orphan_check_before_every_watch_listed_releases_nothing_a_move_left_behind() {
+    let (mut w, gip, cl, m0, address) = claim_of_a_cluster_bound_in_the_global_pool();
+    w.end_this_term();
+    w.begin_term();
+    w.deliver_all(&[Kind::Claim, Kind::Address, Kind::Cluster]);
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    w.deliver_all(&[Kind::Cluster]);
+    w.patch(Kind::Claim, &m0, json!({"metadata": {"annotations": { DELETE_FOR_MOVE_ANNOTATION: "" }}}));
+    w.force_delete_claim(&m0);
+    w.remove(Kind::Cluster, &cl);
+    w.expire_watch_of(Kind::Claim);
+    w.expire_watch_of(Kind::Cluster);
+    w.deliver_all(&[Kind::Claim, Kind::Cluster]);
+    w.run_job(Job::Gone(m0.clone()));
+    w.answer_everything();
+    assert!(w.read(Kind::Address, &m0).is_some(), "released before every watch listed:\n{}", w.trace_text());
+    w.deliver_all(&[]);
+    w.sweep_to_rest();
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let moved = address.as_str().unwrap_or("?");
+    assert!(moved_away_entries(&w).contains(moved), "{moved} is not reserved:\n{}", w.trace_text());
+    let result = w.finish();
+    fails(&w, result);
+}
