@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::registry::ObjectKey;
-use super::{Notice, PoolKey, State, moved_away};
+use super::{AddressRecord, Held, Notice, PoolKey, State, moved_away};
 use crate::capi::Claim;
 
 #[derive(Default)]
@@ -279,7 +279,7 @@ impl State {
                 c.address_ref() == Some(&*c.key.name) && c.deletion_timestamp.is_none() && c.bound_address.is_some()
             })
             .into_iter()
-            .filter(|key| !self.addresses.contains_key(key))
+            .filter(|key| self.addresses.get(key).is_none_or(|r| self.holds_another_than_bound(r, key)))
             .filter_map(|key| {
                 let claim = self.claims.get(&key)?;
                 let pool = PoolKey::new(claim.pool_kind?, &key.namespace, &claim.pool_name);
@@ -292,7 +292,17 @@ impl State {
             if let Some(claim) = self.claims.get(&key) {
                 super::moved_away::reclaim_for_bound(self, &pool, &claim);
             }
-            if self.registry.held_by(&pool, &key).is_none()
+            if self.addresses.contains_key(&key) {
+                // An IPAddress of its name holds another address (a former leader's late create, which the claim
+                // withdraws): the machine's address is held aside meanwhile (helper-111 A3: free in a new term, a
+                // waiting claim took it).
+                let aside = super::registry::aside_key(&key);
+                if self.registry.held_by(&pool, &aside).is_none()
+                    && self.registry.allocate(&pool, &aside, Some(&address)).is_ok()
+                {
+                    tracing::info!(claim = %key, %address, pool = %pool, "a bound claim whose IPAddress holds another address: its address is held aside for it");
+                }
+            } else if self.registry.held_by(&pool, &key).is_none()
                 && self.registry.allocate(&pool, &key, Some(&address)).is_ok()
             {
                 // Held for the machine, no create behind it until the claim allocates (helper-97 G2).
@@ -300,6 +310,19 @@ impl State {
                 tracing::info!(claim = %key, %address, pool = %pool, "a bound claim without its IPAddress: its address is held for it");
             }
         }
+    }
+
+    /// Whether the IPAddress `key` (`record`) of a bound claim's pool holds another address than the one the claim's
+    /// condition names (IP pools: a prefix pool's condition names a base only).
+    fn holds_another_than_bound(&self, record: &AddressRecord, key: &ObjectKey) -> bool {
+        let Some(claim) = self.claims.get(key) else { return false };
+        !record.pool.kind.is_prefix_pool()
+            && claim.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name)
+            && self
+                .registry
+                .held_by(&record.pool, key)
+                .and_then(Held::address)
+                .is_some_and(|held| claim.bound_address.is_some_and(|bound| bound != held))
     }
 
     /// How many claims have something kept about them (for tests and diagnostics).

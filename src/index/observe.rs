@@ -71,11 +71,13 @@ impl State {
             }
             Observed::NameRead { pool, key, live, then } => {
                 let record = live.and_then(|object| self.remember_address(key, object));
-                if !still_held(pool, live, record.as_ref(), then) {
-                    match then {
-                        IfNotCreated::GivenUpForAGoneClaim => self.give_up_gone_claims_hold(pool, key),
-                        _ => self.give_up_uncertain_create(pool, key),
-                    }
+                match then {
+                    // What the gone claim held goes whatever the name holds (our IPAddress of the pool, recorded, holds
+                    // a confirmed hold the orphan release ends), the address set aside for its machine too: kept while
+                    // a late one lived, nothing looked at the name again once that was released (helper-111 A1).
+                    IfNotCreated::GivenUpForAGoneClaim => self.give_up_gone_claims_hold(pool, key),
+                    _ if !still_held(pool, live, record.as_ref(), then) => self.give_up_uncertain_create(pool, key),
+                    _ => {}
                 }
                 Observation { record, latency: None }
             }

@@ -11,7 +11,7 @@ impl State {
         self.wake_all(woken);
     }
 
-    /// The claim `key` is gone, and no IPAddress of its name exists: a hold its uncertain create left is given up,
+    /// The claim `key` is gone: a hold its uncertain create left, and one set aside for its machine, are given up,
     /// unless a claim of that name is back (its own reconcile owns the hold then). Decided in one step, so
     /// a new claim's allocation cannot slip in between.
     pub fn give_up_gone_claims_hold(&mut self, pool: &PoolKey, key: &ObjectKey) {
@@ -47,8 +47,11 @@ impl State {
             "DUPLICATE ADDRESS: one address of the pool is held by more than one IPAddress"
         );
         self.metrics.duplicate_detected(duplicate.pool.kind);
-        // Their claims' conditions name the duplicate (an unbound one withdraws its IPAddress).
-        self.wake_all(duplicate.holders.clone());
+        // Their claims' conditions name the duplicate (an unbound one withdraws its IPAddress). A placeholder (a
+        // reservation, a hold set aside) is no claim's IPAddress (helper-111 A2: woken, a hold set aside was taken for
+        // an uncertain create whose name is free, and given up).
+        let claims = duplicate.holders.iter().filter(|h| !super::registry::is_placeholder(h)).cloned().collect();
+        self.wake_all(claims);
     }
 
     /// A claim of the pool is bound to the IPAddress holding `held`: a reservation of that address as moved away

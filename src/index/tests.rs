@@ -1595,3 +1595,69 @@ fn a_cluster_gone_paused_before_the_claims_listed_leaves_behind_only_what_no_lis
         assert_eq!(index.moved_away_unwritten(&global, &key("x")), !claim_listed, "queued ({claim_listed})");
     }
 }
+
+/// helper-111 A1 and A2: the claim whose machine's address is set aside is deleted while the late object of its name
+/// still exists. Its worker reads the name (the late one, recorded) and the address set aside goes all the same: the
+/// claim it was kept for is gone. A duplicate that the hold set aside is part of wakes no one by the placeholder's key,
+/// and that key has no uncertain hold of its own.
+#[test]
+fn the_address_set_aside_goes_with_its_claim_though_the_late_object_of_its_name_lives() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let (a, mut b) = (claim("a"), claim("b"));
+    b.bound = Some(Box::default());
+    b.bound_address = Some("10.0.0.2".parse().expect("an address"));
+    index.apply_claim(a.clone());
+    index.apply_claim(b.clone());
+    index.apply_address(&ip_address("a", "10.0.0.1", &a));
+    let own = ip_address("b", "10.0.0.2", &b);
+    index.apply_address(&own);
+    index.address_delete_watched(&key("b"), &own);
+    let mut late = ip_address("b", "10.0.0.1", &b);
+    late.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
+    index.apply_address(&late);
+    // A restore brings an IPAddress of another name holding the address set aside: a duplicate with the placeholder.
+    sink.take_woken();
+    let restored = ip_address("r", "10.0.0.2", &claim("r"));
+    index.apply_address(&restored);
+    let aside = crate::index::registry::aside_key(&key("b"));
+    assert!(!sink.take_woken().contains(&aside), "a placeholder is woken as a claim");
+    assert_eq!(index.orphaned_hold(&aside), None, "a placeholder taken for an IPAddress with an uncertain hold");
+    index.address_gone(&key("r"), restored.metadata.uid.as_deref().map(crate::compact::Uid::of));
+    // b is deleted with the late one still there; its worker reads the name.
+    index.wait_for_address(&pool_key(), &key("w"));
+    index.delete_claim(&key("b"));
+    assert_eq!(index.orphaned_hold(&key("b")), Some(pool_key()));
+    let then = IfNotCreated::GivenUpForAGoneClaim;
+    index.observe(Observed::NameRead { pool: &pool_key(), key: &key("b"), live: Some(&late), then });
+    assert!(sink.take_woken().contains(&key("w")), "the waiter is woken");
+    assert_eq!(index.allocate(&claim("w"), &pool_key(), None).expect("free").address.to_string(), "10.0.0.2");
+    index.check_consistency().expect("consistent");
+}
+
+/// helper-111 A3: a new term lists a bound claim whose IPAddress holds another address than the one its condition
+/// names (a former leader's late create, landed after a person deleted the claim's own). The address the claim's
+/// machine uses is held aside before anything is allocated, and the claim takes it back once it withdrew the late one.
+#[test]
+fn a_new_term_holds_aside_the_address_of_a_bound_claim_whose_ipaddress_holds_another() {
+    let (index, _sink) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let (a, mut b) = (claim("a"), claim("b"));
+    b.bound = Some(Box::default());
+    b.bound_address = Some("10.0.0.2".parse().expect("an address"));
+    index.apply_claim(a.clone());
+    index.apply_claim(b.clone());
+    index.apply_address(&ip_address("a", "10.0.0.1", &a));
+    let mut late = ip_address("b", "10.0.0.1", &b);
+    late.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
+    index.apply_address(&late);
+    index.hold_bound_addresses();
+    let w = claim("w");
+    assert!(
+        matches!(index.allocate(&w, &pool_key(), None), Err(AllocateError::Exhausted { .. })),
+        "a waiting claim took the address b's machine uses"
+    );
+    index.address_deleted_by_us(&key("b"), &pool_key(), late.metadata.uid.as_deref());
+    assert_eq!(index.allocate(&b, &pool_key(), None).expect("its own").address.to_string(), "10.0.0.2");
+    index.check_consistency().expect("consistent");
+}

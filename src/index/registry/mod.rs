@@ -157,11 +157,6 @@ impl Registry {
     /// their holders are compared with each other from now on, as a removed spec's are. Returns the duplicates found
     /// among them (a deposed leader's late create into a pool deleted before this term listed, beside a bound
     /// claim's: soak seed 430208541).
-    /// Whether every watch has listed once (`synced` ran).
-    pub fn is_synced(&self) -> bool {
-        self.synced
-    }
-
     pub fn synced(&mut self) -> Vec<Duplicate> {
         self.synced = true;
         let mut found = Vec::new();
@@ -301,6 +296,11 @@ impl Registry {
         }
     }
 
+    /// Whether every watch has listed once (`synced` ran).
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
     /// Whether a hold is set aside for the claim of `address`'s name ([`Registry::set_aside`]).
     pub fn has_aside(&self, pool_key: &PoolKey, address: &ObjectKey) -> bool {
         self.pools.get(pool_key).is_some_and(|p| p.holders.contains_key(&aside_key(address)))
@@ -380,8 +380,12 @@ impl Registry {
         woken
     }
 
-    /// The pool where `address` holds something not yet seen in the API server, or has a hold set aside, if any.
+    /// The pool where `address` holds something not yet seen in the API server, or has a hold set aside, if any. A
+    /// placeholder (a reservation, a pin, a hold set aside) is no IPAddress, and has none.
     pub fn unconfirmed_hold(&self, address: &ObjectKey) -> Option<PoolKey> {
+        if is_placeholder(address) {
+            return None;
+        }
         let aside = aside_key(address);
         let unconfirmed = |p: &PoolState, k: &ObjectKey| p.holders.get(k).is_some_and(|h| !h.confirmed);
         self.pools.iter().find(|(_, p)| unconfirmed(p, address) || unconfirmed(p, &aside)).map(|(k, _)| k.clone())
