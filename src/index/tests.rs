@@ -1521,12 +1521,10 @@ fn a_read_of_an_uncertain_creates_name_keeps_its_hold_only_while_that_create_may
     assert!(index.held_by(&pool_key(), &key("a")).is_some(), "taken over by the claim of the name");
 }
 
-/// helper-110 F1: a late object of another address lands under the name of a bound claim whose IPAddress a person
-/// deleted. The address kept for the claim's machine is set aside, still held, and no waiting claim is woken for it;
-/// the claim takes it back when it allocates again. Set aside again and the claim gone, it goes as the claim's
-/// uncertain hold goes, and the waiter is woken then.
-#[test]
-fn a_late_object_under_a_bound_claims_name_sets_the_address_of_its_machine_aside() {
+/// A pool of two: claim `a` bound to 10.0.0.1, and claim `b` bound to 10.0.0.2 whose IPAddress a person deleted (seen
+/// by this index when `seen_made`; a new term lists none); and the late create of `b`'s IPAddress, another object
+/// holding `a`'s address, not applied yet.
+fn a_late_create_under_bound_claim_b(seen_made: bool) -> (Index, Arc<Recorder>, Claim, IpAddress) {
     let (index, sink) = index();
     feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
     let (a, mut b) = (claim("a"), claim("b"));
@@ -1535,14 +1533,25 @@ fn a_late_object_under_a_bound_claims_name_sets_the_address_of_its_machine_aside
     index.apply_claim(a.clone());
     index.apply_claim(b.clone());
     index.apply_address(&ip_address("a", "10.0.0.1", &a));
-    let own = ip_address("b", "10.0.0.2", &b);
-    index.apply_address(&own);
-    index.wait_for_address(&pool_key(), &key("w"));
-    index.address_delete_watched(&key("b"), &own);
-    sink.take_woken();
-    // The late create of b's IPAddress, holding a's address.
+    if seen_made {
+        let own = ip_address("b", "10.0.0.2", &b);
+        index.apply_address(&own);
+        index.address_delete_watched(&key("b"), &own);
+    }
     let mut late = ip_address("b", "10.0.0.1", &b);
     late.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
+    (index, sink, b, late)
+}
+
+/// helper-110 F1: a late object of another address lands under the name of a bound claim whose IPAddress a person
+/// deleted. The address kept for the claim's machine is set aside, still held, and no waiting claim is woken for it;
+/// the claim takes it back when it allocates again. Set aside again and the claim gone, it goes as the claim's
+/// uncertain hold goes, and the waiter is woken then.
+#[test]
+fn a_late_object_under_a_bound_claims_name_sets_the_address_of_its_machine_aside() {
+    let (index, sink, b, mut late) = a_late_create_under_bound_claim_b(true);
+    index.wait_for_address(&pool_key(), &key("w"));
+    sink.take_woken();
     index.apply_address(&late);
     let woken = sink.take_woken();
     assert!(!woken.contains(&key("w")), "no waiter is woken for the address b's machine uses: {woken:?}");
@@ -1602,19 +1611,7 @@ fn a_cluster_gone_paused_before_the_claims_listed_leaves_behind_only_what_no_lis
 /// and that key has no uncertain hold of its own.
 #[test]
 fn the_address_set_aside_goes_with_its_claim_though_the_late_object_of_its_name_lives() {
-    let (index, sink) = index();
-    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
-    let (a, mut b) = (claim("a"), claim("b"));
-    b.bound = Some(Box::default());
-    b.bound_address = Some("10.0.0.2".parse().expect("an address"));
-    index.apply_claim(a.clone());
-    index.apply_claim(b.clone());
-    index.apply_address(&ip_address("a", "10.0.0.1", &a));
-    let own = ip_address("b", "10.0.0.2", &b);
-    index.apply_address(&own);
-    index.address_delete_watched(&key("b"), &own);
-    let mut late = ip_address("b", "10.0.0.1", &b);
-    late.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
+    let (index, sink, _b, late) = a_late_create_under_bound_claim_b(true);
     index.apply_address(&late);
     // A restore brings an IPAddress of another name holding the address set aside: a duplicate with the placeholder.
     sink.take_woken();
@@ -1640,16 +1637,7 @@ fn the_address_set_aside_goes_with_its_claim_though_the_late_object_of_its_name_
 /// machine uses is held aside before anything is allocated, and the claim takes it back once it withdrew the late one.
 #[test]
 fn a_new_term_holds_aside_the_address_of_a_bound_claim_whose_ipaddress_holds_another() {
-    let (index, _sink) = index();
-    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
-    let (a, mut b) = (claim("a"), claim("b"));
-    b.bound = Some(Box::default());
-    b.bound_address = Some("10.0.0.2".parse().expect("an address"));
-    index.apply_claim(a.clone());
-    index.apply_claim(b.clone());
-    index.apply_address(&ip_address("a", "10.0.0.1", &a));
-    let mut late = ip_address("b", "10.0.0.1", &b);
-    late.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
+    let (index, _sink, b, late) = a_late_create_under_bound_claim_b(false);
     index.apply_address(&late);
     index.hold_bound_addresses();
     let w = claim("w");
