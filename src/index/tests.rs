@@ -128,6 +128,15 @@ pub(crate) fn pool(addresses: &str, generation: i64) -> InClusterIPPool {
     pool
 }
 
+/// Feeds the global pool `g` of ten addresses to the index, as its watch does; returns its key.
+fn feed_global_pool(index: &Index) -> PoolKey {
+    Relist::default().on_event(
+        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(index),
+        Event::Apply(global_pool(10, None)),
+    );
+    PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g")
+}
+
 fn feed_pool(index: &Index, pool: InClusterIPPool) {
     Relist::default().on_event(&Pools::<InClusterIPPool>::of(index), Event::Apply(pool));
 }
@@ -797,11 +806,7 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
 #[test]
 fn a_writer_that_finds_the_pool_gone_drops_only_the_entries_it_read() {
     let (index, _sink) = index();
-    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
-    Relist::default().on_event(
-        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
-        Event::Apply(global_pool(10, None)),
-    );
+    let global = feed_global_pool(&index);
     moving_away_claim_of_global_pool(&index);
     index.delete_claim(&key("x"));
     let read = index.moved_away_pending(&global);
@@ -910,11 +915,7 @@ fn claim_of_global_pool_with_cluster(name: &str) -> (Claim, crate::capi::IpAddre
 /// A global pool `g`, and claim `x` of a Cluster holding an address of it; its IPAddress not created yet.
 fn claim_x_allocated_from_a_global_pool() -> (Index, Arc<Recorder>, PoolKey, Claim, IpAddress) {
     let (index, sink) = index();
-    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
-    Relist::default().on_event(
-        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
-        Event::Apply(global_pool(10, None)),
-    );
+    let global = feed_global_pool(&index);
     let (x, address) = claim_of_global_pool_with_cluster("x");
     index.apply_claim(x.clone());
     index.allocate(&x, &global, None).expect("free");
@@ -1125,11 +1126,7 @@ fn an_orphan_waits_for_its_own_moved_away_entry_only() {
 fn a_filtered_manager_records_the_move_of_a_cluster_gone_while_paused() {
     let recorder = Arc::new(Recorder::default());
     let index = Index::of_shard(recorder, Arc::new(Metrics::new()), Some("a"));
-    let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
-    Relist::default().on_event(
-        &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
-        Event::Apply(global_pool(10, None)),
-    );
+    let global = feed_global_pool(&index);
     let (_, address) = claim_of_global_pool_with_cluster("x");
     // Through the Cluster watch's feed, as the manager reads it (helper-32: the label was dropped before it was read,
     // and every Cluster was another shard's).
@@ -1165,11 +1162,7 @@ fn a_filtered_manager_records_the_move_of_a_cluster_gone_while_paused() {
 fn a_claim_seen_deleted_without_the_move_mark_is_not_moved_though_its_cluster_went_paused() {
     for (seen, cluster_first) in [(true, true), (true, false), (false, true), (false, false)] {
         let (index, _sink) = index();
-        let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
-        Relist::default().on_event(
-            &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
-            Event::Apply(global_pool(10, None)),
-        );
+        let global = feed_global_pool(&index);
         let (x, address) = claim_of_global_pool_with_cluster("x");
         index.apply_cluster(key("k"), true);
         index.apply_claim(x.clone());
@@ -1206,11 +1199,7 @@ fn a_claim_seen_deleted_without_the_move_mark_is_not_moved_though_its_cluster_we
 fn a_cluster_read_paused_live_makes_its_unseen_deletion_a_move() {
     for deletion in ["read paused, forgotten by a relist", "its Delete event paused"] {
         let (index, _sink) = index();
-        let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
-        Relist::default().on_event(
-            &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
-            Event::Apply(global_pool(10, None)),
-        );
+        let global = feed_global_pool(&index);
         let (_, address) = claim_of_global_pool_with_cluster("x");
         index.apply_cluster_of_shard(key("k"), false, None, ResourceVersion::of("5"));
         index.apply_address(&address);
@@ -1584,11 +1573,7 @@ fn a_late_object_under_a_bound_claims_name_sets_the_address_of_its_machine_aside
 fn a_cluster_gone_paused_before_the_claims_listed_leaves_behind_only_what_no_listed_claim_owned() {
     for claim_listed in [true, false] {
         let (index, _sink) = index();
-        let global = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
-        Relist::default().on_event(
-            &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(&index),
-            Event::Apply(global_pool(10, None)),
-        );
+        let global = feed_global_pool(&index);
         let (x, address) = claim_of_global_pool_with_cluster("x");
         index.apply_cluster(key("k"), true);
         index.apply_address(&address);
