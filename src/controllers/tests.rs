@@ -107,17 +107,18 @@ fn allocation_takes_the_held_then_the_requested_then_the_pinned_then_the_lowest_
     );
 }
 
-#[tokio::test]
-async fn a_claim_restored_by_velero_waits_for_its_ipaddress_from_its_creation_for_the_restore_wait() {
+#[test]
+fn a_claim_restored_by_velero_waits_for_its_ipaddress_from_its_creation_for_the_restore_wait() {
     let created = jiff::Timestamp::from_second(1_000_000).expect("time");
-    let at = |s: i64| test_context().with_clock(Clock::Fixed(created + jiff::SignedDuration::from_secs(s)));
+    let at = |s: i64| created + jiff::SignedDuration::from_secs(s);
+    let wait = Duration::from_secs(120);
     let mut c = claim("a");
     c.created = u32::try_from(created.as_second()).expect("in range");
-    assert_eq!(restore_wait_remaining(&c, false, &at(10)), None, "not restored");
+    assert_eq!(restore_wait_remaining(&c, false, at(10), wait), None, "not restored");
     c.restored = true;
-    assert_eq!(restore_wait_remaining(&c, false, &at(10)), Some(Duration::from_secs(110)));
-    assert_eq!(restore_wait_remaining(&c, true, &at(10)), None, "it holds an address here already");
-    assert_eq!(restore_wait_remaining(&c, false, &at(120)), None, "waited long enough: allocated anew");
+    assert_eq!(restore_wait_remaining(&c, false, at(10), wait), Some(Duration::from_secs(110)));
+    assert_eq!(restore_wait_remaining(&c, true, at(10), wait), None, "it holds an address here already");
+    assert_eq!(restore_wait_remaining(&c, false, at(120), wait), None, "waited long enough: allocated anew");
 }
 
 #[test]

@@ -48,6 +48,10 @@ pub struct ClaimView {
     pub moved_away_unwritten: bool,
     /// What it holds is not an address the pool's spec allocates (the pool was edited while it was being created).
     pub out_of_range: bool,
+    /// What it holds in the pool is an uncertain create's: the create failed without saying whether it happened.
+    pub holds_unconfirmed: bool,
+    /// Its entry is still to be written into the pool's moved-away annotation, which has no room for it.
+    pub moved_away_no_room: bool,
     /// Who serves the claim, given its pool's shard (`--watch-filter`).
     pub served: Served,
 }
@@ -170,6 +174,8 @@ impl State {
             holds_reserved: self.holds_reserved(&pool_key, key),
             left_behind: self.addresses.get(key).is_some_and(|r| self.left_behind_for(r, key, claim)),
             moved_away_unwritten: self.moved_away_unwritten(&pool_key, key),
+            holds_unconfirmed: self.holds_unconfirmed(&pool_key, key),
+            moved_away_no_room: self.moved_away_no_room(&pool_key, key),
             served: self.who_serves(claim, pool_key.clone()),
             out_of_range: self
                 .held_by(&pool_key, key)
