@@ -21,7 +21,7 @@ use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
 use crate::index::{
     AddressRecord, AllocateError, Assigned, ClaimView, IfNotCreated, Index, ObjectKey, Observation, Observed, PoolKey,
-    Served,
+    Served, Wait,
 };
 use crate::runtime::retry::Next;
 use crate::runtime::retry::RECHECK;
@@ -57,19 +57,18 @@ pub fn allocate(
     index.allocate(claim, pool_key, claim.requested_address.as_deref())
 }
 
-/// Runs once every watch has listed (the claim workers wait for that before they read the claim).
-pub async fn reconcile(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
+/// Runs once every watch has listed (the claim workers wait for that before they read the claim), on the claim's view
+/// as its run started (`ClaimRun::view`).
+pub async fn reconcile(claim: &Claim, view: ClaimView, ctx: &Context) -> Result<Next, Error> {
     let started = std::time::Instant::now();
-    let result = reconcile_claim(claim, ctx).await;
+    let result = reconcile_claim(claim, view, ctx).await;
     ctx.reconciled(crate::metrics::CLAIM_CONTROLLER, started.elapsed(), &result);
     result
 }
 
 /// Plans, does and observes until a step ends the run (see the module's documentation).
-async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
-    let Some(kind) = claim.pool_kind else { return Ok(Next::AwaitChange) };
-    let pool_key = PoolKey::new(kind, &claim.key.namespace, &claim.pool_name);
-    let mut view = ctx.index.claim_view(claim, pool_key.clone());
+async fn reconcile_claim(claim: &Claim, mut view: ClaimView, ctx: &Context) -> Result<Next, Error> {
+    let pool_key = view.pool_key.clone();
     // The claim as our finalizer write returned it: the rest of the run works on it (its resourceVersion is the status
     // write's precondition).
     let mut patched: Option<Claim> = None;
@@ -114,7 +113,7 @@ async fn reconcile_claim(claim: &Claim, ctx: &Context) -> Result<Next, Error> {
             }
             Step::End(end) => {
                 if stops_waiting {
-                    ctx.index.stop_waiting(&pool_key, key);
+                    ctx.index.claim_waits(&pool_key, key, Wait::Nothing);
                 }
                 return execute(claim, ctx, &view, end).await;
             }
@@ -135,10 +134,10 @@ async fn execute(claim: &Claim, ctx: &Context, view: &ClaimView, end: End) -> Re
             set_ready(claim, ctx, reason, message, binds.then_some(&*key.name)).await?;
             Ok(then)
         }
-        End::LetGo { judged, why } => let_go(ctx, key, pool_key, judged, why).await,
+        End::LetGo { judged, why } => let_go(ctx, key, view, judged, why).await,
         End::LetGoLeftBehind { judged } => match &view.record {
             Some(record) if super::orphans::pool_known_as_it_is(ctx, record).await => {
-                let_go(ctx, key, pool_key, judged, LetGo::Deleting).await
+                let_go(ctx, key, view, judged, LetGo::Deleting).await
             }
             _ => Ok(Next::After(Duration::from_secs(1))),
         },
@@ -152,7 +151,7 @@ async fn execute(claim: &Claim, ctx: &Context, view: &ClaimView, end: End) -> Re
 /// What the claim does with an IPAddress of its name that a read after a create found (`plan::adoption`).
 async fn adopt_found(claim: &Claim, ctx: &Context, view: &ClaimView, record: &AddressRecord) -> Result<Next, Error> {
     let end = plan::adoption(claim, view, record, &facts(ctx));
-    ctx.index.stop_waiting(&view.pool_key, &claim.key);
+    ctx.index.claim_waits(&view.pool_key, &claim.key, Wait::Nothing);
     Box::pin(execute(claim, ctx, view, end)).await
 }
 
@@ -185,7 +184,7 @@ async fn allocate_and_create(
         // it). Looked at again, the claim is another manager's.
         Err(AllocateError::ServedElsewhere { .. }) => Ok(Next::After(Duration::ZERO)),
         Err(AllocateError::Exhausted { .. }) => {
-            ctx.index.wait_for_address(pool_key, key);
+            ctx.index.claim_waits(pool_key, key, Wait::AnAddress);
             set_ready(claim, ctx, ClaimReason::PoolExhausted, format!("{pool_key} has no free address"), None).await?;
             Ok(Next::After(RECHECK))
         }
@@ -195,7 +194,7 @@ async fn allocate_and_create(
         }
         Err(e @ AllocateError::Requested { .. }) => {
             // Retried when an address of the pool frees up (it may be the requested one) or the pool changes.
-            ctx.index.wait_for_requested(pool_key, key);
+            ctx.index.claim_waits(pool_key, key, Wait::ItsRequestedAddress);
             set_ready(claim, ctx, ClaimReason::AllocationFailed, e.to_string(), None).await?;
             Ok(Next::After(RECHECK))
         }
@@ -252,7 +251,7 @@ async fn create_address(
                 // withdrawal is (a status write conditioned on the claim as read, then the delete): another manager
                 // (both serve a claim whose pool went) may bind it after the read above (seed 470496860).
                 let judged = created.metadata.uid.as_deref().map(Uid::of);
-                return let_go(ctx, key, pool_key, judged, LetGo::NotAllocated).await;
+                return let_go(ctx, key, &view, judged, LetGo::NotAllocated).await;
             }
             ctx.metrics.allocated(pool_key.kind, latency);
             info!(claim = %key, address = %assigned.address, pool = %pool_key, "allocated");

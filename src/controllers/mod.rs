@@ -117,7 +117,7 @@ impl Context {
         sink: Arc<dyn Sink>,
         synced: watch::Receiver<bool>,
     ) -> Self {
-        let index = Arc::new(Index::of_shard(sink.clone(), metrics.clone(), options.watch_filter.as_deref()));
+        let index = Arc::new(Index::of_shard(sink.clone(), options.watch_filter.as_deref()));
         let waiting: Arc<dyn crate::metrics::WaitingClaims> = index.clone();
         metrics.watch_waiting(Arc::downgrade(&waiting));
         let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| "capi-ipam-in-cluster".to_owned());
@@ -415,9 +415,9 @@ pub async fn work_claim(ctx: &Context, key: &ObjectKey) -> Outcome {
         }
         run = ctx.index.claim_run(key);
     }
-    // Deleted meanwhile: its Delete event did what was left to do.
-    let Some(claim) = run.claim else { return Outcome::Done(Next::AwaitChange) };
-    match claim::reconcile(&claim, ctx).await {
+    // Deleted meanwhile (its Delete event did what was left to do), or of no pool kind of ours (it waits for a change of its spec).
+    let (Some(claim), Some(view)) = (run.claim, run.view) else { return Outcome::Done(Next::AwaitChange) };
+    match claim::reconcile(&claim, view, ctx).await {
         Ok(next) => {
             ctx.answered();
             Outcome::Done(next)
@@ -452,5 +452,12 @@ pub async fn work_pool(ctx: &Context, key: &PoolKey) -> Outcome {
     match pool::reconcile(key, &pool, ctx).await {
         Ok(next) => Outcome::Done(next),
         Err(error) => ctx.failed("reconciling the pool", key, &error),
+    }
+}
+
+/// The metrics read how many claims wait for an address, and since when, from the index.
+impl crate::metrics::WaitingClaims for Index {
+    fn waiting(&self) -> (usize, std::time::Duration) {
+        self.read(crate::index::State::waiting)
     }
 }

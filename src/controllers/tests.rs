@@ -220,16 +220,24 @@ async fn decisions_that_write_nothing_make_no_request() {
     ctx.index.apply_pool(pool("10.0.0.1", 1).into_pool());
     let mut paused = claim("paused");
     paused.paused = true;
-    assert_eq!(claim::reconcile(&paused, &ctx).await.expect("no request"), Next::AwaitChange);
+    assert_eq!(
+        claim::reconcile(&paused, ctx.index.claim_view(&paused, pool_key()), &ctx).await.expect("no request"),
+        Next::AwaitChange
+    );
     // Bound, and its Cluster went away: nothing to say, nothing written.
     let mut bound = claim("bound");
     bound.cluster = Some(intern("gone"));
     bound.bound = Some(Box::default());
-    assert_eq!(claim::reconcile(&bound, &ctx).await.expect("no request"), Next::AwaitChange);
+    assert_eq!(
+        claim::reconcile(&bound, ctx.index.claim_view(&bound, pool_key()), &ctx).await.expect("no request"),
+        Next::AwaitChange
+    );
     // One that must write does try, and fails on the unreachable API server (a transport error: retried soon).
     let unbound = claim("unbound");
     ctx.index.apply_claim(unbound.clone());
-    let error = claim::reconcile(&unbound, &ctx).await.expect_err("nothing listens");
+    let error = claim::reconcile(&unbound, ctx.index.claim_view(&unbound, pool_key()), &ctx)
+        .await
+        .expect_err("nothing listens");
     assert!(error.is_unreachable() && error.is_transient(), "{error}");
     // Its hold was taken before the create, and stays for the retry (an unanswered create may have landed).
     assert_eq!(ctx.index.pool_counts(&pool_key()).0.free, 0);
@@ -277,4 +285,34 @@ fn a_claim_keeps_what_its_writes_are_conditioned_on() {
     assert!(theirs(json!({"conditions": [{"type": "Ready"}, {"type": "Other"}]})));
     assert!(theirs(json!({"conditions": [{"type": "Ready"}], "v1beta2": {"conditions": [{"type": "Other"}]}})));
     assert!(!theirs(json!({"conditions": [{"type": "Ready"}], "v1beta2": {"conditions": [{"type": "Ready"}]}})));
+}
+
+#[tokio::test]
+async fn what_the_index_counts_reaches_the_metrics_through_its_notices() {
+    let ctx = test_context();
+    ctx.index.apply_pool(pool("10.0.0.1-10.0.0.3", 1).into_pool());
+    ctx.metrics.set_pool(PoolKind::InClusterIPPool, "ns", "pool", crate::ipam::PoolCounts::default());
+    let (a, b) = (claim("a"), claim("b"));
+    ctx.index.apply_claim(a.clone());
+    ctx.index.apply_claim(b.clone());
+    let first = ip_address("a", "10.0.0.1", &a);
+    ctx.index.apply_address(&first);
+    // A second IPAddress of the address (a deposed leader's late create): detected.
+    let mut late = ip_address("b", "10.0.0.1", &b);
+    late.metadata.uid = Some("30000000-0000-0000-0000-000000000001".to_owned());
+    ctx.index.apply_address(&late);
+    // Our DELETE of the first, answered: its address is released.
+    let uid = first.metadata.uid.as_deref();
+    ctx.index.observe(crate::index::Observed::DeletedByUs { key: &key("a"), pool: &pool_key(), uid });
+    let scraped = ctx.metrics.encode();
+    for series in [
+        "capi_ipam_duplicate_addresses_detected_total{kind=\"InClusterIPPool\"} 1\n",
+        "capi_ipam_releases_total{kind=\"InClusterIPPool\"} 1\n",
+        "capi_ipam_pool_addresses_free{kind=\"InClusterIPPool\",namespace=\"ns\",name=\"pool\"}",
+    ] {
+        assert!(scraped.contains(series), "{series} in\n{scraped}");
+    }
+    // The pool deleted, its series go.
+    ctx.index.delete_pool(&pool_key());
+    assert!(!ctx.metrics.encode().contains("capi_ipam_pool_addresses_free{"), "{}", ctx.metrics.encode());
 }

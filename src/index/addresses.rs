@@ -3,7 +3,7 @@
 
 use kube::ResourceExt;
 
-use super::{AddressRecord, Held, ObjectKey, PoolKey, State, moved_away, revision_of};
+use super::{AddressRecord, Counted, Held, Notice, ObjectKey, PoolKey, State, moved_away, revision_of};
 use crate::capi::IpAddress;
 use crate::compact::Uid;
 
@@ -136,7 +136,7 @@ impl State {
             self.holds_without_create.insert(key.clone());
         } else {
             self.release_hold(&record.pool, key);
-            self.metrics.released(record.pool.kind);
+            self.notices.push(Notice::Counted(Counted::Released(record.pool.kind)));
         }
         self.wake(key.clone());
     }
@@ -421,7 +421,7 @@ impl State {
             return;
         }
         self.release_hold(pool, key);
-        self.metrics.released(pool.kind);
+        self.notices.push(Notice::Counted(Counted::Released(pool.kind)));
         if self.addresses.remove(key).is_some() {
             self.claims_seen_gone.remove(key);
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     AddressRecord, AllocateError, Assigned, ClaimRun, ClaimView, Duplicate, Held, Index, ObjectKey, Observation,
-    Observed, PoolKey,
+    Observed, PoolKey, Wait,
 };
 use crate::api::Pool;
 use crate::capi::{Claim, IpAddress};
@@ -120,6 +120,7 @@ impl Index {
         self.write(|s| s.claim_of_another_manager(key, uid, claim_shard))
     }
 
+    #[cfg(test)]
     pub fn blocked_elsewhere(&self, key: &ObjectKey) {
         self.write(|s| s.blocked_elsewhere(key))
     }
@@ -221,16 +222,13 @@ impl Index {
         self.write(|s| s.allocate(claim, pool, requested))
     }
 
+    pub fn claim_waits(&self, pool: &PoolKey, claim: &ObjectKey, wait: Wait) {
+        self.write(|s| s.claim_waits(pool, claim, wait))
+    }
+
+    #[cfg(test)]
     pub fn wait_for_address(&self, pool: &PoolKey, claim: &ObjectKey) {
-        self.write(|s| s.wait_for_address(pool, claim))
-    }
-
-    pub fn wait_for_requested(&self, pool: &PoolKey, claim: &ObjectKey) {
-        self.write(|s| s.wait_for_requested(pool, claim))
-    }
-
-    pub fn stop_waiting(&self, pool: &PoolKey, claim: &ObjectKey) {
-        self.write(|s| s.stop_waiting(pool, claim))
+        self.claim_waits(pool, claim, Wait::AnAddress)
     }
 
     pub fn holds_unconfirmed(&self, pool: &PoolKey, key: &ObjectKey) -> bool {

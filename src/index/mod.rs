@@ -25,11 +25,11 @@ use parking_lot::Mutex;
 
 use tracing::info;
 
-use crate::api::Pool;
+use crate::api::{Pool, PoolKind};
 use crate::compact::{ResourceVersion, Uid};
-use crate::metrics::Metrics;
 use claims::{ClaimBook, ClaimCache};
 pub use observe::{IfNotCreated, Observation, Observed};
+pub use pools::Wait;
 pub use record::AddressRecord;
 pub use registry::Registry;
 pub use registry::{AllocateError, Assigned, Duplicate, Held, ObjectKey, PoolKey};
@@ -47,6 +47,19 @@ pub trait Sink: Send + Sync {
     fn claim_gone(&self, claim: ObjectKey);
     /// Reservations of this global pool changed and are to be written into its annotation (`moved_away`).
     fn moved_away_changed(&self, pool: PoolKey);
+    /// Something the metrics count happened.
+    fn counted(&self, event: Counted);
+}
+
+/// What the index tells the metrics (`crate::metrics`), as it tells the work queue what to do: it holds no metrics.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// An address of a pool of this kind was released.
+    Released(PoolKind),
+    /// A duplicate was found in a pool of this kind.
+    DuplicateDetected(PoolKind),
+    /// This pool is gone: its series go too.
+    PoolForgotten(PoolKey),
 }
 
 /// What the index noticed while it was written: delivered to the [`Sink`] once its lock is released, in order.
@@ -57,10 +70,12 @@ pub enum Notice {
     PoolChanged(PoolKey),
     ClaimGone(ObjectKey),
     MovedAwayChanged(PoolKey),
+    Counted(Counted),
 }
 
 /// Everything the index knows, written through `&mut self` by one caller at a time ([`Index`] holds it behind one
 /// lock): the invariants between its parts hold at every method's end, with no lock order to keep.
+#[derive(Default)]
 pub struct State {
     claims: ClaimCache,
     addresses: HashMap<ObjectKey, AddressRecord>,
@@ -126,7 +141,6 @@ pub struct State {
     others_claims: HashSet<(ObjectKey, Option<Uid>)>,
     /// What to tell the sink once the lock is released.
     notices: Vec<Notice>,
-    metrics: Arc<Metrics>,
 }
 
 /// An object's resourceVersion, as the index keeps it.
@@ -135,36 +149,6 @@ pub(crate) fn revision_of(meta: &kube::api::ObjectMeta) -> ResourceVersion {
 }
 
 impl State {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self {
-            claims: ClaimCache::default(),
-            addresses: HashMap::new(),
-            registry: Registry::default(),
-            pools: HashMap::new(),
-            clusters: HashMap::new(),
-            books: HashMap::new(),
-            deleted: HashSet::new(),
-            unlisted_tombstones: None,
-            addresses_seen_until: 0,
-            listing_until: None,
-            moved_clusters: HashSet::new(),
-            clusters_gone_before_synced: Vec::new(),
-            moved_before_created: HashSet::new(),
-            holds_without_create: HashSet::new(),
-            claims_seen_gone: HashMap::new(),
-            cluster_revisions: HashMap::new(),
-            clusters_read_paused: HashMap::new(),
-            clusters_of_other_shards: HashSet::new(),
-            moved_away: moved_away::Ledger::default(),
-            moved_owners: HashMap::new(),
-            blocked_elsewhere: HashSet::new(),
-            shard: None,
-            others_claims: HashSet::new(),
-            notices: Vec::new(),
-            metrics,
-        }
-    }
-
     /// What was noticed since the last call.
     pub fn take_notices(&mut self) -> Vec<Notice> {
         let woken = self.registry.take_woken();
@@ -201,14 +185,13 @@ pub struct Index {
 }
 
 impl Index {
-    pub fn new(sink: Arc<dyn Sink>, metrics: Arc<Metrics>) -> Self {
-        Self::of_shard(sink, metrics, None)
+    pub fn new(sink: Arc<dyn Sink>) -> Self {
+        Self::of_shard(sink, None)
     }
 
     /// An index of the manager started with `--watch-filter=<shard>`.
-    pub fn of_shard(sink: Arc<dyn Sink>, metrics: Arc<Metrics>, shard: Option<&str>) -> Self {
-        let mut state = State::new(metrics);
-        state.shard = shard.map(crate::compact::intern);
+    pub fn of_shard(sink: Arc<dyn Sink>, shard: Option<&str>) -> Self {
+        let state = State { shard: shard.map(crate::compact::intern), ..State::default() };
         Self {
             state: Mutex::new(state),
             sink,
@@ -259,6 +242,7 @@ impl Index {
                 Notice::PoolChanged(pool) => self.sink.pool_changed(pool),
                 Notice::ClaimGone(claim) => self.sink.claim_gone(claim),
                 Notice::MovedAwayChanged(pool) => self.sink.moved_away_changed(pool),
+                Notice::Counted(event) => self.sink.counted(event),
             }
         }
     }
@@ -279,12 +263,6 @@ impl Index {
     pub fn log_synced(&self) {
         let (claims, addresses) = self.read(|s| (s.claim_count(), s.address_count()));
         info!(claims, addresses, "caches synced; allocating");
-    }
-}
-
-impl crate::metrics::WaitingClaims for Index {
-    fn waiting(&self) -> (usize, Duration) {
-        self.read(State::waiting)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Holds without an IPAddress, IPAddresses without a claim, addresses held twice, and reservations a claim ends.
 
-use super::{AddressRecord, Duplicate, Held, ObjectKey, PoolKey, State, moved_away};
+use super::{AddressRecord, Counted, Duplicate, Held, Notice, ObjectKey, PoolKey, State, moved_away};
 use crate::capi::Claim;
 use crate::compact::Uid;
 
@@ -46,7 +46,7 @@ impl State {
             ipaddresses = holders.join(", "),
             "DUPLICATE ADDRESS: one address of the pool is held by more than one IPAddress"
         );
-        self.metrics.duplicate_detected(duplicate.pool.kind);
+        self.notices.push(Notice::Counted(Counted::DuplicateDetected(duplicate.pool.kind)));
         // Their claims' conditions name the duplicate (an unbound one withdraws its IPAddress). A placeholder (a
         // reservation, a hold set aside) is no claim's IPAddress (helper-111 A2: woken, a hold set aside was taken for
         // an uncertain create whose name is free, and given up).

@@ -3,11 +3,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{AddressRecord, AllocateError, Assigned, Duplicate, Held, Notice, ObjectKey, PoolKey, State, moved_away};
+use super::{
+    AddressRecord, AllocateError, Assigned, Counted, Duplicate, Held, Notice, ObjectKey, PoolKey, State, moved_away,
+};
 use crate::api::Pool;
 use crate::capi::{Claim, IpAddress};
 use crate::compact::ResourceVersion;
 use crate::ipam::PoolCounts;
+
+/// What a claim waits for, and so what wakes it besides its own events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Nothing of its pool: it is bound, paused, waits for its Cluster, or is deleted.
+    Nothing,
+    /// An address of its pool to free up (the pool is exhausted).
+    AnAddress,
+    /// Its requested address, held by another: any address of its pool that frees up may be it.
+    ItsRequestedAddress,
+    /// The IPAddress of its name, another pool's or provider's, to change or go.
+    ItsName,
+}
 
 impl State {
     /// The address for a claim without an IPAddress, held in the pool's allocator before anything is written:
@@ -51,6 +66,19 @@ impl State {
             self.notices.push(Notice::ClaimGone(claim.key.clone()));
         }
         (record, self.allocation_latency(claim))
+    }
+
+    /// What the claim `claim` of `pool` waits for now (see [`Wait`]): the one entry the claim's reconcile says it by.
+    pub fn claim_waits(&mut self, pool: &PoolKey, claim: &ObjectKey, wait: Wait) {
+        match wait {
+            Wait::Nothing => self.stop_waiting(pool, claim),
+            Wait::AnAddress => self.wait_for_address(pool, claim),
+            Wait::ItsRequestedAddress => self.wait_for_requested(pool, claim),
+            Wait::ItsName => {
+                self.stop_waiting(pool, claim);
+                self.blocked_elsewhere(claim);
+            }
+        }
     }
 
     /// The claim found the pool exhausted: it is woken when an address frees up.
@@ -209,7 +237,7 @@ impl State {
     pub fn delete_pool(&mut self, key: &PoolKey) {
         self.pools.remove(key);
         self.registry.remove_spec(key);
-        self.metrics.forget_pool(key.kind, &key.namespace, &key.name);
+        self.notices.push(Notice::Counted(Counted::PoolForgotten(key.clone())));
         self.wake_pool_claims(key);
     }
 

@@ -28,6 +28,7 @@ pub(crate) struct Recorder {
     pub pools: Mutex<Vec<PoolKey>>,
     pub gone: Mutex<Vec<ObjectKey>>,
     pub moved_away: Mutex<Vec<PoolKey>>,
+    pub counted: Mutex<Vec<Counted>>,
 }
 
 impl Recorder {
@@ -56,11 +57,14 @@ impl Sink for Recorder {
     fn moved_away_changed(&self, pool: PoolKey) {
         self.moved_away.lock().push(pool);
     }
+    fn counted(&self, event: Counted) {
+        self.counted.lock().push(event);
+    }
 }
 
 pub(crate) fn index() -> (Index, Arc<Recorder>) {
     let recorder = Arc::new(Recorder::default());
-    (Index::new(recorder.clone(), Arc::new(Metrics::new())), recorder)
+    (Index::new(recorder.clone()), recorder)
 }
 
 pub(crate) fn key(name: &str) -> ObjectKey {
@@ -603,8 +607,8 @@ fn claims_waiting_for_an_address_are_woken_first() {
 #[test]
 fn the_metrics_count_claims_waiting_until_bound_deleted_or_the_term_ends() {
     let recorder = Arc::new(Recorder::default());
-    let metrics = Arc::new(Metrics::new());
-    let index: Arc<Index> = Arc::new(Index::new(recorder, metrics.clone()));
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let index: Arc<Index> = Arc::new(Index::new(recorder));
     let source: Arc<dyn crate::metrics::WaitingClaims> = index.clone();
     metrics.watch_waiting(Arc::downgrade(&source));
     drop(source);
@@ -851,7 +855,7 @@ fn a_claim_blocked_by_another_providers_ipaddress_is_woken_when_it_goes_or_a_rel
 #[test]
 fn a_pool_of_another_shard_is_served_by_that_shards_manager_only() {
     let recorder = Arc::new(Recorder::default());
-    let index = Index::of_shard(recorder.clone(), Arc::new(Metrics::new()), Some("a"));
+    let index = Index::of_shard(recorder.clone(), Some("a"));
     let labelled = |shard: Option<&str>| {
         let mut p = pool("10.0.0.1-10.0.0.2", 1);
         p.metadata.labels = shard.map(|s| [(crate::api::WATCH_FILTER_LABEL.to_owned(), s.to_owned())].into());
@@ -1125,7 +1129,7 @@ fn an_orphan_waits_for_its_own_moved_away_entry_only() {
 #[test]
 fn a_filtered_manager_records_the_move_of_a_cluster_gone_while_paused() {
     let recorder = Arc::new(Recorder::default());
-    let index = Index::of_shard(recorder, Arc::new(Metrics::new()), Some("a"));
+    let index = Index::of_shard(recorder, Some("a"));
     let global = feed_global_pool(&index);
     let (_, address) = claim_of_global_pool_with_cluster("x");
     // Through the Cluster watch's feed, as the manager reads it (helper-32: the label was dropped before it was read,

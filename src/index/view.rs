@@ -80,6 +80,8 @@ pub struct ClaimRun {
     pub orphaned_hold: Option<PoolKey>,
     /// The claim; `None` when it is deleted.
     pub claim: Option<Arc<Claim>>,
+    /// Its view, when it names a pool of our kinds.
+    pub view: Option<ClaimView>,
 }
 
 impl ClaimView {
@@ -101,7 +103,16 @@ impl State {
                 self.bound(claim);
             }
         }
-        ClaimRun { doubtful: self.address(key).filter(|r| r.doubtful), orphaned_hold: self.orphaned_hold(key), claim }
+        let view = claim.as_deref().and_then(|c| {
+            let kind = c.pool_kind?;
+            Some(self.claim_view(c, PoolKey::new(kind, &c.key.namespace, &c.pool_name)))
+        });
+        ClaimRun {
+            doubtful: self.address(key).filter(|r| r.doubtful),
+            orphaned_hold: self.orphaned_hold(key),
+            claim,
+            view,
+        }
     }
 
     /// Who serves `claim`, whose pool is `pool_key` (see [`Served`]).

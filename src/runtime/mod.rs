@@ -7,10 +7,12 @@ pub mod retry;
 pub mod supervisor;
 pub mod watch;
 
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
 
 use crate::api::PoolKind;
-use crate::index::{ObjectKey, PoolKey, Sink};
+use crate::index::{Counted, ObjectKey, PoolKey, Sink};
 use crate::metrics::{CLAIM_CONTROLLER, Metrics, pool_controller};
 use queue::WorkQueue;
 
@@ -21,6 +23,7 @@ pub struct Work {
     pub pools: WorkQueue<PoolKey>,
     gone: mpsc::UnboundedSender<ObjectKey>,
     moved_away: mpsc::UnboundedSender<PoolKey>,
+    metrics: Arc<Metrics>,
 }
 
 /// The receiving ends of [`Work`]'s channels.
@@ -30,7 +33,7 @@ pub struct WorkStreams {
 }
 
 impl Work {
-    pub fn new(metrics: &Metrics) -> (Work, WorkStreams) {
+    pub fn new(metrics: &Arc<Metrics>) -> (Work, WorkStreams) {
         let (gone, gone_rx) = mpsc::unbounded_channel();
         let (moved_away, moved_away_rx) = mpsc::unbounded_channel();
         let streams = WorkStreams { gone: gone_rx, moved_away: moved_away_rx };
@@ -41,7 +44,7 @@ impl Work {
         let pools = WorkQueue::with_metrics(metrics.queue("pools"), pool_series, |key: &PoolKey| {
             PoolKind::ALL.iter().position(|kind| *kind == key.kind).unwrap_or(0)
         });
-        (Work { claims, pools, gone, moved_away }, streams)
+        (Work { claims, pools, gone, moved_away, metrics: metrics.clone() }, streams)
     }
 
     /// The same work on another clock (the simulation's, `crate::sim`).
@@ -51,6 +54,7 @@ impl Work {
             pools: self.pools.with_clock(clock),
             gone: self.gone,
             moved_away: self.moved_away,
+            metrics: self.metrics,
         }
     }
 }
@@ -75,5 +79,13 @@ impl Sink for Work {
 
     fn moved_away_changed(&self, pool: PoolKey) {
         let _ = self.moved_away.send(pool);
+    }
+
+    fn counted(&self, event: Counted) {
+        match event {
+            Counted::Released(kind) => self.metrics.released(kind),
+            Counted::DuplicateDetected(kind) => self.metrics.duplicate_detected(kind),
+            Counted::PoolForgotten(pool) => self.metrics.forget_pool(pool.kind, &pool.namespace, &pool.name),
+        }
     }
 }

@@ -401,7 +401,7 @@ MUTATIONS = [
      "            (Some(delay), Some(_)) => {\n                self.queue.insert(pool.clone(), delay);\n            }\n",
      "every write that finds the annotation full adds one more retry of its pool"),
     ("not-allocated-unfenced", "src/controllers/claim.rs",
-     "                return let_go(ctx, key, pool_key, judged, LetGo::NotAllocated).await;\n",
+     "                return let_go(ctx, key, &view, judged, LetGo::NotAllocated).await;\n",
      "                let _ = judged;\n                ipaddress::delete(ctx, &created, \"withdrawing\").await?;\n"
      "                ctx.index.deleted_address(key, pool_key, created.metadata.uid.as_deref());\n"
      "                return Ok(Next::After(Duration::ZERO));\n",

@@ -11,7 +11,7 @@ use super::{Context, Error, ipaddress};
 use crate::capi::{Claim, IpAddress};
 use crate::compact::Uid;
 use crate::controllers::status::ClaimReason;
-use crate::index::{ClaimView, ObjectKey, Observed, PoolKey};
+use crate::index::{ClaimView, ObjectKey, Observed, PoolKey, Wait};
 use crate::runtime::retry::Next;
 
 /// Binds the claim to the IPAddress of its name (`End::Adopt`), after its missing finalizers, owner references and
@@ -39,15 +39,16 @@ pub(super) async fn bind(claim: &Claim, ctx: &Context, view: &ClaimView, repair:
 pub(super) async fn let_go(
     ctx: &Context,
     key: &ObjectKey,
-    pool_key: &PoolKey,
+    view: &ClaimView,
     judged: Option<Uid>,
     why: LetGo,
 ) -> Result<Next, Error> {
+    let pool_key = &view.pool_key;
     let address = match unbound_ipaddress(ctx, key, pool_key, judged, why).await? {
         Ok(address) => address,
         Err(later) => return Ok(later),
     };
-    let held = ctx.index.held_by(pool_key, key).map_or_else(String::new, |h| h.to_string());
+    let held = view.held.map_or_else(String::new, |h| h.to_string());
     match why {
         LetGo::Duplicate => tracing::error!(
             claim = %key,
@@ -149,9 +150,8 @@ pub(super) async fn belongs_elsewhere(
     owner: &str,
 ) -> Result<Next, Error> {
     let key = &claim.key;
-    ctx.index.stop_waiting(pool_key, key);
     // Woken when that IPAddress changes or goes (also unseen, by the watch's next list).
-    ctx.index.blocked_elsewhere(key);
+    ctx.index.claim_waits(pool_key, key, Wait::ItsName);
     let message = format!("IPAddress {key} already exists and belongs to {owner}, not to {pool_key}");
     set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
     Ok(Next::AwaitChange)
