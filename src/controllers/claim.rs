@@ -121,8 +121,9 @@ async fn reconcile_claim(claim: &Claim, mut view: ClaimView, ctx: &Context) -> R
         // A write was awaited: what was read before it is news no more.
         live = None;
     }
+    // A bug in `plan` (its property test says it never happens): looked at again later, not in a hot loop.
     warn!(claim = %claim.key, "the claim's reconcile took more than {MAX_STEPS} steps; it is looked at again");
-    Ok(Next::After(Duration::ZERO))
+    Ok(Next::After(RECHECK))
 }
 
 /// Does the step that ends a run.
@@ -151,7 +152,9 @@ async fn execute(claim: &Claim, ctx: &Context, view: &ClaimView, end: End) -> Re
 /// What the claim does with an IPAddress of its name that a read after a create found (`plan::adoption`).
 async fn adopt_found(claim: &Claim, ctx: &Context, view: &ClaimView, record: &AddressRecord) -> Result<Next, Error> {
     let end = plan::adoption(claim, view, record, &facts(ctx));
-    ctx.index.claim_waits(&view.pool_key, &claim.key, Wait::Nothing);
+    if !matches!(end, End::BelongsElsewhere { .. }) {
+        ctx.index.claim_waits(&view.pool_key, &claim.key, Wait::Nothing);
+    }
     Box::pin(execute(claim, ctx, view, end)).await
 }
 
@@ -175,7 +178,8 @@ async fn allocate_and_create(
     previous: Option<std::net::IpAddr>,
 ) -> Result<Next, Error> {
     let (key, pool_key) = (&claim.key, &view.pool_key);
-    let Some(pool) = &view.pool else { return Ok(Next::After(Duration::ZERO)) };
+    // `plan` allocates only in a pool the view shows.
+    let Some(pool) = &view.pool else { return Ok(Next::After(RECHECK)) };
     let previous = previous.map(|a| a.to_string());
     match allocate(claim, pool_key, previous.as_deref(), &ctx.index) {
         Ok(assigned) => create_address(claim, ctx, pool_key, pool, &assigned).await,
@@ -390,7 +394,7 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
     match found {
         // Only an IPAddress of the claim's pool, made for this claim, is ours to delete.
         // Released already (our finalizer off), only the IPAddress made for this claim (its owner reference) is
-        // released: after the claim goes, one of its name may be a new claim's (helper-7's review).
+        // released: after the claim goes, one of its name may be a new claim's (mutation `release-takes-adopted`).
         Some(address)
             if !made_for(&address, claim) && (claim.release_finalizer_index.is_none() || adopted_by_another) =>
         {
@@ -400,7 +404,7 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
         // this claim: the orphan release's, which keeps it until its address is in the pool's annotation. Deleted
         // here, its mark (the reservation's only record that survives a restart) could go before the entry is written
         // (seed 500178236). Only one the orphan release looks at: of a global pool (a namespaced pool's moves with
-        // it), recorded as this very object, and made for a claim (helper-60 F1, F2).
+        // it), recorded as this very object, and made for a claim.
         Some(address)
             if pool_key.kind.is_global()
                 && !made_for(&address, claim)

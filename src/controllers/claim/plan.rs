@@ -294,7 +294,10 @@ fn bind(claim: &Claim, view: &ClaimView, facts: &Facts) -> Plan {
         return Plan::then(Step::AddFinalizer);
     }
     if let Some(record) = &view.record {
-        return Plan::waiting_no_more(Step::End(adoption(claim, view, record, facts)));
+        let end = adoption(claim, view, record, facts);
+        // An IPAddress of its name another pool's: the claim waits for that name (`Wait::ItsName`) instead.
+        let stops_waiting = !matches!(end, End::BelongsElsewhere { .. });
+        return Plan { step: Step::End(end), stops_waiting };
     }
     let pool_key = &view.pool_key;
     let Some(pool) = &view.pool else {
@@ -354,7 +357,7 @@ fn settle_then_say(view: &ClaimView, facts: &Facts, message: String) -> Step {
 }
 
 /// Adopting the IPAddress of the claim's name (`record`), or letting go of one that is not to be adopted (a duplicate,
-/// one being deleted, one of another pool); whichever it is, the claim waits for an address no more. Its spec is never touched (it is immutable); missing finalizers, owner
+/// one being deleted, one of another pool); whichever it is, the claim waits for an address of its pool no more. Its spec is never touched (it is immutable); missing finalizers, owner
 /// references and the cluster-name label are put back (docs/compatibility.md D7).
 pub fn adoption(claim: &Claim, view: &ClaimView, record: &AddressRecord, facts: &Facts) -> End {
     let key = &claim.key;
@@ -372,7 +375,8 @@ pub fn adoption(claim: &Claim, view: &ClaimView, record: &AddressRecord, facts: 
         return let_go_duplicate(record);
     }
     // Only an unbound claim: a bound one's IPAddress holding another address than the one it was bound to is a late
-    // create, let go below (helper-40: waiting instead, the address of its machine was handed out meanwhile).
+    // create, let go below (mutation `late-adopted-by-bound`: waiting instead, the address of its machine was handed
+    // out meanwhile).
     if unbound && view.duplicate.is_some() && view.others_orphaned {
         // Its address is held too by IPAddresses whose claims are gone (a deposed leader's late create for a claim
         // since deleted), which the orphan release deletes. This one may be its machine's (restored with its claim,
@@ -386,9 +390,9 @@ pub fn adoption(claim: &Claim, view: &ClaimView, record: &AddressRecord, facts: 
     }
     if unbound && view.restored_one_wins {
         // Restored with its claim, its address held too by unbound claims' creates (seed 540515841): they withdraw
-        // theirs. Neither bound nor repaired until then (helper-76): a binding write of theirs in flight may still
-        // land, and then this one is the duplicate to withdraw; and repaired, its owner would no longer say it was
-        // restored. Their withdrawal wakes the claim.
+        // theirs. Neither bound nor repaired until then (mutation `restored-winner-bound-at-once`): a binding write of
+        // theirs in flight may still land, and then this one is the duplicate to withdraw; and repaired, its owner
+        // would no longer say it was restored. Their withdrawal wakes the claim.
         let message = format!(
             "IPAddress {key}, restored with this claim, holds an address that other claims' IPAddresses hold too; it \
              is adopted once they are withdrawn"
@@ -397,8 +401,9 @@ pub fn adoption(claim: &Claim, view: &ClaimView, record: &AddressRecord, facts: 
     }
     if unbound && view.moved_one_waits {
         // Came back with its Cluster, its address held too by another claim's IPAddress of ours, whose binding write
-        // may still land (helper-82): that one is withdrawn first, and its withdrawal wakes this claim. Bound now, and
-        // the write landing, two claims would be bound to one address.
+        // may still land (scenario `the_ipaddress_that_came_back_does_not_bind_beside_a_binding_in_flight`): that one
+        // is withdrawn first, and its withdrawal wakes this claim. Bound now, and the write landing, two claims would
+        // be bound to one address.
         let others = view.duplicate.as_ref().map_or_else(String::new, |d| format!(" ({d})"));
         let message = format!(
             "IPAddress {key}, which came back with its Cluster, holds an address that another claim's IPAddress holds \
@@ -420,13 +425,15 @@ pub fn adoption(claim: &Claim, view: &ClaimView, record: &AddressRecord, facts: 
         return End::LetGo { judged: record.uid, why: LetGo::Deleting };
     }
     if view.left_behind {
-        // Left behind by the move of an earlier claim of this name (`State::left_behind_for`): its address is in use
-        // on the other management cluster. Never adopted: it is let go once its address is recorded as moved away
-        // (so that the address stays reserved), and this claim gets another. One being deleted as an IPAddress of
-        // the pool this manager knows (by hand, or the pool deleted in the foreground) goes at once, its hold the
-        // reservation and its entry written as one no IPAddress backs; one of a pool gone (the garbage collector
-        // deletes it once its pool is made again) waits for its entry: let go first, its reservation would live in
-        // memory only, and the writer, finding it gone, drop the entry (helper-108 F2; helper-109 G1).
+        // Left behind by the move of an earlier claim of this name (`State::left_behind_for`): its address is in use on
+        // the other management cluster. Never adopted: it is let go once its address is recorded as moved away (so that
+        // the address stays reserved), and this claim gets another. One being deleted as an IPAddress of the pool this
+        // manager knows (by hand, or the pool deleted in the foreground) goes at once, its hold the reservation and its
+        // entry written as one no IPAddress backs; one of a pool gone (the garbage collector deletes it once its pool
+        // is made again) waits for its entry: let go first, its reservation would live in memory only, and the writer,
+        // finding it gone, drop the entry (scenario
+        // `a_new_claim_of_its_name_waits_for_the_entry_of_an_ipaddress_left_behind_being_deleted`; scenario
+        // `a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind_a_person_deletes_while_the_annotation_is_full`).
         let of_the_pool_known =
             record.pool_owner == view.pool.as_ref().and_then(|p| p.metadata.uid.as_deref()).map(Uid::of);
         if view.moved_away_unwritten && !(record.deleting && of_the_pool_known) {
@@ -442,9 +449,10 @@ pub fn adoption(claim: &Claim, view: &ClaimView, record: &AddressRecord, facts: 
             }
             return End::Finish(Next::After(Duration::from_secs(1)));
         }
-        // Its pool made again and not yet shown by the pool watch (or still the one deleted, whose annotation holds
-        // the entry): let go only once the API server shows the pool the index knows, the new pool would never
-        // reserve the address (helper-109 G2).
+        // Its pool made again and not yet shown by the pool watch (or still the one deleted, whose annotation holds the
+        // entry): let go only once the API server shows the pool the index knows, the new pool would never reserve the
+        // address (scenario
+        // `a_new_claim_of_its_name_keeps_the_ipaddress_left_behind_while_the_pool_watch_lags_a_pool_made_again`).
         return End::LetGoLeftBehind { judged: record.uid };
     }
     let has_claim_owner = record.claim_owner == Some(claim.uid.uid());

@@ -244,7 +244,9 @@ fn the_ipaddress_of_the_claims_name_is_adopted_repaired_or_let_go() {
     assert_eq!(end(plan(&c, &unprotected, &facts())), End::Adopt { repair: true });
     let mut of_another_pool = found.clone();
     of_another_pool.record.as_mut().expect("recorded").pool = PoolKey::new(pool_key().kind, "ns", "other").shared();
-    assert!(matches!(end(plan(&c, &of_another_pool, &facts())), End::BelongsElsewhere { .. }));
+    let elsewhere = plan(&c, &of_another_pool, &facts());
+    assert!(matches!(elsewhere.step, Step::End(End::BelongsElsewhere { .. })), "{elsewhere:?}");
+    assert!(!elsewhere.stops_waiting, "it waits for the IPAddress of its name");
     let mut being_deleted = found.clone();
     being_deleted.record.as_mut().expect("recorded").deleting = true;
     let judged = found.record.as_ref().and_then(|r| r.uid);
@@ -327,71 +329,91 @@ fn a_claim_waiting_for_its_cluster_says_so_settles_what_is_no_machines_and_ends_
     assert_eq!((reason, binds), (ClaimReason::Allocated, true));
 }
 
-/// A claim and its view, from a generator's choices: any combination the fields allow, reachable or not.
+/// A claim and its views, from a generator's choices: any combination the fields allow, reachable or not.
 #[derive(Clone, Debug)]
 struct Case {
     claim: Claim,
     view: ClaimView,
+    /// The view after the run's first write: the index moves on while a write is awaited (a pause, a pool edited or
+    /// relabelled, an IPAddress of the name seen).
+    later: ClaimView,
     /// What a live read of the claim finds: as cached, gone, or bound (to `ADDRESS`).
     live: u8,
     /// Whether a settled create leaves the hold unconfirmed still.
     stays_unconfirmed: bool,
 }
 
-fn case() -> impl Strategy<Value = Case> {
-    (any::<[bool; 16]>(), any::<[bool; 8]>(), 0u8..3, 0u8..4).prop_map(|(v, c, live, served)| {
-        let mut claim = claim("a");
-        claim.paused = c[0];
-        claim.cluster = c[1].then(|| intern("demo"));
-        claim.release_finalizer_index = c[2].then_some(0);
-        if c[3] {
-            claim = bound(claim);
-        }
-        if c[4] {
-            claim.bound_address = "10.0.0.7".parse().ok();
-        }
-        if c[5] {
-            claim = deleted(claim);
-        }
-        claim.moving_away = c[6];
-        claim.restored = c[7];
-        claim.created = u32::try_from(NOW - 20).expect("in range");
-        let mut view = if v[0] { with_ipaddress(view(), &claim) } else { view() };
-        if let Some(record) = view.record.as_mut() {
-            record.deleting = v[1];
-            record.protected = v[2];
-        }
-        view.pool = match (v[3], v[4]) {
-            (false, _) => None,
-            (true, false) => view.pool,
-            (true, true) => Some(deleting_pool()),
-        };
-        view.cluster_paused = v[5].then_some(v[6]);
-        view.duplicate = if v[7] { a_duplicate() } else { None };
-        view.others_orphaned = v[8];
-        view.restored_one_wins = v[9];
-        view.moved_one_wins = v[10];
-        view.moved_one_waits = v[10] && v[11];
-        view.holds_reserved = v[12];
-        // `State::left_behind_for` never says it of a claim bound to the IPAddress of its name.
-        view.left_behind = v[13] && claim.address_ref().is_none();
-        view.moved_away_unwritten = v[14];
-        view.out_of_range = v[15] && v[13];
-        view.holds_unconfirmed = v[15];
-        if view.held.is_none() && v[15] {
-            view.held = Some(Held::Ip(Some(address())));
-        }
-        view.served = match served {
-            0 | 1 => Served::Here,
-            2 => Served::Elsewhere,
-            _ => Served::Nowhere { pool_shard: intern("blue"), claim_shard: None },
-        };
-        Case { claim, view, live, stays_unconfirmed: v[2] }
-    })
+fn claim_of(c: [bool; 8]) -> Claim {
+    let mut claim = claim("a");
+    claim.paused = c[0];
+    claim.cluster = c[1].then(|| intern("demo"));
+    claim.release_finalizer_index = c[2].then_some(0);
+    if c[3] {
+        claim = bound(claim);
+    }
+    if c[4] {
+        claim.bound_address = "10.0.0.7".parse().ok();
+    }
+    if c[5] {
+        claim = deleted(claim);
+    }
+    claim.moving_away = c[6];
+    claim.restored = c[7];
+    claim.created = u32::try_from(NOW - 20).expect("in range");
+    claim
 }
 
-/// Runs `case` as the executor would, with the index's answers modelled: the steps taken, and the one that ends it.
-fn run(case: &Case) -> (Vec<Step>, Option<End>) {
+/// A view from `v`; `rare` makes the duplicate's winners and orphans rarer than the rest, so that the plain duplicate
+/// is met often.
+fn view_of(v: [bool; 16], rare: [bool; 4], served: u8, claim: &Claim) -> ClaimView {
+    let mut view = if v[0] { with_ipaddress(view(), claim) } else { view() };
+    if let Some(record) = view.record.as_mut() {
+        record.deleting = v[1];
+        record.protected = v[2];
+    }
+    view.pool = match (v[3], v[4]) {
+        (false, _) => None,
+        (true, false) => view.pool,
+        (true, true) => Some(deleting_pool()),
+    };
+    view.cluster_paused = v[5].then_some(v[6]);
+    view.duplicate = if v[7] { a_duplicate() } else { None };
+    view.others_orphaned = v[8] && rare[0];
+    view.restored_one_wins = v[9] && rare[1];
+    view.moved_one_wins = v[10] && rare[2];
+    view.moved_one_waits = v[10] && rare[2] && v[11];
+    view.holds_reserved = v[12];
+    // `State::left_behind_for` never says it of a claim bound to the IPAddress of its name.
+    view.left_behind = v[13] && claim.address_ref().is_none();
+    view.moved_away_unwritten = v[14];
+    view.out_of_range = v[15] && v[13];
+    view.holds_unconfirmed = v[15];
+    if view.held.is_none() && v[15] {
+        view.held = Some(Held::Ip(Some(address())));
+    }
+    view.served = match served {
+        0 | 1 => Served::Here,
+        2 => Served::Elsewhere,
+        _ => Served::Nowhere { pool_shard: intern("blue"), claim_shard: None },
+    };
+    view
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let views = (any::<[bool; 16]>(), any::<[bool; 4]>(), 0u8..4);
+    (any::<[bool; 8]>(), views.clone(), views, 0u8..3).prop_map(
+        |(c, (v, rare, served), (w, rare_later, served_later), live)| {
+            let claim = claim_of(c);
+            let view = view_of(v, rare, served, &claim);
+            let later = view_of(w, rare_later, served_later, &claim);
+            Case { claim, view, later, live, stays_unconfirmed: v[2] }
+        },
+    )
+}
+
+/// Runs `case` as the executor would, with the index's answers modelled: the steps taken, the one that ends it, and
+/// the claim and view it was decided on.
+fn run(case: &Case) -> (Vec<Step>, Option<End>, Claim, ClaimView) {
     let mut claim = case.claim.clone();
     let mut view = case.view.clone();
     let live_claim = match case.live {
@@ -411,33 +433,34 @@ fn run(case: &Case) -> (Vec<Step>, Option<End>) {
                 continue;
             }
             Step::AddFinalizer => claim.release_finalizer_index = Some(0),
-            Step::SettleUncertainCreate { .. } => {
-                settled = true;
-                view.holds_unconfirmed = case.stays_unconfirmed;
-            }
-            Step::BoundBack(_) => {
-                bound_back = true;
-                view.holds_reserved = false;
-            }
-            Step::End(end) => return (steps, Some(end)),
+            Step::SettleUncertainCreate { .. } => settled = true,
+            Step::BoundBack(_) => bound_back = true,
+            Step::End(end) => return (steps, Some(end), claim, view),
+        }
+        // The write awaited, the index moved on.
+        view = case.later.clone();
+        if settled {
+            view.holds_unconfirmed &= case.stays_unconfirmed;
+        }
+        if bound_back {
+            view.holds_reserved = false;
         }
         read = false;
     }
-    (steps, None)
+    (steps, None, claim, view)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 16384, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn every_run_ends_within_its_bound_and_never_lets_go_of_what_a_live_bound_claim_is_bound_to(case in case()) {
-        let (steps, end) = run(&case);
+        let (steps, end, claim, view) = run(&case);
         prop_assert!(end.is_some(), "no end after {} steps: {steps:?}", MAX_STEPS);
-        let claim = &case.claim;
         let bound_to_it = claim.address_ref() == Some(&*claim.key.name)
             && claim.deletion_timestamp.is_none()
-            && case.view.record.as_ref().is_some_and(|r| *r.pool == case.view.pool_key)
-            && told_of(claim, case.view.held);
+            && view.record.as_ref().is_some_and(|r| *r.pool == view.pool_key)
+            && told_of(&claim, view.held);
         if bound_to_it {
             prop_assert!(
                 !matches!(end, Some(End::LetGo { .. } | End::LetGoLeftBehind { .. } | End::Release)),
