@@ -7,9 +7,9 @@ use super::server::Kind;
 use super::world::{Job, World};
 
 /// A new claim's first run: its finalizer, its address held, its IPAddress created, its status written.
-const FIRST_RUN_CEILING: usize = 7;
+const FIRST_RUN_CEILING: usize = 6;
 /// The run its own writes wake: it finds its IPAddress and its status as written, and writes nothing.
-const FOLLOW_UP_CEILING: usize = 4;
+const FOLLOW_UP_CEILING: usize = 3;
 
 fn crossings(world: &World) -> usize {
     world.live_index().expect("a live term").crossings()
