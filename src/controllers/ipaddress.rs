@@ -181,8 +181,8 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         // of another pool cannot. A claim of another shard than the pool's (labelled for ours, so ours alone) is served
         // by no manager until its label is fixed: what was not made for it is kept for it (a restored pair waits for
         // the label, its machine on the address), unless its address is a bound claim's (a restore's duplicate:
-        // seed 520300326), which nothing else would ever withdraw (helper-68 F1), and the claim is not bound to it (a
-        // restore that keeps status: helper-69 F2). Not recorded as another manager's: a duplicate may appear later.
+        // seed 520300326), which nothing else would ever withdraw, and the claim is not bound to it (a restore that
+        // keeps status). Not recorded as another manager's: a duplicate may appear later.
         Some(live) if live.claim.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name) => {
             let ours = ctx.options.watch_filter.as_deref();
             let another_shard = ours.is_some() && live.claim.watch_filter.as_deref() != ours;

@@ -31,8 +31,8 @@ const FULL_RETRY: Duration = Duration::from_secs(60);
 pub const MAX_BYTES: usize = 128 * 1024;
 
 /// What the additions no IPAddress left behind backs may take the value to, past the room `MAX_BYTES` leaves: still
-/// under the API server's 256 KiB (helper-21's review: a person stripping thousands of left-behind IPAddresses must
-/// not make every write of the annotation, its removals included, refused for good).
+/// under the API server's 256 KiB: a person stripping thousands of left-behind IPAddresses must not make every write of
+/// the annotation, its removals included, refused for good.
 const UNBACKED_MAX_BYTES: usize = 224 * 1024;
 
 /// Writes the queued changes into the pools' annotations, one pool at a time, retrying until they land.
@@ -163,7 +163,7 @@ async fn queued_for_a_pool_gone(
     let stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
     for addition in ctx.index.moved_away_for_another_pool(key, changes, live_uid) {
         if stored.contains(&addition.entry) {
-            // Written there already (another manager's write, helper-77 F2): not ours to drop.
+            // Written there already (another manager's write): not ours to drop.
             continue;
         }
         let here = match &addition.ipaddress {
@@ -275,8 +275,8 @@ mod tests {
         assert!(landed.len() < many.len(), "{}", landed.len());
     }
 
-    /// helper-47 F5: a write that finds the annotation full again moves its pool's one retry, never adds another; a
-    /// failed write brings it forward; a write that lands takes it out.
+    /// A write that finds the annotation full again moves its pool's one retry, never adds another; a failed write
+    /// brings it forward; a write that lands takes it out.
     #[tokio::test(start_paused = true)]
     async fn a_pool_has_one_retry_at_most() {
         let (a, b) = (

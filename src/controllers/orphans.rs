@@ -55,8 +55,9 @@ pub async fn run(ctx: Arc<Context>, mut gone: mpsc::UnboundedReceiver<ObjectKey>
 /// A claim's Delete event is authoritative: an IPAddress we made for it goes now, unless its Cluster is paused or its
 /// pool's reuse grace period holds it (the sweep releases it then).
 pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
-    // Not before every watch has listed: what the index knows is partial (a Cluster gone while paused, whose left-behind
-    // IPAddresses are judged once the claims listed: helper-111 R2). The sweep releases it after.
+    // Not before every watch has listed: what the index knows is partial (a Cluster gone while paused, whose
+    // left-behind IPAddresses are judged once the claims listed: scenario
+    // `an_orphan_check_before_every_watch_listed_releases_nothing_a_move_left_behind`). The sweep releases it after.
     if !*ctx.synced.borrow() {
         return;
     }
@@ -77,7 +78,7 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
 
 /// Whether each pool read live in one sweep is the one this manager knows (`pool_known_as_it_is`): read once per
 /// sweep, not once per IPAddress left behind in it (thousands after a large move, each read carrying the pool's
-/// annotation; helper-109 G3).
+/// annotation).
 #[derive(Default)]
 struct PoolsRead(HashMap<PoolKey, bool>);
 
@@ -121,7 +122,7 @@ fn reuse_grace(ctx: &Context, record: &AddressRecord) -> SignedDuration {
 /// still waits to be recorded as moved away (released first, a restart would lose the reservation).
 async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord, pools: &mut PoolsRead) {
     // Whatever the record says now: a manager that follows the object (another shard's Cluster, `keeps_moving_away`)
-    // forgets the move an unmarked IPAddress's next event does not show, while its entry still waits (helper-49 P1).
+    // forgets the move an unmarked IPAddress's next event does not show, while its entry still waits.
     if ctx.index.moved_away_unwritten(&record.pool, key) {
         if !record.deleting
             || record.delete_for_move
@@ -137,10 +138,12 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
         // operator freeing it (docs/operations.md), as they asked.
         ctx.index.moved_away_cancelled(&record.pool, key);
     } else if record.moving_away && record.pool.kind.is_global() && !pools.known_as_it_is(ctx, record).await {
-        // Left behind by a move, and its pool is not what this manager knows: made again, and not yet shown by the
-        // pool watch (unknown, or still the one deleted), which then queues this one's entry for it
-        // (`pool_appeared`). Released before that, the pool made again would never reserve the address the moved
-        // machine uses (soak seed 750843974, helper-108 F1). It waits for the next sweep.
+        // Left behind by a move, and its pool is not what this manager knows: made again, and not yet shown by the pool
+        // watch (unknown, or still the one deleted), which then queues this one's entry for it (`pool_appeared`).
+        // Released before that, the pool made again would never reserve the address the moved machine uses (soak seed
+        // 750843974, scenario
+        // `an_ipaddress_left_behind_collected_while_the_pool_watch_still_shows_its_deleted_pool_keeps_its_address_reserved`).
+        // It waits for the next sweep.
         return;
     }
     match ipaddress::release_orphan(ctx, key, record).await {

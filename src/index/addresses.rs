@@ -314,10 +314,11 @@ impl State {
             match addresses.get(key).filter(|c| c.uid == record.uid) {
                 Some(current) => {
                     record.seen = current.seen;
-                    // An answer may be of a request sent before the relist that did not show the object, and older
-                    // news than that list (the object may be gone since; what the list had seen does not tell: it
-                    // is its newest object's version, not the list's): the doubt stays for its own read, which comes
-                    // next (helper-103 F2, helper-104 G3).
+                    // An answer may be of a request sent before the relist that did not show the object, and older news
+                    // than that list (the object may be gone since; what the list had seen does not tell: it is its
+                    // newest object's version, not the list's): the doubt stays for its own read, which comes next
+                    // (test `an_answer_older_than_the_list_that_left_a_record_in_doubt_does_not_end_the_doubt`, test
+                    // `an_answer_to_a_request_of_ours_does_not_end_a_doubt`).
                     record.doubtful = current.doubtful;
                     record.deleting_when_moved = current.deleting_when_moved;
                     record.deleted_by_us = current.deleted_by_us;
@@ -360,8 +361,9 @@ impl State {
     /// An object of `key`'s name holding `held` is about to be recorded while the name's hold, unconfirmed, is the
     /// address its live claim is bound to (its machine's: its IPAddress deleted from under it, being made again), and
     /// `held` is another: a deposed leader's late create. Recorded in its place, the machine's address would be free,
-    /// and a waiting claim could take it while the claim withdraws the late one (helper-110 F1). It is set aside,
-    /// still held, and the claim takes it back when it allocates again (`Registry::set_aside`).
+    /// and a waiting claim could take it while the claim withdraws the late one (scenario
+    /// `a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_frees_not_its_machines_address`). It is set
+    /// aside, still held, and the claim takes it back when it allocates again (`Registry::set_aside`).
     fn set_machines_address_aside(&mut self, pool: &PoolKey, key: &ObjectKey, held: Held) {
         let Some(kept) = self.registry.held_by(pool, key).filter(|kept| *kept != held) else { return };
         let machines = self.claims.get(key).is_some_and(|c| {
@@ -375,9 +377,10 @@ impl State {
         }
     }
 
-    /// Whether an IPAddress of `key` (`uid`, holding `held`) may be the object of our create whose answer we have
-    /// not had: not recorded before, and the name's hold still unconfirmed, of what it holds. A later event of an
-    /// object recorded already (its owner reference collected, a `kubectl replace`) is not (helper-98 H1).
+    /// Whether an IPAddress of `key` (`uid`, holding `held`) may be the object of our create whose answer we have not
+    /// had: not recorded before, and the name's hold still unconfirmed, of what it holds. A later event of an object
+    /// recorded already (its owner reference collected, a `kubectl replace`) is not (test
+    /// `a_later_ownerless_event_of_a_recorded_ipaddress_takes_no_left_over_note`).
     fn unseen_create_of(&self, pool: &PoolKey, key: &ObjectKey, uid: Option<Uid>, held: Held) -> bool {
         // No note, nothing to look up (every watch event comes here).
         !self.moved_before_created.is_empty()
@@ -390,10 +393,11 @@ impl State {
     /// UID the object's owner reference carries, is noted as gone for a move before there was a record to mark: the
     /// move is recorded now, before an orphan check could free the address the moved machine uses. Whichever comes
     /// first consumes the note: a create answered, or one whose answer was lost and that its worker then read or the
-    /// watch showed (helper-96 F1). The garbage collector takes the owner reference of the deleted claim off (the pool
-    /// still owns the object) before we may see it: an IPAddress of the name with no claim owner that may be our
-    /// unanswered create's (`unseen_create`; another claim's own object names its claim) consumes the name's notes
-    /// (helper-97 G1).
+    /// watch showed (scenario `a_claim_moved_away_while_the_answer_to_its_create_was_lost_keeps_its_address_reserved`).
+    /// The garbage collector takes the owner reference of the deleted claim off (the pool still owns the object) before
+    /// we may see it: an IPAddress of the name with no claim owner that may be our unanswered create's
+    /// (`unseen_create`; another claim's own object names its claim) consumes the name's notes (scenario
+    /// `a_claim_moved_away_while_the_answer_to_its_create_was_lost_keeps_its_address_reserved`).
     fn moved_before_recorded(&mut self, key: &ObjectKey, claim_owner: Option<Uid>, unseen_create: bool) {
         let noted = match claim_owner {
             Some(uid) => self.moved_before_created.remove(&(key.clone(), uid)),

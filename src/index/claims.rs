@@ -294,8 +294,9 @@ impl State {
             }
             if self.addresses.contains_key(&key) {
                 // An IPAddress of its name holds another address (a former leader's late create, which the claim
-                // withdraws): the machine's address is held aside meanwhile (helper-111 A3: free in a new term, a
-                // waiting claim took it).
+                // withdraws): the machine's address is held aside meanwhile (test
+                // `a_new_term_holds_aside_the_address_of_a_bound_claim_whose_ipaddress_holds_another`: free in a new
+                // term, a waiting claim took it).
                 let aside = super::registry::aside_key(&key);
                 if self.registry.held_by(&pool, &aside).is_none()
                     && self.registry.allocate(&pool, &aside, Some(&address)).is_ok()
@@ -305,7 +306,8 @@ impl State {
             } else if self.registry.held_by(&pool, &key).is_none()
                 && self.registry.allocate(&pool, &key, Some(&address)).is_ok()
             {
-                // Held for the machine, no create behind it until the claim allocates (helper-97 G2).
+                // Held for the machine, no create behind it until the claim allocates (test
+                // `a_hold_a_new_term_keeps_for_a_bound_claim_notes_no_create`).
                 self.holds_without_create.insert(key.clone());
                 tracing::info!(claim = %key, %address, pool = %pool, "a bound claim without its IPAddress: its address is held for it");
             }

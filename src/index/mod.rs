@@ -104,10 +104,12 @@ pub struct State {
     /// restored claim's address for one a move left behind).
     clusters_gone_before_synced: Vec<(ObjectKey, bool)>,
     /// Claims gone for a move while the create of their IPAddress was in flight (no record to mark yet), by name and
-    /// UID: the first record of that claim's IPAddress (its create's answer, a read of it, its watch event) records
-    /// the move, and no later claim's of the name does (helper-93: an entry whose create never came stayed, and a new
-    /// claim of the name was taken for moved). Every one is kept: a second claim of the name gone for a move before
-    /// the first one's answer must not hide it (helper-94).
+    /// UID: the first record of that claim's IPAddress (its create's answer, a read of it, its watch event) records the
+    /// move, and no later claim's of the name does (test
+    /// `a_new_claim_of_the_name_of_a_moved_claim_is_not_taken_for_moved`: an entry whose create never came stayed, and
+    /// a new claim of the name was taken for moved). Every one is kept: a second claim of the name gone for a move
+    /// before the first one's answer must not hide it (test
+    /// `a_second_claim_of_the_name_gone_for_a_move_does_not_hide_the_first_ones_create`).
     moved_before_created: HashSet<(ObjectKey, Uid)>,
     /// Holds kept for a live claim whose IPAddress is gone (deleted from under it, or a reservation a bound claim back
     /// from a move took back): unconfirmed as an uncertain create's hold is, but no create of ours is in flight until

@@ -162,9 +162,10 @@ impl State {
             .any(|(entry, add)| *add && !stored.contains(entry) && parse(pool, entry).is_some_and(|e| e.held == held))
     }
 
-    /// Whether the entry naming the IPAddress `key` waits to be written into the pool's annotation. Its own entry
-    /// only: one of another IPAddress holding the same address (a duplicate) does not keep this one (helper-55 F1: a
-    /// duplicate orphan waited for as long as the annotation had no room for the other's entry).
+    /// Whether the entry naming the IPAddress `key` waits to be written into the pool's annotation. Its own entry only:
+    /// one of another IPAddress holding the same address (a duplicate) does not keep this one (test
+    /// `an_orphan_waits_for_its_own_moved_away_entry_only`: a duplicate orphan waited for as long as the annotation had
+    /// no room for the other's entry).
     pub(super) fn moved_away_unwritten_named(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
         let Some(held) = self.registry.held_by(pool, key) else { return false };
         let entry = entry_text(held, key);
@@ -431,7 +432,7 @@ pub fn kept_hold_moved_away(index: &mut State, claim: &Claim) {
         // prefix's base only, not its length: nothing to reserve from it.
         // One being deleted before that (clusterctl marks what it deletes, also a claim still held by a finalizer of
         // another controller) released its IPAddress already, and its address may be another claim's: nothing to
-        // reserve (helper-11's review).
+        // reserve (scenario `a_claim_released_before_its_cluster_moved_reserves_nothing`).
         (None, Some(_)) if claim.deletion_timestamp.is_some() => return,
         (None, Some(bound)) if !kind.is_prefix_pool() => Held::Ip(Some(bound)),
         (None, Some(bound)) => {

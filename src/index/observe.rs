@@ -74,7 +74,8 @@ impl State {
                 match then {
                     // What the gone claim held goes whatever the name holds (our IPAddress of the pool, recorded, holds
                     // a confirmed hold the orphan release ends), the address set aside for its machine too: kept while
-                    // a late one lived, nothing looked at the name again once that was released (helper-111 A1).
+                    // a late one lived, nothing looked at the name again once that was released (test
+                    // `the_address_set_aside_goes_with_its_claim_though_the_late_object_of_its_name_lives`).
                     IfNotCreated::GivenUpForAGoneClaim => self.give_up_gone_claims_hold(pool, key),
                     _ if !still_held(pool, live, record.as_ref(), then) => self.give_up_uncertain_create(pool, key),
                     _ => {}

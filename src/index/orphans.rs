@@ -48,8 +48,9 @@ impl State {
         );
         self.notices.push(Notice::Counted(Counted::DuplicateDetected(duplicate.pool.kind)));
         // Their claims' conditions name the duplicate (an unbound one withdraws its IPAddress). A placeholder (a
-        // reservation, a hold set aside) is no claim's IPAddress (helper-111 A2: woken, a hold set aside was taken for
-        // an uncertain create whose name is free, and given up).
+        // reservation, a hold set aside) is no claim's IPAddress (test
+        // `the_address_set_aside_goes_with_its_claim_though_the_late_object_of_its_name_lives`: woken, a hold set aside
+        // was taken for an uncertain create whose name is free, and given up).
         let claims = duplicate.holders.iter().filter(|h| !super::registry::is_placeholder(h)).cloned().collect();
         self.wake_all(claims);
     }
@@ -204,7 +205,7 @@ impl State {
     /// Whether a pause of the Cluster of the IPAddress `key`, whose claim is gone, keeps it: not when it is a late
     /// duplicate of a bound claim's address or of a restored one's, nor when its claim's deletion was seen without
     /// clusterctl's mark (no move: released at once, the decision is on the API server before a restart forgets it;
-    /// helper-32).
+    /// test `a_cluster_read_paused_live_makes_its_unseen_deletion_a_move`).
     pub fn pause_may_keep(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
         !self.claim_seen_gone(key, record)
             && !self.duplicates_a_bound_one(&record.pool, key)
@@ -235,10 +236,11 @@ impl State {
     /// created before this one or in the same second. Its machine uses the address, the bound one Velero's missing
     /// status hides, and this one is a late create (a deposed leader's): a pause keeps no such duplicate (soak seed
     /// 700328281). One created first is kept: the IPAddress a move left behind (its claim's deletion unseen) must not
-    /// be released for a stale backup's restore of its address (helper-102 F1). Timestamps are in seconds: one of the
-    /// same second is taken for later, as a deposed leader's create in flight lands moments after the restore
-    /// (helper-104 G1), while an IPAddress a move left behind was there long before a stale backup was restored over
-    /// it.
+    /// be released for a stale backup's restore of its address (scenario
+    /// `a_stale_restored_ipaddress_does_not_get_a_paused_moves_left_behind_address`). Timestamps are in seconds: one of
+    /// the same second is taken for later, as a deposed leader's create in flight lands moments after the restore
+    /// (scenario `a_restored_ipaddress_is_not_withdrawn_for_a_late_orphan_a_pause_keeps`), while an IPAddress a move
+    /// left behind was there long before a stale backup was restored over it.
     fn duplicates_a_restored_one(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
         let pool = &record.pool;
         self.registry.duplicate_of(pool, key).is_some_and(|d| {

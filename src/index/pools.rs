@@ -55,7 +55,7 @@ impl State {
     pub fn address_created(&mut self, claim: &Claim, created: &IpAddress) -> (Option<AddressRecord>, Option<Duration>) {
         // Recorded, the hold is confirmed. Not (the watch showed it deleted already, or we deleted it), the hold stays
         // unconfirmed: it goes the way an uncertain create's goes, and a confirmed hold with no IPAddress and no record
-        // would stay for the rest of the term (helper-11's review).
+        // would stay for the rest of the term (scenario `a_claim_released_before_its_cluster_moved_reserves_nothing`).
         // A claim gone for a move before there was a record to mark has its move recorded with it (`remember_address`),
         // before the orphan check below could free an address the moved machine uses.
         let record = self.remember_address(&claim.key, created);
@@ -147,7 +147,9 @@ impl State {
     }
 
     /// The addresses of the pool that more than one IPAddress holds, as its status says them: without a hold no
-    /// IPAddress confirms nor one in doubt (helper-103 F1: the other manager, which never saw it, has none).
+    /// IPAddress confirms nor one in doubt (test
+    /// `a_record_a_relist_did_not_show_makes_no_duplicate_nor_out_of_range_condition`: the other manager, which never
+    /// saw it, has none).
     pub fn status_duplicates(&self, pool: &PoolKey) -> Vec<Duplicate> {
         self.registry.duplicates_without(pool, |k| self.in_doubt(pool, k))
     }
@@ -311,8 +313,9 @@ impl State {
     }
 
     /// A live read shows the Cluster paused before its watch did (which may relist past the pause and the Cluster's
-    /// deletion, seed 420069014): its addresses are kept as a paused Cluster's, and its deletion is a move.
-    /// A read the watch has overtaken (a newer event, or the Cluster's deletion) is old news, and ignored (helper-32).
+    /// deletion, seed 420069014): its addresses are kept as a paused Cluster's, and its deletion is a move. A read the
+    /// watch has overtaken (a newer event, or the Cluster's deletion) is old news, and ignored (test
+    /// `a_cluster_read_paused_live_makes_its_unseen_deletion_a_move`).
     pub fn cluster_read_paused(&mut self, key: ObjectKey, revision: ResourceVersion) {
         if !self.clusters.contains_key(&key)
             || self.cluster_revisions.get(&key).is_some_and(|w| w.is_at_least(revision))

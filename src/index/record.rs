@@ -41,7 +41,8 @@ pub struct AddressRecord {
     /// It was deleting already when this manager noticed its move (seed 550176934): our own withdrawal's DELETE, not
     /// an operator's freeing its reservation, which can only come after the move.
     pub deleting_when_moved: bool,
-    /// This manager sent its DELETE (helper-75 F1: the move noticed before our DELETE landed): never an operator's.
+    /// This manager sent its DELETE (mutation `own-delete-taken-for-operator-cancel`: the move noticed before our DELETE
+    /// landed): never an operator's.
     pub deleted_by_us: bool,
     /// It carries clusterctl's `delete-for-move` itself.
     pub delete_for_move: bool,

@@ -26,11 +26,12 @@ pub struct ClaimView {
     /// and no other holder is bound to it (`State::bound_as_told`): it stays and the others go (withdrawn, the machine
     /// that came back would lose the address it uses).
     pub moved_one_wins: bool,
-    /// It wins so, and another holder is an IPAddress of ours for its own claim, which is unbound as the cache shows
-    /// it (or bound to another address, as its condition tells): a binding write of that claim may be in flight (a
-    /// deposed leader's), so this one is neither bound nor repaired until the other is withdrawn (helper-82: bound at
-    /// once, both claims end up bound to one address). Not for a holder restored by Velero (it waits for this one:
-    /// `restored_one_wins`) or one an entry names too.
+    /// It wins so, and another holder is an IPAddress of ours for its own claim, which is unbound as the cache shows it
+    /// (or bound to another address, as its condition tells): a binding write of that claim may be in flight (a deposed
+    /// leader's), so this one is neither bound nor repaired until the other is withdrawn (scenario
+    /// `the_ipaddress_that_came_back_does_not_bind_beside_a_binding_in_flight`: bound at once, both claims end up bound
+    /// to one address). Not for a holder restored by Velero (it waits for this one: `restored_one_wins`) or one an
+    /// entry names too.
     pub moved_one_waits: bool,
     /// It is part of a duplicate as a claim Velero restored with its IPAddress (owned by the backup's claim, an earlier
     /// one of its name), and every other holder is unbound and holds our own create for its claim (a late create of
@@ -127,10 +128,11 @@ impl State {
         Served::Nowhere { pool_shard: crate::compact::intern(pool_shard), claim_shard: claim.watch_filter.clone() }
     }
 
-    /// Whether `claim` is bound to the IPAddress `key` as its condition tells (`told_of` in the claim's adopt): a
-    /// claim bound to another address (a deposed leader's late create under its name, its own deleted by a person)
-    /// withdraws this one (helper-83 F2). Its own hold: in a prefix pool, a duplicate's may be a wider prefix
-    /// overlapping it (helper-84 F1).
+    /// Whether `claim` is bound to the IPAddress `key` as its condition tells (`told_of` in the claim's adopt): a claim
+    /// bound to another address (a deposed leader's late create under its name, its own deleted by a person) withdraws
+    /// this one (test `the_ipaddress_that_came_back_waits_only_for_a_holder_of_ours_whose_binding_may_be_in_flight`).
+    /// Its own hold: in a prefix pool, a duplicate's may be a wider prefix overlapping it (test
+    /// `in_a_prefix_pool_a_claim_bound_to_its_own_prefix_is_bound_as_told`).
     fn bound_as_told(&self, pool_key: &PoolKey, key: &ObjectKey, claim: &Claim) -> bool {
         let holds = self.held_by(pool_key, key).and_then(Held::address);
         claim.address_ref() == Some(&*key.name) && claim.bound_address.is_none_or(|b| holds.is_none_or(|a| a == b))
@@ -149,8 +151,9 @@ impl State {
         let moved_one_waits = moved_one_wins
             && duplicate.as_ref().is_some_and(|d| {
                 d.holders.iter().any(|other| {
-                    // Not one an entry names too (two came back with one address, an annotation edited by hand):
-                    // it waits for this one, and both waiting would be stuck (helper-83 F1).
+                    // Not one an entry names too (two came back with one address, an annotation edited by hand): it
+                    // waits for this one, and both waiting would be stuck (test
+                    // `the_ipaddress_that_came_back_waits_only_for_a_holder_of_ours_whose_binding_may_be_in_flight`).
                     other != key
                         && !self.is_moved_holder(&pool_key, other)
                         && self.claim(other).is_some_and(|c| {

@@ -123,7 +123,7 @@ pub(super) async fn unbound_ipaddress(
     };
     set_ready(&live.claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
     // `set_ready` conditions its write on a read of its own when the claim carries conditions of others: the claim
-    // as that write found it is read again, and still not bound to this IPAddress (helper-7's review).
+    // as that write found it is read again, and still not bound to this IPAddress.
     let Some(fenced) = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? else {
         return Ok(Err(Next::AwaitChange));
     };

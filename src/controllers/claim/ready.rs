@@ -73,7 +73,7 @@ pub(super) async fn set_ready(
                 .map_err(Error::api("reading the claim status"))?
                 .ok_or_else(|| Error::api("reading the claim status")(ApiError::NotFound))?;
             // Another claim of the name since (perhaps another provider's): never written to; the watch brings the
-            // change (helper-71 F1).
+            // change (scenario `a_status_write_read_live_never_lands_on_another_providers_claim_of_the_name`).
             if live.uid != claim.uid.to_string() {
                 return Err(Error::api("reading the claim status")(ApiError::Conflict(format!(
                     "claim {} is another claim of the name now (uid {})",
