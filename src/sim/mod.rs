@@ -22,9 +22,11 @@ mod scenarios;
 #[cfg(test)]
 mod seam;
 mod server;
+mod swarm;
 mod world;
 
-pub use world::{Options, Stats, Violation, World};
+pub use swarm::Options;
+pub use world::{Stats, Violation, World};
 
 pub(crate) use world::short_uid;
 

@@ -20,6 +20,7 @@ use super::client::{Hub, Op, SimApi, lock};
 use super::model::{CLAIM_NAMES, CLUSTER, Held, NAMESPACES, POOLS, PoolId, Shape};
 use super::rng::Rng;
 use super::server::{Change, Kind, key_of};
+use super::swarm::{Late, Options, SHARD, SHARD_POOL, Step, Swarm, User};
 use crate::api::{
     CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, GROUP, MOVED_AWAY_ANNOTATION, PROTECT_ADDRESS_FINALIZER, PoolKind,
     REQUESTED_ADDRESS_ANNOTATION, WATCH_FILTER_LABEL, v1alpha2,
@@ -35,52 +36,6 @@ use crate::runtime::queue::QueueClock;
 use crate::runtime::retry::Next;
 use crate::runtime::retry::{Outcome, RECHECK};
 use crate::runtime::{Work, WorkStreams};
-
-/// When the writes of a term that ended may still land.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Late {
-    /// Before the next term begins: the lease's margin holds (docs/operations.md, high availability).
-    BeforeNextTerm,
-    /// At any time, also after the next leader started (a write slower than the margin): a duplicate may appear for
-    /// a moment, but no two bound claims ever share an address, and none is left after quiescence.
-    Anytime,
-}
-
-#[derive(Clone, Debug)]
-pub struct Options {
-    pub replicas: usize,
-    pub steps: usize,
-    pub late: Late,
-    /// Keep a readable line per step (replays; a run that found nothing does not need one).
-    pub trace: bool,
-    /// Velero restores a namespace now and then (`SIM_VELERO=0` turns it off, to replay a seed found before it).
-    pub velero: bool,
-    /// A second manager of ours runs beside the first, with `--watch-filter` [`SHARD`]: pool `b/ip` is its shard's,
-    /// and most claims on it carry its label (`SIM_SHARDS=0` turns it off).
-    pub sharded: bool,
-}
-
-/// The `--watch-filter` of the second manager, and the label of its shard's pool and claims.
-pub const SHARD: &str = "shard-b";
-
-/// The pool of the second manager's shard.
-pub const SHARD_POOL: PoolId = PoolId::Ip(1);
-
-impl Options {
-    /// The options of a seed: its own number of replicas, length and kind of lateness.
-    pub fn for_seed(seed: u64) -> Options {
-        let mut rng = Rng::new(seed.rotate_left(17));
-        Options {
-            replicas: 2 + rng.below(2),
-            steps: 150 + rng.below(350),
-            late: if rng.chance(25) { Late::Anytime } else { Late::BeforeNextTerm },
-            trace: false,
-            velero: std::env::var("SIM_VELERO").map_or(true, |v| v != "0"),
-            // Drawn last, so that the draws above stay those of the seeds recorded before it.
-            sharded: rng.chance(30) && std::env::var("SIM_SHARDS").map_or(true, |v| v != "0"),
-        }
-    }
-}
 
 /// An invariant broken, with the events that led there.
 #[derive(Debug)]
@@ -391,78 +346,6 @@ impl Elsewhere {
     }
 }
 
-/// Swarm testing (Groce et al.): each seed weighs the kinds of steps its own way (a watch that crawls, users who
-/// churn, an API server that fails often), so that the seeds between them reach orders an even mix rarely does.
-#[derive(Clone, Debug)]
-struct Swarm {
-    /// How often each watch of [`WATCHED`] delivers, relative to the others.
-    watch_speed: [u32; WATCHED.len()],
-    /// The weights of `World::act`'s steps.
-    steps: [u32; 15],
-    /// The weights of `World::user`'s actions.
-    users: [u32; 13],
-    /// Percent of answered requests that fail instead.
-    failures: u64,
-    /// The room of the moved-away annotation: now and then only two entries', so that a move overflows it.
-    moved_away_max_bytes: usize,
-}
-
-/// The rare steps of `World::act` a seed may focus on: watch expiry, term end, API server restart, late write, and the
-/// orphan sweep.
-const RARE_STEPS: [usize; 5] = [10, 11, 13, 14, 5];
-
-/// The rare actions of `World::user` a seed may focus on: a pool deleted or made, a move away and back, an operator's
-/// release, the garbage collector, a claim's or a bound IPAddress's finalizer stripped, another provider.
-const RARE_USERS: [usize; 8] = [4, 5, 6, 7, 9, 10, 11, 12];
-
-impl Swarm {
-    /// Rare orders get their own weight: in one seed of four, one rare step or user action comes ten times as often
-    /// as its usual weight, so that a window it opens (a late write pending, a watch relisting, a move under way) is
-    /// also met by the orders that exploit it. Drawn from a generator of its own, so that the other seeds play as
-    /// they did; says what it focused on, for the trace.
-    fn focus(&mut self, seed: u64) -> Option<String> {
-        let mut rng = Rng::new(seed ^ 0xF0C5_0000_0000_0001);
-        if !rng.chance(25) {
-            return None;
-        }
-        let n = rng.below(RARE_STEPS.len() + RARE_USERS.len());
-        let (weights, index, what): (&mut [u32], usize, &str) = match RARE_STEPS.get(n) {
-            Some(&i) => (&mut self.steps, i, "step"),
-            None => (&mut self.users, RARE_USERS[n - RARE_STEPS.len()], "user action"),
-        };
-        weights[index] = weights[index].max(2) * 10;
-        Some(format!("this seed focuses on {what} {index} (weight {})", weights[index]))
-    }
-
-    fn new(rng: &mut Rng) -> Swarm {
-        let mut watch_speed = [0; WATCHED.len()];
-        for speed in &mut watch_speed {
-            *speed = [1, 3, 10, 30][rng.below(4)];
-        }
-        // deliver, answer, claim worker, pool worker, orphan check, sweep, moved-away writer, delayed requeue,
-        // status coalescer, user, watch expiry, term end, term start, API server restart, late write.
-        let base: [u32; 15] = [30, 30, 14, 4, 5, 1, 4, 4, 2, 10, 1, 1, 12, 1, 3];
-        let mut steps = base;
-        for (i, w) in steps.iter_mut().enumerate() {
-            // Each weight from a third to three times its base; a fault now and then left out entirely.
-            let factor: u32 = [1, 3, 9][rng.below(3)];
-            *w = (*w * factor).div_ceil(3);
-            if matches!(i, 10 | 11 | 13) && rng.chance(25) {
-                *w = 0;
-            }
-        }
-        // create, delete, pause, edit a pool, delete or create a pool, move away, move back, operator release,
-        // create or delete a Cluster, the garbage collector, a claim deleted with its finalizers stripped, another
-        // provider, a bound claim's IPAddress deleted with its finalizer stripped.
-        let mut users: [u32; 13] = [40, 22, 6, 8, 4, 3, 3, 2, 2, 6, 2, 5, 3];
-        for w in &mut users {
-            *w = (*w * [1, 3, 9][rng.below(3)]).div_ceil(3);
-        }
-        let moved_away_max_bytes = if rng.chance(20) { 30 } else { controllers::moved_away::MAX_BYTES };
-        Swarm { watch_speed, steps, users, failures: [0, 5, 15, 30][rng.below(4)], moved_away_max_bytes }
-    }
-}
-
 pub struct World {
     seed: u64,
     pub(super) rng: Rng,
@@ -564,7 +447,7 @@ fn describe(kind: Kind, object: &Value) -> String {
 impl World {
     pub fn new(seed: u64, options: Options) -> World {
         let mut rng = Rng::new(seed);
-        let mut swarm = Swarm::new(&mut rng);
+        let mut swarm = Swarm::new(&mut rng, WATCHED.len());
         let focus = swarm.focus(seed);
         let trace = focus.filter(|_| options.trace).map(|f| format!("   0: {f}")).into_iter().collect();
         let sharded = options.sharded;
@@ -1224,31 +1107,27 @@ impl World {
         let deliverable: Vec<usize> =
             (0..self.term.as_ref().map_or(0, |t| t.watches.len())).filter(|&w| self.has_events(w)).collect();
         let anytime_late = self.options.late == Late::Anytime && orphaned > 0;
-        let on = [
-            !deliverable.is_empty(),
-            pending > orphaned,
-            synced && ready_claims,
-            synced && pools,
-            gone,
-            synced,
-            moved,
-            synced && delayed,
-            synced,
-            true,
-            live,
-            live,
-            !live,
-            true,
-            anytime_late,
-        ];
-        let weights: Vec<u32> = on.iter().zip(self.swarm.steps).map(|(on, w)| if *on { w } else { 0 }).collect();
-        match self.rng.weighted(&weights) {
-            Some(0) => {
+        let allowed = |step: Step| match step {
+            Step::Deliver => !deliverable.is_empty(),
+            Step::Answer => pending > orphaned,
+            Step::ClaimWorker => synced && ready_claims,
+            Step::PoolWorker => synced && pools,
+            Step::OrphanCheck => gone,
+            Step::Sweep | Step::StatusCoalescer => synced,
+            Step::MovedAwayWriter => moved,
+            Step::DelayedRequeue => synced && delayed,
+            Step::User | Step::ApiServerRestart => true,
+            Step::WatchExpiry | Step::TermEnd => live,
+            Step::TermStart => !live,
+            Step::LateWrite => anytime_late,
+        };
+        match self.swarm.steps.pick(&mut self.rng, allowed) {
+            Some(Step::Deliver) => {
                 let speeds: Vec<u32> = deliverable.iter().map(|&w| self.swarm.watch_speed[w]).collect();
                 let w = deliverable[self.rng.weighted(&speeds).unwrap_or(0)];
                 self.deliver(w);
             }
-            Some(1) => {
+            Some(Step::Answer) => {
                 let candidates: Vec<usize> = lock(&self.hub)
                     .pending
                     .iter()
@@ -1259,35 +1138,35 @@ impl World {
                 let i = candidates[self.rng.below(candidates.len())];
                 self.resolve(i, false);
             }
-            Some(2) => self.start_ready_claim(),
-            Some(3) => {
+            Some(Step::ClaimWorker) => self.start_ready_claim(),
+            Some(Step::PoolWorker) => {
                 if let Some(key) = self.term.as_ref().and_then(|t| t.work.pools.try_next()) {
                     self.launch(Job::Pool(key));
                 }
             }
-            Some(4) => {
+            Some(Step::OrphanCheck) => {
                 if let Some(key) = self.take_from(|t| &mut t.gone) {
                     self.start(Job::Gone(key));
                 }
             }
-            Some(5) if !self.term.as_ref().is_some_and(Term::orphan_task_busy) => self.start(Job::Sweep),
-            Some(6) => {
+            Some(Step::Sweep) if !self.term.as_ref().is_some_and(Term::orphan_task_busy) => self.start(Job::Sweep),
+            Some(Step::MovedAwayWriter) => {
                 if let Some(key) = self.take_from(|t| &mut t.moved_away) {
                     self.start(Job::MovedAway(key));
                 }
             }
-            Some(7) => self.fire_delayed(),
-            Some(8) => self.coalesce_status(),
+            Some(Step::DelayedRequeue) => self.fire_delayed(),
+            Some(Step::StatusCoalescer) => self.coalesce_status(),
             // The world acts once per step, as itself: not as the second manager (whose index the actors would read).
-            Some(9) if self.serving.is_none() => self.user(),
-            Some(10) => self.expire_watch(),
-            Some(11) => {
+            Some(Step::User) if self.serving.is_none() => self.user(),
+            Some(Step::WatchExpiry) => self.expire_watch(),
+            Some(Step::TermEnd) => {
                 // Another replica takes the lease at once, or this one can no longer renew it.
                 if self.rng.chance(50) { self.end_term() } else { self.stop_renewing() }
             }
-            Some(12) => self.start_term(),
-            Some(13) => self.restart_api_server(),
-            Some(14) => {
+            Some(Step::TermStart) => self.start_term(),
+            Some(Step::ApiServerRestart) => self.restart_api_server(),
+            Some(Step::LateWrite) => {
                 let candidates: Vec<usize> = lock(&self.hub)
                     .pending
                     .iter()
@@ -1430,15 +1309,15 @@ impl World {
             let claims = claims.clone();
             return self.continue_move_away(n, claims);
         }
-        match self.rng.weighted(&self.swarm.users) {
-            Some(0) => self.create_claim(),
-            Some(1) => self.delete_claim(),
-            Some(2) => self.toggle_cluster_pause(n),
-            Some(3) => {
+        match self.swarm.users.pick(&mut self.rng, |_| true) {
+            Some(User::CreateClaim) => self.create_claim(),
+            Some(User::DeleteClaim) => self.delete_claim(),
+            Some(User::PauseOrUnpauseCluster) => self.toggle_cluster_pause(n),
+            Some(User::EditPool) => {
                 let pool = *self.rng.pick(&POOLS).unwrap_or(&PoolId::Global);
                 self.edit_pool(pool);
             }
-            Some(4) => {
+            Some(User::DeleteOrCreatePool) => {
                 let pool = *self.rng.pick(&POOLS).unwrap_or(&PoolId::Global);
                 if self.object(pool.server_kind(), &pool.key()).is_some() {
                     let deleted = if self.actors.rng.chance(25) {
@@ -1457,15 +1336,17 @@ impl World {
                     self.create_pool(pool);
                 }
             }
-            Some(5) => self.start_move_away(n),
-            Some(6) => self.move_back(n),
-            Some(7) => self.release_moved_away(n),
-            Some(8) if self.options.velero && self.moves[n] == Move::Home && self.actors.rng.chance(15) => {
+            Some(User::MoveAway) => self.start_move_away(n),
+            Some(User::MoveBack) => self.move_back(n),
+            Some(User::OperatorRelease) => self.release_moved_away(n),
+            Some(User::CreateOrDeleteCluster)
+                if self.options.velero && self.moves[n] == Move::Home && self.actors.rng.chance(15) =>
+            {
                 self.velero_begins(n);
             }
-            Some(8) => self.create_or_delete_cluster(n),
-            Some(9) => self.garbage_collect(),
-            Some(10) => {
+            Some(User::CreateOrDeleteCluster) => self.create_or_delete_cluster(n),
+            Some(User::GarbageCollector) => self.garbage_collect(),
+            Some(User::ClaimDeletedFinalizersStripped) => {
                 let keys = lock(&self.hub).server.keys(Kind::Claim);
                 if let Some(key) = self.rng.pick(&keys).cloned()
                     && !self.in_a_move(&key)
@@ -1473,8 +1354,8 @@ impl World {
                     self.force_delete_claim(&key);
                 }
             }
-            Some(11) => self.foreign_actor(),
-            Some(12) => self.strip_bound_ipaddress(),
+            Some(User::AnotherProvider) => self.foreign_actor(),
+            Some(User::BoundIpAddressDeletedFinalizerStripped) => self.strip_bound_ipaddress(),
             _ => {}
         }
     }
