@@ -444,12 +444,14 @@ async fn pool_worker(ctx: Arc<Context>, work: Arc<Work>, stop: CancellationToken
 
 /// One run of a pool worker.
 pub async fn work_pool(ctx: &Context, key: &PoolKey) -> Outcome {
-    let Some(pool) = ctx.index.pool(key) else { return Outcome::Done(Next::AwaitChange) };
-    if pool.shard().is_some_and(|shard| Some(shard) != ctx.options.watch_filter.as_deref()) {
+    let Some(view) = ctx.index.pool_view(key, pool::OUT_OF_RANGE_SHOWN) else {
+        return Outcome::Done(Next::AwaitChange);
+    };
+    if view.pool().shard().is_some_and(|shard| Some(shard) != ctx.options.watch_filter.as_deref()) {
         // Another shard's pool: its manager writes its finalizer and status.
         return Outcome::Done(Next::AwaitChange);
     }
-    match pool::reconcile(key, &pool, ctx).await {
+    match pool::reconcile(key, view, ctx).await {
         Ok(next) => Outcome::Done(next),
         Err(error) => ctx.failed("reconciling the pool", key, &error),
     }

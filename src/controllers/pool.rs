@@ -12,7 +12,7 @@ use super::{Context, Error, finalizers};
 use crate::api::v1alpha2::{PoolAddressesStatus, PoolStatus};
 use crate::api::{MOVED_AWAY_ANNOTATION, PROTECT_POOL_FINALIZER, Pool};
 use crate::apiserver::{Read, Target};
-use crate::index::{Index, PoolKey};
+use crate::index::{PoolKey, PoolStatusView, PoolView};
 use crate::runtime::retry::Next;
 
 /// A safety net for missed events; changes arrive through watches.
@@ -45,16 +45,12 @@ fn stored_ready(pool: &Pool) -> Option<&Condition> {
 }
 
 /// How many IPAddresses out of range the pool's condition names.
-const OUT_OF_RANGE_SHOWN: usize = 5;
+pub const OUT_OF_RANGE_SHOWN: usize = 5;
 
-/// What the index says the pool's status is: an invalid spec, addresses held twice, IPAddresses holding addresses the
-/// spec no longer allocates, or Ready (with the count of addresses reserved for Clusters moved away).
-pub fn desired_status(index: &Index, key: &PoolKey) -> DesiredStatus {
-    let ((counts, spec_error), duplicates, reservations, out_of_range) = index.read(|s| {
-        let out_of_range = s.out_of_range(key, OUT_OF_RANGE_SHOWN);
-        let reserved = s.reserved_in_annotation(key);
-        (s.status_counts_with(key, &reserved), s.status_duplicates(key), reserved.len(), out_of_range)
-    });
+/// What the pool's status is, as the index says it (`view`): an invalid spec, addresses held twice, IPAddresses holding
+/// addresses the spec no longer allocates, or Ready (with the count of addresses reserved for Clusters moved away).
+pub fn desired_status(view: &PoolStatusView) -> DesiredStatus {
+    let PoolStatusView { counts, spec_error, duplicates, reserved: reservations, out_of_range, .. } = view.clone();
     let addresses = PoolAddressesStatus::from(counts);
     let (ready, reason, message) = match (spec_error, duplicates.as_slice()) {
         (Some(e), _) => (false, "InvalidSpec", e),
@@ -95,25 +91,29 @@ pub fn desired_status(index: &Index, key: &PoolKey) -> DesiredStatus {
     DesiredStatus { addresses, ready, reason, message }
 }
 
-pub async fn reconcile(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Next, Error> {
+/// Reconciles the pool `key` from its view (`Index::pool_view`).
+pub async fn reconcile(key: &PoolKey, view: PoolView, ctx: &Context) -> Result<Next, Error> {
     let started = std::time::Instant::now();
-    let result = reconcile_pool(key, pool, ctx).await;
+    let result = reconcile_pool(key, view, ctx).await;
     ctx.reconciled(crate::metrics::pool_controller(key.kind), started.elapsed(), &result);
     result
 }
 
-async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Next, Error> {
+async fn reconcile_pool(key: &PoolKey, view: PoolView, ctx: &Context) -> Result<Next, Error> {
+    let pool = view.pool().clone();
     let finalizer = finalizers::index_of(&pool.metadata, PROTECT_POOL_FINALIZER);
-
-    if pool.is_deleting() {
+    let view = match view {
         // The pool goes once no IPAddress references it.
-        if !ctx.index.pool_in_use(key) && finalizer.is_some() {
-            finalizers::remove(ctx, &Target::Pool(key.clone()), &pool.metadata, PROTECT_POOL_FINALIZER).await?;
-            ctx.metrics.forget_pool(key.kind, &key.namespace, &key.name);
-            info!(pool = %key, "no IPAddress left; the pool may go");
+        PoolView::Deleting { in_use, .. } => {
+            if !in_use && finalizer.is_some() {
+                finalizers::remove(ctx, &Target::Pool(key.clone()), &pool.metadata, PROTECT_POOL_FINALIZER).await?;
+                ctx.metrics.forget_pool(key.kind, &key.namespace, &key.name);
+                info!(pool = %key, "no IPAddress left; the pool may go");
+            }
+            return Ok(Next::AwaitChange);
         }
-        return Ok(Next::AwaitChange);
-    }
+        PoolView::Serving { status, .. } => status,
+    };
     if finalizer.is_none() {
         let read = Read {
             resource_version: pool.metadata.resource_version.clone().unwrap_or_default(),
@@ -124,13 +124,13 @@ async fn reconcile_pool(key: &PoolKey, pool: &Pool, ctx: &Context) -> Result<Nex
             .await
             .map_err(Error::api("adding a finalizer"))?;
     }
-    let desired = desired_status(&ctx.index, key);
-    ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, ctx.index.read(|s| s.status_counts(key).0));
-    ctx.metrics.set_pool_duplicated(key.kind, &key.namespace, &key.name, ctx.index.duplicates(key).len());
-    if desired.is_current(pool) {
+    let desired = desired_status(&view);
+    ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, view.counts);
+    ctx.metrics.set_pool_duplicated(key.kind, &key.namespace, &key.name, view.duplicated_here);
+    if desired.is_current(&pool) {
         return Ok(Next::After(RESYNC));
     }
-    let transition = stored_ready(pool)
+    let transition = stored_ready(&pool)
         .filter(|c| c.status == desired.status())
         .map(|c| c.last_transition_time.clone())
         .unwrap_or_else(|| Time(ctx.now()));

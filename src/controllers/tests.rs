@@ -142,7 +142,7 @@ fn a_deleted_claim_holds_its_address_for_the_reuse_grace_period() {
 fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
     let (index, _) = index();
     index.apply_pool(pool("10.0.0.1-10.0.0.4", 1).into_pool());
-    let ready = desired_status(&index, &pool_key());
+    let ready = desired_status(&index.pool_status(&pool_key(), 5));
     assert_eq!((ready.ready, ready.reason, ready.message.as_str()), (true, "Ready", ""));
     assert_eq!((ready.addresses.total, ready.addresses.free), (4, 4));
     let stored = index.pool(&pool_key()).expect("pool");
@@ -161,7 +161,7 @@ fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
 
     index.apply_address(&ip_address("a", "10.0.0.1", &claim("a")));
     index.apply_address(&ip_address("b", "10.0.0.1", &claim("b")));
-    let duplicated = desired_status(&index, &pool_key());
+    let duplicated = desired_status(&index.pool_status(&pool_key(), 5));
     assert_eq!((duplicated.ready, duplicated.reason), (false, "DuplicateAddresses"));
     assert!(duplicated.message.contains("10.0.0.1 is held by more than one IPAddress: ns/a, ns/b"));
     assert!(!duplicated.is_current(&written));
@@ -171,7 +171,7 @@ fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
     let mut g = crate::api::v1alpha2::GlobalInClusterIPPool::new("g", spec);
     g.metadata.annotations = Some([(crate::api::MOVED_AWAY_ANNOTATION.to_owned(), "10.1.0.2".to_owned())].into());
     index.apply_pool(g.into_pool());
-    let reserved = desired_status(&index, &global);
+    let reserved = desired_status(&index.pool_status(&global, 5));
     assert_eq!((reserved.ready, reserved.addresses.used), (true, 1));
     assert!(reserved.message.starts_with("1 address(es) reserved"), "{}", reserved.message);
     assert_eq!(index.reservations(&global), [Held::Ip(Some("10.1.0.2".parse().expect("ip")))]);
@@ -179,7 +179,7 @@ fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
     let mut invalid = pool("nope", 2);
     invalid.metadata.generation = Some(2);
     index.apply_pool(invalid.into_pool());
-    let invalid = desired_status(&index, &pool_key());
+    let invalid = desired_status(&index.pool_status(&pool_key(), 5));
     assert_eq!((invalid.ready, invalid.reason), (false, "InvalidSpec"));
 }
 
@@ -204,12 +204,12 @@ fn a_record_a_relist_did_not_show_makes_no_duplicate_nor_out_of_range_condition(
             }
             _ => index.apply_pool(pool("10.0.0.2-10.0.0.4", 2).into_pool()),
         }
-        let desired = desired_status(&index, &pool_key());
+        let desired = desired_status(&index.pool_status(&pool_key(), 5));
         assert_eq!((desired.ready, desired.reason), (true, "Ready"), "{case}: {}", desired.message);
         // Resolved as there after all: the condition says it.
         let listed = index.address(&key("a")).expect("a's record");
         index.doubt_resolved(&key("a"), listed.uid, Some(&ip_address("a", "10.0.0.1", &a)));
-        let desired = desired_status(&index, &pool_key());
+        let desired = desired_status(&index.pool_status(&pool_key(), 5));
         assert!(!desired.ready, "{case}: once resolved, the condition names it: {}", desired.message);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     AddressRecord, AllocateError, Assigned, ClaimRun, ClaimView, Duplicate, Held, Index, ObjectKey, Observation,
-    Observed, PoolKey, Wait,
+    Observed, PoolKey, PoolView, Wait,
 };
 use crate::api::Pool;
 use crate::capi::{Claim, IpAddress};
@@ -248,6 +248,7 @@ impl Index {
         self.read(|s| s.duplicate_of(pool, key))
     }
 
+    #[cfg(test)]
     pub fn duplicates(&self, pool: &PoolKey) -> Vec<Duplicate> {
         self.read(|s| s.duplicates(pool))
     }
@@ -294,6 +295,16 @@ impl Index {
         self.read(|s| s.pool(key))
     }
 
+    pub fn pool_view(&self, key: &PoolKey, out_of_range_shown: usize) -> Option<PoolView> {
+        self.read(|s| s.pool_view(key, out_of_range_shown))
+    }
+
+    #[cfg(test)]
+    pub fn pool_status(&self, key: &PoolKey, out_of_range_shown: usize) -> super::PoolStatusView {
+        self.read(|s| s.pool_status(key, out_of_range_shown))
+    }
+
+    #[cfg(test)]
     pub fn pool_in_use(&self, key: &PoolKey) -> bool {
         self.read(|s| s.pool_in_use(key))
     }

@@ -33,7 +33,7 @@ pub use pools::Wait;
 pub use record::AddressRecord;
 pub use registry::Registry;
 pub use registry::{AllocateError, Assigned, Duplicate, Held, ObjectKey, PoolKey};
-pub use view::{ClaimRun, ClaimView, Served};
+pub use view::{ClaimRun, ClaimView, PoolStatusView, PoolView, Served};
 
 /// Where the index sends what it noticed.
 pub trait Sink: Send + Sync {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::{AddressRecord, Duplicate, Held, ObjectKey, PoolKey, State};
 use crate::api::Pool;
 use crate::capi::Claim;
+use crate::ipam::PoolCounts;
 
 /// One claim's view of the index.
 #[derive(Clone, Debug)]
@@ -57,6 +58,43 @@ pub struct ClaimView {
     pub served: Served,
 }
 
+/// What a pool's reconcile decides on, read from the index in one step ([`super::Index::pool_view`]).
+#[derive(Clone, Debug)]
+pub enum PoolView {
+    /// The pool is being deleted: whether an IPAddress still references it, or a create of one is uncertain (its
+    /// finalizer waits for neither; reservations go with it).
+    Deleting { pool: Arc<Pool>, in_use: bool },
+    /// The pool serves: what its status says.
+    Serving { pool: Arc<Pool>, status: PoolStatusView },
+}
+
+impl PoolView {
+    /// The pool as its watch shows it.
+    pub fn pool(&self) -> &Arc<Pool> {
+        match self {
+            PoolView::Deleting { pool, .. } | PoolView::Serving { pool, .. } => pool,
+        }
+    }
+}
+
+/// A pool's status as the index says it: the same for every manager that watches the pool (nothing only this one
+/// knows of: an IPAddress in flight, or a record of ours a relist did not show).
+#[derive(Clone, Debug, Default)]
+pub struct PoolStatusView {
+    /// The D4 counts of its IPAddresses, reservations and pins.
+    pub counts: PoolCounts,
+    /// Why its spec is invalid, if it is.
+    pub spec_error: Option<String>,
+    /// The addresses more than one IPAddress holds.
+    pub duplicates: Vec<Duplicate>,
+    /// How many addresses the moved-away annotation reserves.
+    pub reserved: usize,
+    /// Up to the number asked for of the IPAddresses holding an address its spec no longer allocates.
+    pub out_of_range: Vec<(ObjectKey, Held)>,
+    /// The addresses more than one IPAddress holds as this manager knows them (the metric, which is its own).
+    pub duplicated_here: usize,
+}
+
 /// Who serves a claim: the manager of its pool's shard (the pool's `cluster.x-k8s.io/watch-filter` label; a pool
 /// without one is any manager's, as in the Go provider).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +132,33 @@ impl ClaimView {
 }
 
 impl State {
+    /// The view of the pool `key` (see [`PoolView`]), naming up to `out_of_range_shown` IPAddresses out of range;
+    /// `None` when the pool is not known.
+    pub fn pool_view(&self, key: &PoolKey, out_of_range_shown: usize) -> Option<PoolView> {
+        let pool = self.pools.get(key)?.clone();
+        // Whether it is in use is a walk of every IPAddress: only for a pool that waits for none to be left.
+        Some(if pool.is_deleting() {
+            PoolView::Deleting { in_use: self.pool_in_use(key), pool }
+        } else {
+            PoolView::Serving { status: self.pool_status(key, out_of_range_shown), pool }
+        })
+    }
+
+    /// The status of the pool `key` (see [`PoolStatusView`]).
+    pub fn pool_status(&self, key: &PoolKey, out_of_range_shown: usize) -> PoolStatusView {
+        // The annotation may be large: read once per status.
+        let reserved = self.reserved_in_annotation(key);
+        let (counts, spec_error) = self.status_counts_with(key, &reserved);
+        PoolStatusView {
+            counts,
+            spec_error,
+            duplicates: self.status_duplicates(key),
+            reserved: reserved.len(),
+            out_of_range: self.out_of_range(key, out_of_range_shown),
+            duplicated_here: self.duplicates(key).len(),
+        }
+    }
+
     /// What a run of the claim `key`'s worker starts from (see [`ClaimRun`]).
     pub fn claim_run(&mut self, key: &ObjectKey) -> ClaimRun {
         let claim = self.claim(key);
