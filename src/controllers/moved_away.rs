@@ -15,7 +15,7 @@ use tracing::warn;
 
 use crate::api::{MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK};
 use crate::compact::{ResourceVersion, Uid};
-use crate::index::PoolKey;
+use crate::index::{Observed, PoolKey};
 use crate::index::moved_away::entries;
 
 /// A failed write is tried again after this long.
@@ -110,12 +110,12 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
     }
     let Some(live) = ctx.api.get_pool(key).await.map_err(Error::api("reading the pool"))? else {
         // The pool is gone, and its reservations with it.
-        ctx.index.moved_away_written(key, &changes, None);
+        ctx.index.observe(Observed::MovedAwayWritten { pool: key, changes: &changes, revision: None });
         return Ok(Written::All);
     };
     let dropped = queued_for_a_pool_gone(ctx, key, &live, &changes).await?;
     if !dropped.is_empty() {
-        ctx.index.moved_away_dropped(key, &dropped);
+        ctx.index.observe(Observed::MovedAwayDropped { pool: key, dropped: &dropped });
         changes.retain(|entry, _| !dropped.contains(entry));
         if changes.is_empty() {
             return Ok(Written::All);
@@ -126,7 +126,8 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
     let (value, landed) = fit(stored, &changes, ctx.options.moved_away_max_bytes, &unbacked);
     let full = landed.len() < changes.len();
     if full {
-        ctx.index.moved_away_left_out(key, changes.keys().filter(|e| !landed.contains_key(*e)).cloned().collect());
+        let left_out: Vec<String> = changes.keys().filter(|e| !landed.contains_key(*e)).cloned().collect();
+        ctx.index.observe(Observed::MovedAwayLeftOut { pool: key, left_out: &left_out });
         warn!(
             pool = %key,
             annotation = MOVED_AWAY_ANNOTATION,
@@ -145,7 +146,7 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
         .await
         .map_err(Error::api("recording the addresses moved away"))?;
     let revision = ResourceVersion::of(written.metadata.resource_version.as_deref().unwrap_or_default());
-    ctx.index.moved_away_written(key, &landed, Some(revision));
+    ctx.index.observe(Observed::MovedAwayWritten { pool: key, changes: &landed, revision: Some(revision) });
     Ok(if full { Written::Full } else { Written::All })
 }
 

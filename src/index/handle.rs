@@ -190,12 +190,9 @@ impl Index {
         self.read(|s| s.moved_away_unwritten(pool, key))
     }
 
+    #[cfg(test)]
     pub fn moved_away_left_out(&self, pool: &PoolKey, left_out: Vec<String>) {
         self.write(|s| s.moved_away_left_out(pool, left_out))
-    }
-
-    pub fn moved_away_no_room(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
-        self.read(|s| s.moved_away_no_room(pool, key))
     }
 
     pub fn orphaned_hold(&self, key: &ObjectKey) -> Option<PoolKey> {
@@ -356,6 +353,7 @@ impl Index {
         self.read(|s| s.moved_away_for_another_pool(pool, changes, live))
     }
 
+    #[cfg(test)]
     pub fn moved_away_dropped(&self, pool: &PoolKey, dropped: &[String]) {
         self.write(|s| s.moved_away_dropped(pool, dropped))
     }
@@ -368,6 +366,7 @@ impl Index {
         self.read(|s| s.moved_away_unbacked(pool, changes))
     }
 
+    #[cfg(test)]
     pub fn moved_away_written(
         &self,
         pool: &PoolKey,

@@ -2,6 +2,7 @@
 //! author of what a live read, or the answer to a write, means for the index's records and holds. The controllers
 //! decide what to read and write and what comes next; what the answer means is decided here, once.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{AddressRecord, ClaimView, Held, ObjectKey, PoolKey, State};
@@ -30,6 +31,14 @@ pub enum Observed<'a> {
     StatusWritten { claim: &'a Claim, digest: u64 },
     /// The Cluster `key` read live, paused at `revision`, perhaps before its watch shows it.
     ClusterPaused { key: &'a ObjectKey, revision: ResourceVersion },
+    /// The pending changes `changes` of `pool`'s moved-away annotation landed, by a write that returned `revision`;
+    /// or the pool was read gone (`None`).
+    MovedAwayWritten { pool: &'a PoolKey, changes: &'a BTreeMap<String, bool>, revision: Option<ResourceVersion> },
+    /// The pending additions `dropped` of `pool` were queued for a pool object the API server no longer has, their
+    /// IPAddresses gone too.
+    MovedAwayDropped { pool: &'a PoolKey, dropped: &'a [String] },
+    /// The pool's annotation, read live, has no room for the pending additions `left_out`.
+    MovedAwayLeftOut { pool: &'a PoolKey, left_out: &'a [String] },
 }
 
 /// What follows for the hold of a create whose answer was lost or refused, should a read of its name show that it
@@ -100,6 +109,18 @@ impl State {
             }
             Observed::ClusterPaused { key, revision } => {
                 self.cluster_read_paused(key.clone(), revision);
+                Observation::default()
+            }
+            Observed::MovedAwayWritten { pool, changes, revision } => {
+                self.moved_away_written(pool, changes, revision);
+                Observation::default()
+            }
+            Observed::MovedAwayDropped { pool, dropped } => {
+                self.moved_away_dropped(pool, dropped);
+                Observation::default()
+            }
+            Observed::MovedAwayLeftOut { pool, left_out } => {
+                self.moved_away_left_out(pool, left_out.iter().cloned());
                 Observation::default()
             }
         }
