@@ -15,8 +15,8 @@ use tracing::warn;
 
 use crate::api::{MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK};
 use crate::compact::{ResourceVersion, Uid};
-use crate::index::{Observed, PoolKey};
 use crate::index::moved_away::entries;
+use crate::index::{Observed, PoolKey};
 
 /// A failed write is tried again after this long.
 const RETRY: Duration = Duration::from_secs(1);
