@@ -120,11 +120,6 @@ impl Index {
         self.write(|s| s.claim_of_another_manager(key, uid, claim_shard))
     }
 
-    #[cfg(test)]
-    pub fn blocked_elsewhere(&self, key: &ObjectKey) {
-        self.write(|s| s.blocked_elsewhere(key))
-    }
-
     pub fn addresses_listing(&self) {
         self.write(|s| s.addresses_listing())
     }

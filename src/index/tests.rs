@@ -839,8 +839,9 @@ fn a_claim_blocked_by_another_providers_ipaddress_is_woken_when_it_goes_or_a_rel
     assert_eq!(sink.take_woken(), [key("m")], "told when it appears or changes");
     index.address_delete_watched(&key("m"), &theirs);
     assert_eq!(sink.take_woken(), [key("m")], "woken when it goes");
-    // Blocked again; the watch expires and lists again without it (its DELETED event was never seen).
-    index.blocked_elsewhere(&key("m"));
+    // Blocked again (its reconcile says it waits for its name); the watch expires and lists again without it (its
+    // DELETED event was never seen).
+    index.claim_waits(&pool_key(), &key("m"), crate::index::Wait::ItsName);
     index.addresses_listing();
     index.addresses_listed();
     assert_eq!(sink.take_woken(), [key("m")], "woken after the list");
