@@ -145,6 +145,26 @@ fn feed_pool(index: &Index, pool: InClusterIPPool) {
     Relist::default().on_event(&Pools::<InClusterIPPool>::of(index), Event::Apply(pool));
 }
 
+/// A pool being deleted keeps its finalizer while an IPAddress references it: its view says it is in use until the
+/// last one goes, and only then may the pool controller let it go.
+#[test]
+fn a_pool_being_deleted_is_in_use_until_its_last_ipaddress_goes() {
+    let (index, _) = index();
+    let mut going = pool("10.0.0.1-10.0.0.2", 1);
+    going.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    feed_pool(&index, going);
+    let a = claim("a");
+    let object = ip_address("a", "10.0.0.1", &a);
+    index.apply_address(&object);
+    let in_use = |index: &Index| match index.pool_view(&pool_key(), 5) {
+        Some(PoolView::Deleting { in_use, .. }) => in_use,
+        other => panic!("a pool being deleted: {other:?}"),
+    };
+    assert!(in_use(&index), "its IPAddress references it");
+    index.address_delete_watched(&key("a"), &object);
+    assert!(!in_use(&index), "the last one went");
+}
+
 #[test]
 fn a_claim_deleted_while_waiting_for_its_cluster_leaves_nothing_behind() {
     let (index, sink) = index();
