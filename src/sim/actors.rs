@@ -440,7 +440,8 @@ impl World {
         let n = restore.namespace;
         let key = key_of(&object);
         let now = self.now_ms();
-        let waited = self.actors.velero.as_ref().and_then(|r| r.claims_restored_at.get(&key)).map(|(at, _)| now - at);
+        let restored = self.actors.velero.as_ref().and_then(|r| r.claims_restored_at.get(&key)).cloned();
+        let waited = restored.as_ref().map(|(at, _)| now - at);
         match self.server_create(kind, object.clone()) {
             Ok(created) if kind == Kind::Address => self.restored_ipaddress(n, &created),
             Ok(created) if kind == Kind::Claim => {
@@ -455,12 +456,14 @@ impl World {
                 // and the machine's address is free in the pool (finding 6 of issue 33). Only within the restore
                 // wait (120 s in the simulation): a restore slower than that is documented to lose the race.
                 // The backup's IPAddress of the claim's own pool only: one of another pool (an earlier claim's orphan
-                // of the name) is not this claim's to adopt (seed 610567943).
+                // of the name) is not this claim's to adopt (seed 610567943). Only the claim this restore made: a user's
+                // claim of the name since (the restored one deleted) is no restored machine's (seed 800989435).
                 if waited.is_some_and(|ms| ms < 115_000)
                     && let Some(existing) = self.object(Kind::Address, &key)
                     && existing["spec"]["address"] != object["spec"]["address"]
                     && self.object(Kind::Claim, &key).is_some_and(|c| {
-                        existing.pointer("/metadata/ownerReferences/0/uid") == c.pointer("/metadata/uid")
+                        restored.as_ref().is_some_and(|(_, uid)| c["metadata"]["uid"].as_str() == Some(uid))
+                            && existing.pointer("/metadata/ownerReferences/0/uid") == c.pointer("/metadata/uid")
                             && object["spec"]["poolRef"]["kind"] == c["spec"]["poolRef"]["kind"]
                             && object["spec"]["poolRef"]["name"] == c["spec"]["poolRef"]["name"]
                     })
