@@ -13,6 +13,8 @@ mod ipaddress;
 pub(crate) mod moved_away;
 pub(crate) mod orphans;
 mod pool;
+#[cfg(test)]
+mod recording;
 pub mod status;
 #[cfg(test)]
 mod tests;

@@ -17,12 +17,19 @@ use crate::capi::allocated_address;
 use crate::compact::intern;
 use crate::index::tests::{claim, index, ip_address, key, pool, pool_key};
 use crate::index::{AllocateError, Held};
+use recording::{Answer, RecordingApi};
 
 /// A Context on an index of its own, with a client to a port where nothing listens.
 fn test_context() -> Context {
     let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
     let client = Client::try_from(config).expect("a client");
-    let options = ControllerOptions {
+    let options = test_options();
+    let api = Arc::new(KubeApi::new(client, options.capi, Fence::none()));
+    context_on(api, options)
+}
+
+fn test_options() -> ControllerOptions {
+    ControllerOptions {
         namespace: None,
         watch_filter: None,
         capi: CapiApis { ipam: CapiVersion::V1Beta2, cluster: Some(CapiVersion::V1Beta2) },
@@ -30,11 +37,14 @@ fn test_context() -> Context {
         orphan_release_delay: Duration::from_secs(1),
         restore_wait: Duration::from_secs(120),
         moved_away_max_bytes: moved_away::MAX_BYTES,
-    };
+    }
+}
+
+/// A Context on an index of its own, whose requests go to `api`.
+fn context_on(api: Arc<dyn ApiServer>, options: ControllerOptions) -> Context {
     let (_, synced) = watch::channel(true);
     let metrics = Arc::new(Metrics::new());
     let (work, _streams) = Work::new(&metrics);
-    let api = Arc::new(KubeApi::new(client, options.capi, Fence::none()));
     Context::new(api, options, metrics, Arc::new(work), synced)
 }
 
@@ -315,4 +325,96 @@ async fn what_the_index_counts_reaches_the_metrics_through_its_notices() {
     // The pool deleted, its series go.
     ctx.index.delete_pool(&pool_key());
     assert!(!ctx.metrics.encode().contains("capi_ipam_pool_addresses_free{"), "{}", ctx.metrics.encode());
+}
+
+/// A claim at resourceVersion `rv`, as its watch delivers it.
+fn at_version(mut claim: crate::capi::Claim, rv: &str) -> crate::capi::Claim {
+    claim.resource_version = crate::compact::ResourceVersion::of(rv);
+    claim
+}
+
+/// The claim as a write or a read returns it.
+fn resource(claim: &crate::capi::Claim) -> crate::capi::ClaimResource {
+    crate::capi::ClaimResource { metadata: Default::default(), claim: claim.clone() }
+}
+
+/// Runs one reconcile of `claim` against the scripted `api`, on an index holding `pool("10.0.0.1-10.0.0.3")`.
+async fn reconcile_against(api: &Arc<RecordingApi>, claim: &crate::capi::Claim) -> Result<Next, Error> {
+    let ctx = context_on(api.clone(), test_options());
+    ctx.index.apply_pool(pool("10.0.0.1-10.0.0.3", 1).into_pool());
+    ctx.index.apply_claim(claim.clone());
+    claim::reconcile(claim, ctx.index.claim_view(claim, pool_key()), &ctx).await
+}
+
+#[tokio::test]
+async fn a_new_claims_first_run_writes_its_finalizer_its_ipaddress_and_its_status_once_each() {
+    let new = at_version(claim("a"), "1");
+    let new = crate::capi::Claim { release_finalizer_index: None, ..new };
+    let written = crate::capi::Claim { release_finalizer_index: Some(0), ..at_version(new.clone(), "2") };
+    let api = Arc::new(RecordingApi::answering([Answer::Claim(resource(&written)), Answer::Created, Answer::Done]));
+    assert_eq!(reconcile_against(&api, &new).await.expect("answered"), Next::AwaitChange);
+    assert_eq!(
+        api.calls(),
+        [
+            "add_claim_finalizer ns/a ipam.cluster.x-k8s.io/ReleaseAddress",
+            "create_address ns/a 10.0.0.1",
+            "patch_claim_status ns/a at 2 (a)",
+        ],
+        "one write per step, the status conditioned on the claim as the finalizer write returned it"
+    );
+}
+
+#[tokio::test]
+async fn a_bound_claim_whose_ipaddress_is_gone_reads_itself_live_before_it_makes_it_again_with_its_address() {
+    let mut bound = at_version(claim("a"), "5");
+    bound.bound = Some(Box::default());
+    bound.bound_address = "10.0.0.3".parse().ok();
+    // Gone, as the API server has it: nothing is made.
+    let api = Arc::new(RecordingApi::answering([Answer::NoClaim]));
+    assert_eq!(reconcile_against(&api, &bound).await.expect("answered"), Next::AwaitChange);
+    assert_eq!(api.calls(), ["get_claim ns/a"]);
+    // Still bound: made again with the address its condition names (its machine's), not the lowest free one.
+    let api = Arc::new(RecordingApi::answering([Answer::Claim(resource(&bound)), Answer::Created, Answer::Done]));
+    assert_eq!(reconcile_against(&api, &bound).await.expect("answered"), Next::AwaitChange);
+    assert_eq!(
+        api.calls(),
+        ["get_claim ns/a", "create_address ns/a 10.0.0.3", "patch_claim_status ns/a at 5 (a)"],
+        "no Event: a first Allocated is said by the condition alone"
+    );
+}
+
+#[tokio::test]
+async fn a_run_that_would_make_one_request_too_many_fails() {
+    // The script answers the finalizer only: the create is unexpected, refused, and the run says so.
+    let new = crate::capi::Claim { release_finalizer_index: None, ..at_version(claim("a"), "1") };
+    let written = crate::capi::Claim { release_finalizer_index: Some(0), ..at_version(new.clone(), "2") };
+    let api = Arc::new(RecordingApi::answering([Answer::Claim(resource(&written))]));
+    assert!(reconcile_against(&api, &new).await.is_err());
+    assert_eq!(api.calls()[1], "create_address ns/a 10.0.0.1");
+}
+
+#[tokio::test]
+async fn a_deleted_claims_release_reads_its_ipaddress_deletes_it_then_takes_its_own_finalizer_off() {
+    let mut going = at_version(claim("a"), "7");
+    going.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    let mut its_own = ip_address("a", "10.0.0.1", &going);
+    its_own.metadata.resource_version = Some("6".to_owned());
+    let uid = its_own.metadata.uid.clone().unwrap_or_default();
+    let api = Arc::new(RecordingApi::answering([Answer::Address(its_own), Answer::Done, Answer::Done]));
+    assert_eq!(reconcile_against(&api, &going).await.expect("answered"), Next::AwaitChange);
+    assert_eq!(
+        api.calls(),
+        [
+            "get_address ns/a".to_owned(),
+            format!("delete_address ns/a {uid}"),
+            "remove_finalizer IPAddressClaim ns/a ipam.cluster.x-k8s.io/ReleaseAddress".to_owned(),
+        ]
+    );
+    // None of its name: nothing is deleted, and the claim's finalizer comes off.
+    let api = Arc::new(RecordingApi::answering([Answer::NoAddress, Answer::Done]));
+    assert_eq!(reconcile_against(&api, &going).await.expect("answered"), Next::AwaitChange);
+    assert_eq!(
+        api.calls(),
+        ["get_address ns/a", "remove_finalizer IPAddressClaim ns/a ipam.cluster.x-k8s.io/ReleaseAddress"]
+    );
 }
