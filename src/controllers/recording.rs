@@ -62,33 +62,41 @@ impl RecordingApi {
     }
 }
 
-fn mismatch<T>(what: &str) -> Result<T, ApiError> {
-    Err(ApiError::Refused { code: 500, message: format!("the script answers something else to {what}") })
+impl RecordingApi {
+    /// Records `call`, and answers with what `pick` makes of the next answer: an error as scripted, a refusal when the
+    /// script answers something else.
+    fn reply<'a, T: Send + 'a>(&self, call: String, pick: impl FnOnce(Answer) -> Option<T>) -> Call<'a, T> {
+        let what = call.split(' ').next().unwrap_or_default().to_owned();
+        let result = match self.answer(call) {
+            Answer::Error(e) => Err(e),
+            answer => pick(answer).ok_or_else(|| ApiError::Refused {
+                code: 500,
+                message: format!("the script answers something else to {what}"),
+            }),
+        };
+        Box::pin(async move { result })
+    }
 }
 
 impl ApiServer for RecordingApi {
     fn get_claim<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<ClaimResource>> {
-        let result = match self.answer(format!("get_claim {key}")) {
-            Answer::Claim(claim) => Ok(Some(claim)),
-            Answer::NoClaim => Ok(None),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("get_claim"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("get_claim {key}"), |a| match a {
+            Answer::Claim(claim) => Some(Some(claim)),
+            Answer::NoClaim => Some(None),
+            _ => None,
+        })
     }
 
     fn get_claim_conditions<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<StoredConditions>> {
-        let result = match self.answer(format!("get_claim_conditions {key}")) {
-            Answer::Claim(c) => Ok(Some(StoredConditions {
+        self.reply(format!("get_claim_conditions {key}"), |a| match a {
+            Answer::Claim(c) => Some(Some(StoredConditions {
                 resource_version: c.claim.resource_version.text().unwrap_or_default(),
                 uid: c.claim.uid.to_string(),
                 ..StoredConditions::default()
             })),
-            Answer::NoClaim => Ok(None),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("get_claim_conditions"),
-        };
-        Box::pin(async move { result })
+            Answer::NoClaim => Some(None),
+            _ => None,
+        })
     }
 
     fn add_claim_finalizer<'a>(
@@ -97,12 +105,10 @@ impl ApiServer for RecordingApi {
         finalizer: &'a str,
         _read: &'a Read,
     ) -> Call<'a, ClaimResource> {
-        let result = match self.answer(format!("add_claim_finalizer {key} {finalizer}")) {
-            Answer::Claim(claim) => Ok(claim),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("add_claim_finalizer"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("add_claim_finalizer {key} {finalizer}"), |a| match a {
+            Answer::Claim(claim) => Some(claim),
+            _ => None,
+        })
     }
 
     fn patch_claim_status<'a>(
@@ -112,56 +118,37 @@ impl ApiServer for RecordingApi {
         status: &'a ClaimStatusPatch,
     ) -> Call<'a, ()> {
         let bound = status.address_ref.as_ref().map_or("unbound", |r| r.name.as_str());
-        let result = match self.answer(format!("patch_claim_status {key} at {resource_version} ({bound})")) {
-            Answer::Done => Ok(()),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("patch_claim_status"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("patch_claim_status {key} at {resource_version} ({bound})"), done)
     }
 
     fn get_address<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<IpAddress>> {
-        let result = match self.answer(format!("get_address {key}")) {
-            Answer::Address(address) => Ok(Some(address)),
-            Answer::NoAddress => Ok(None),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("get_address"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("get_address {key}"), |a| match a {
+            Answer::Address(address) => Some(Some(address)),
+            Answer::NoAddress => Some(None),
+            _ => None,
+        })
     }
 
     fn create_address<'a>(&'a self, address: &'a IpAddress) -> Call<'a, IpAddress> {
         let name = address.metadata.name.as_deref().unwrap_or_default();
         let namespace = address.metadata.namespace.as_deref().unwrap_or_default();
-        let result = match self.answer(format!("create_address {namespace}/{name} {}", address.spec.address)) {
+        self.reply(format!("create_address {namespace}/{name} {}", address.spec.address), |a| match a {
             Answer::Created => {
                 let mut created = address.clone();
                 created.metadata.uid = Some(CREATED_UID.to_owned());
                 created.metadata.resource_version = Some("10".to_owned());
-                Ok(created)
+                Some(created)
             }
-            Answer::Error(e) => Err(e),
-            _ => mismatch("create_address"),
-        };
-        Box::pin(async move { result })
+            _ => None,
+        })
     }
 
     fn repair_address<'a>(&'a self, key: &'a ObjectKey, _repair: &'a Repair) -> Call<'a, IpAddress> {
-        let result = match self.answer(format!("repair_address {key}")) {
-            Answer::Address(address) => Ok(address),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("repair_address"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("repair_address {key}"), an_address)
     }
 
     fn mark_address_moved_away<'a>(&'a self, key: &'a ObjectKey, _resource_version: &'a str) -> Call<'a, IpAddress> {
-        let result = match self.answer(format!("mark_address_moved_away {key}")) {
-            Answer::Address(address) => Ok(address),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("mark_address_moved_away"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("mark_address_moved_away {key}"), an_address)
     }
 
     fn delete_address<'a>(
@@ -170,47 +157,27 @@ impl ApiServer for RecordingApi {
         uid: &'a str,
         _resource_version: Option<&'a str>,
     ) -> Call<'a, Deleted> {
-        let result = match self.answer(format!("delete_address {key} {uid}")) {
-            Answer::Done => Ok(Deleted::Gone),
-            Answer::Address(address) => Ok(Deleted::Deleting(Box::new(address))),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("delete_address"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("delete_address {key} {uid}"), |a| match a {
+            Answer::Done => Some(Deleted::Gone),
+            Answer::Address(address) => Some(Deleted::Deleting(Box::new(address))),
+            _ => None,
+        })
     }
 
     fn get_pool<'a>(&'a self, key: &'a PoolKey) -> Call<'a, Option<Pool>> {
-        let result = match self.answer(format!("get_pool {key}")) {
-            Answer::Error(e) => Err(e),
-            _ => mismatch("get_pool"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("get_pool {key}"), |_| None)
     }
 
     fn get_cluster<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<Cluster>> {
-        let result = match self.answer(format!("get_cluster {key}")) {
-            Answer::Error(e) => Err(e),
-            _ => mismatch("get_cluster"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("get_cluster {key}"), |_| None)
     }
 
     fn add_pool_finalizer<'a>(&'a self, key: &'a PoolKey, finalizer: &'a str, _read: &'a Read) -> Call<'a, ()> {
-        let result = match self.answer(format!("add_pool_finalizer {key} {finalizer}")) {
-            Answer::Done => Ok(()),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("add_pool_finalizer"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("add_pool_finalizer {key} {finalizer}"), done)
     }
 
     fn patch_pool_status<'a>(&'a self, key: &'a PoolKey, _status: &'a PoolStatus) -> Call<'a, ()> {
-        let result = match self.answer(format!("patch_pool_status {key}")) {
-            Answer::Done => Ok(()),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("patch_pool_status"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("patch_pool_status {key}"), done)
     }
 
     fn patch_pool_annotation<'a>(
@@ -220,11 +187,7 @@ impl ApiServer for RecordingApi {
         annotation: &'a str,
         _value: Option<&'a str>,
     ) -> Call<'a, Pool> {
-        let result = match self.answer(format!("patch_pool_annotation {key} {annotation}")) {
-            Answer::Error(e) => Err(e),
-            _ => mismatch("patch_pool_annotation"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("patch_pool_annotation {key} {annotation}"), |_| None)
     }
 
     fn remove_finalizer<'a>(
@@ -238,17 +201,23 @@ impl ApiServer for RecordingApi {
             Target::Address(key) => format!("IPAddress {key}"),
             Target::Pool(key) => key.to_string(),
         };
-        let result = match self.answer(format!("remove_finalizer {on} {finalizer}")) {
-            Answer::Done => Ok(Removed::Kept),
-            Answer::Error(e) => Err(e),
-            _ => mismatch("remove_finalizer"),
-        };
-        Box::pin(async move { result })
+        self.reply(format!("remove_finalizer {on} {finalizer}"), |a| matches!(a, Answer::Done).then_some(Removed::Kept))
     }
 
     /// Events are recorded, never scripted: they are best effort, and a test asserts them among the calls.
     fn publish_event(&self, event: k8s_openapi::api::events::v1::Event) -> Call<'_, ()> {
         self.calls.lock().push(format!("publish_event {}", event.reason.unwrap_or_default()));
         Box::pin(async move { Ok(()) })
+    }
+}
+
+fn done(answer: Answer) -> Option<()> {
+    matches!(answer, Answer::Done).then_some(())
+}
+
+fn an_address(answer: Answer) -> Option<IpAddress> {
+    match answer {
+        Answer::Address(address) => Some(address),
+        _ => None,
     }
 }
