@@ -96,7 +96,7 @@ async fn reconcile_claim(claim: &Claim, mut view: ClaimView, ctx: &Context) -> R
                 debug!(claim = %key, index = ?written.release_finalizer_index, "finalizer added");
                 // The write awaited, and the index may have moved on meanwhile (an IPAddress of the name seen): what
                 // follows decides on a new view.
-                view = ctx.index.claim_view(&written, pool_key.clone());
+                view = ctx.index.observe_then_view(&written, pool_key.clone(), Observed::NothingNew).1;
                 patched = Some(written);
             }
             Step::SettleUncertainCreate { then } => {
@@ -113,7 +113,7 @@ async fn reconcile_claim(claim: &Claim, mut view: ClaimView, ctx: &Context) -> R
             }
             Step::End(end) => {
                 if stops_waiting {
-                    ctx.index.claim_waits(&pool_key, key, Wait::Nothing);
+                    ctx.index.observe(Observed::Waits { pool: &pool_key, key, wait: Wait::Nothing });
                 }
                 return execute(claim, ctx, &view, end).await;
             }
@@ -137,7 +137,8 @@ async fn execute(claim: &Claim, ctx: &Context, view: &ClaimView, end: End) -> Re
         }
         End::LetGo { judged, why } => let_go(ctx, key, view, judged, why).await,
         End::LetGoLeftBehind { judged } => match &view.record {
-            Some(record) if super::orphans::pool_known_as_it_is(ctx, record).await => {
+            // Of the claim's pool (`plan::adoption`), which the view shows as the index knows it.
+            Some(record) if super::orphans::pool_known_as_it_is(ctx, record, view.pool.as_deref()).await => {
                 let_go(ctx, key, view, judged, LetGo::Deleting).await
             }
             _ => Ok(Next::After(Duration::from_secs(1))),
@@ -153,7 +154,7 @@ async fn execute(claim: &Claim, ctx: &Context, view: &ClaimView, end: End) -> Re
 async fn adopt_found(claim: &Claim, ctx: &Context, view: &ClaimView, record: &AddressRecord) -> Result<Next, Error> {
     let end = plan::adoption(claim, view, record, &facts(ctx));
     if !matches!(end, End::BelongsElsewhere { .. }) {
-        ctx.index.claim_waits(&view.pool_key, &claim.key, Wait::Nothing);
+        ctx.index.observe(Observed::Waits { pool: &view.pool_key, key: &claim.key, wait: Wait::Nothing });
     }
     Box::pin(execute(claim, ctx, view, end)).await
 }
@@ -188,7 +189,7 @@ async fn allocate_and_create(
         // it). Looked at again, the claim is another manager's.
         Err(AllocateError::ServedElsewhere { .. }) => Ok(Next::After(Duration::ZERO)),
         Err(AllocateError::Exhausted { .. }) => {
-            ctx.index.claim_waits(pool_key, key, Wait::AnAddress);
+            ctx.index.observe(Observed::Waits { pool: pool_key, key, wait: Wait::AnAddress });
             set_ready(claim, ctx, ClaimReason::PoolExhausted, format!("{pool_key} has no free address"), None).await?;
             Ok(Next::After(RECHECK))
         }
@@ -198,7 +199,7 @@ async fn allocate_and_create(
         }
         Err(e @ AllocateError::Requested { .. }) => {
             // Retried when an address of the pool frees up (it may be the requested one) or the pool changes.
-            ctx.index.claim_waits(pool_key, key, Wait::ItsRequestedAddress);
+            ctx.index.observe(Observed::Waits { pool: pool_key, key, wait: Wait::ItsRequestedAddress });
             set_ready(claim, ctx, ClaimReason::AllocationFailed, e.to_string(), None).await?;
             Ok(Next::After(RECHECK))
         }
@@ -296,7 +297,8 @@ async fn create_address(
         Err(e @ (ApiError::Refused { .. } | ApiError::NotFound)) => {
             // Refused: nothing was created now. An earlier attempt that timed out may have created it, though (the
             // refusal comes from admission, before a name conflict): the hold goes only if no IPAddress exists.
-            if ctx.index.holds_unconfirmed(pool_key, key) {
+            // Looked at after the create's answer: the IPAddress's watch event may have confirmed the hold meanwhile.
+            if ctx.index.observe_then_view(claim, pool_key.clone(), Observed::NothingNew).1.holds_unconfirmed {
                 let live = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
                 // A bound claim making its IPAddress again keeps its hold: the address is its machine's, and a waiting
                 // claim must not get it while the API server refuses (soak seed 110141832).
@@ -368,8 +370,9 @@ pub async fn resolve_doubtful_record(ctx: &Context, key: &ObjectKey, record: &Ad
 async fn settle_uncertain_create(claim: &Claim, ctx: &Context, pool_key: &PoolKey) -> Result<ClaimView, Error> {
     let key = &claim.key;
     // Confirmed meanwhile (its IPAddress seen), there is nothing to find out.
-    if !ctx.index.holds_unconfirmed(pool_key, key) {
-        return Ok(ctx.index.claim_view(claim, pool_key.clone()));
+    let (_, view) = ctx.index.observe_then_view(claim, pool_key.clone(), Observed::NothingNew);
+    if !view.holds_unconfirmed {
+        return Ok(view);
     }
     let live = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
     let read = Observed::NameRead { pool: pool_key, key, live: live.as_ref(), then: IfNotCreated::GivenUp };
@@ -423,7 +426,7 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
             ctx.index.observe(read);
         }
         Some(address) => {
-            ctx.index.claim_deleted_for_good(pool_key, claim);
+            ctx.index.observe(Observed::ClaimDeletedForGood { pool: pool_key, claim });
             // Gone now: the address is free at once (the watch event confirms it later).
             if ipaddress::delete(ctx, &address, "deleting the IPAddress").await? {
                 let uid = address.metadata.uid.as_deref();

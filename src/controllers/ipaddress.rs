@@ -11,7 +11,7 @@ use crate::api::{CLUSTER_NAME_LABEL, GROUP, MOVED_AWAY_ANNOTATION, MOVED_AWAY_MA
 use crate::apiserver::{ApiError, Deleted, Removed, Repair, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress, IpAddressSpec, NameRef, PoolRef};
 use crate::compact::Uid;
-use crate::index::{AddressRecord, Assigned, ObjectKey, Observed, PoolKey};
+use crate::index::{AddressRecord, Assigned, LiveCluster, ObjectKey, Observed, PoolKey};
 
 fn claim_owner(claim: &Claim, version: CapiVersion) -> OwnerReference {
     OwnerReference {
@@ -121,7 +121,7 @@ pub async fn repair(
 /// for good.
 ///
 /// Guarantees: only the object read (its UID and resourceVersion) is deleted; the index records our deletion before
-/// the request goes (`deleting_ourselves`), so a watch event of it is never taken for someone else's; the address is
+/// the request goes (`Observed::DeletingOurselves`), so a watch event of it is never taken for someone else's; the address is
 /// free only once the object is gone (the DELETE or our finalizer's removal answered so, or its Deleted event), never
 /// while it is being deleted.
 ///
@@ -134,7 +134,7 @@ pub async fn delete(ctx: &Context, address: &IpAddress, what: &'static str) -> R
     } else {
         let uid = address.metadata.uid.clone().unwrap_or_default();
         let revision = address.metadata.resource_version.clone();
-        ctx.index.deleting_ourselves(&key, Uid::of(&uid));
+        ctx.index.observe(Observed::DeletingOurselves { key: &key, uid: Uid::of(&uid) });
         match ctx.api.delete_address(&key, &uid, revision.as_deref()).await {
             Ok(Deleted::Gone) | Err(ApiError::NotFound) => return Ok(true),
             Ok(Deleted::Deleting(object)) => {
@@ -176,7 +176,10 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     {
         return Ok(());
     }
-    match ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? {
+    let live_claim = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
+    // What the index knows, after the reads: the pool's shard, the bound claims, what a pause keeps.
+    let view = ctx.index.orphan_view(key, Some(record));
+    match live_claim {
         // A claim of the name that would adopt it: not an orphan (the cache lagged, or another manager serves it). One
         // of another pool cannot. A claim of another shard than the pool's (labelled for ours, so ours alone) is served
         // by no manager until its label is fixed: what was not made for it is kept for it (a restored pair waits for
@@ -186,15 +189,16 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         Some(live) if live.claim.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name) => {
             let ours = ctx.options.watch_filter.as_deref();
             let another_shard = ours.is_some() && live.claim.watch_filter.as_deref() != ours;
-            let pool_of_our_shard = ours.is_some() && ctx.index.pool(&record.pool).is_some_and(|p| p.shard() == ours);
+            let pool_of_our_shard = ours.is_some() && view.pool.as_ref().is_some_and(|p| p.shard() == ours);
             let served_by_none = another_shard && pool_of_our_shard;
             let duplicate_for_none = served_by_none
                 && live.claim.address_ref().is_none()
                 && claim_owner != Some(live.claim.uid.uid())
-                && ctx.index.duplicates_a_bound_one(&record.pool, key);
+                && view.duplicates_a_bound_one;
             if !duplicate_for_none {
                 if another_shard && !served_by_none {
-                    ctx.index.claim_of_another_manager(key, record.uid, live.claim.watch_filter.as_deref());
+                    let claim_shard = live.claim.watch_filter.as_deref();
+                    ctx.index.observe(Observed::ClaimOfAnotherManager { key, uid: record.uid, claim_shard });
                 }
                 return Ok(());
             }
@@ -211,15 +215,15 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     {
         return Ok(());
     }
-    // As a paused Cluster keeps its addresses (`Index::keeps_orphan`). One left behind by a move is released, its
+    // As a paused Cluster keeps its addresses (`OrphanView::kept`). One left behind by a move is released, its
     // address reserved.
-    let kept_for_the_pause = !record.moving_away && ctx.index.pause_may_keep(key, record);
+    let kept_for_the_pause = !record.moving_away && view.pause_may_keep;
     if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record.cluster_label.as_deref()).await? {
         return Ok(());
     }
     // Looked at again after the reads: its address may have been queued for the pool's annotation meanwhile (the pool
     // made again under its name: seed 470594159). Released now, its mark, the move's only record, would go.
-    if ctx.index.moved_away_unwritten(&record.pool, key) {
+    if ctx.index.orphan_view(key, Some(record)).moved_away_unwritten {
         return Ok(());
     }
     delete(ctx, &address, "deleting an orphaned IPAddress").await?;
@@ -242,20 +246,18 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
 pub(super) async fn cluster_paused_now(ctx: &Context, namespace: &str, name: Option<&str>) -> Result<bool, Error> {
     let Some(name) = name else { return Ok(false) };
     let key = ObjectKey::new(namespace, name);
-    match ctx
+    let live = match ctx
         .api
         .get_cluster(&key)
         .await
         .map_err(Error::api("reading a Cluster for a pause the watch may not show yet"))?
     {
-        Some(live) if live.is_paused() => {
-            ctx.index
-                .observe(Observed::ClusterPaused { key: &key, revision: crate::index::revision_of(&live.metadata) });
-            Ok(true)
-        }
-        Some(_) => Ok(false),
-        None => Ok(ctx.options.capi.cluster.is_some() && ctx.index.cluster_paused(namespace, name).is_some()),
-    }
+        Some(live) if live.is_paused() => LiveCluster::Paused(crate::index::revision_of(&live.metadata)),
+        Some(_) => LiveCluster::NotPaused,
+        None if ctx.options.capi.cluster.is_none() => return Ok(false),
+        None => LiveCluster::Gone,
+    };
+    Ok(ctx.index.observe(Observed::ClusterRead { key: &key, live }).cluster_paused)
 }
 
 /// Who an IPAddress of another provider belongs to, for the claim's status.

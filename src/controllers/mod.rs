@@ -36,7 +36,7 @@ use crate::apiserver::client::KubeApi;
 use crate::capi::{CapiApis, ClaimResource, Cluster, IpAddress};
 pub use crate::error::Error;
 use crate::index::relist::Pools;
-use crate::index::{Index, ObjectKey, PoolKey, Sink};
+use crate::index::{Index, ObjectKey, Observed, PoolKey, Sink};
 use crate::leader::Fence;
 use crate::metrics::{CLAIM_CONTROLLER, Metrics, ReconcileResult, pool_controller};
 use crate::runtime::reachability::Reachability;
@@ -301,8 +301,7 @@ pub async fn run(
             for mut rx in listed {
                 let _ = rx.wait_for(|l| *l).await;
             }
-            ctx.index.hold_bound_addresses();
-            ctx.index.log_synced();
+            ctx.index.observe(Observed::CachesSynced);
             synced_tx.send_replace(true);
             on_synced();
             // Keep the sender alive: this task must not end early.

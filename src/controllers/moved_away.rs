@@ -104,7 +104,7 @@ pub enum Written {
 /// Writes the changes pending for one pool (the simulation calls it as the writer does): removals first, then the
 /// additions that fit into `ctx.options.moved_away_max_bytes`.
 pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
-    let mut changes = ctx.index.moved_away_pending(key);
+    let mut changes = ctx.index.moved_away_view(key).pending;
     if changes.is_empty() {
         return Ok(Written::All);
     }
@@ -122,7 +122,8 @@ pub async fn write(ctx: &Context, key: &PoolKey) -> Result<Written, Error> {
         }
     }
     let stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
-    let unbacked = ctx.index.moved_away_unbacked(key, &changes);
+    // Looked at after the reads: an IPAddress left behind may have been recorded, or gone, meanwhile.
+    let unbacked = ctx.index.moved_away_view(key).unbacked(&changes);
     let (value, landed) = fit(stored, &changes, ctx.options.moved_away_max_bytes, &unbacked);
     let full = landed.len() < changes.len();
     if full {
@@ -162,7 +163,7 @@ async fn queued_for_a_pool_gone(
     let live_uid = live.metadata.uid.as_deref().map(Uid::of);
     let mut dropped = Vec::new();
     let stored = entries(live.annotation(MOVED_AWAY_ANNOTATION));
-    for addition in ctx.index.moved_away_for_another_pool(key, changes, live_uid) {
+    for addition in ctx.index.moved_away_view(key).for_another_pool(key, changes, live_uid) {
         if stored.contains(&addition.entry) {
             // Written there already (another manager's write): not ours to drop.
             continue;

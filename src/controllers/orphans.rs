@@ -13,8 +13,9 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::{Context, Error, ipaddress};
+use crate::api::Pool;
 use crate::compact::Uid;
-use crate::index::{AddressRecord, ObjectKey, Observed, PoolKey};
+use crate::index::{AddressRecord, ObjectKey, Observed, OrphanView, PoolKey};
 
 /// When each IPAddress whose claim is gone was first seen so: its release waits out the sweep's delay and its pool's
 /// reuse grace period from then. Kept in memory: after a restart they are counted from the first sweep, which holds
@@ -61,19 +62,21 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     if !*ctx.synced.borrow() {
         return;
     }
-    let Some(record) = ctx.index.address(key).filter(AddressRecord::made_for_a_claim) else {
+    let Some(record) = ctx.index.orphan_view(key, None).record else {
         return;
     };
     mark_moved_away(ctx, key, &record).await;
-    if ctx.index.keeps_orphan(key, &record) {
+    // Looked at after the mark's write, as the release then decides.
+    let view = ctx.index.orphan_view(key, Some(&record));
+    if view.kept {
         return;
     }
     let now = ctx.now();
     let since = ctx.orphaned_since.mark(key, now);
-    if now < since + reuse_grace(ctx, &record) {
+    if now < since + reuse_grace(&view) {
         return;
     }
-    release_if_claim_gone(ctx, key, &record, &mut PoolsRead::default()).await;
+    release_if_claim_gone(ctx, key, &record, &view, &mut PoolsRead::default()).await;
 }
 
 /// Whether each pool read live in one sweep is the one this manager knows (`pool_known_as_it_is`): read once per
@@ -83,11 +86,11 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
 struct PoolsRead(HashMap<PoolKey, bool>);
 
 impl PoolsRead {
-    async fn known_as_it_is(&mut self, ctx: &Context, record: &AddressRecord) -> bool {
+    async fn known_as_it_is(&mut self, ctx: &Context, record: &AddressRecord, view: &OrphanView) -> bool {
         if let Some(known) = self.0.get(&*record.pool) {
             return *known;
         }
-        let known = pool_known_as_it_is(ctx, record).await;
+        let known = pool_known_as_it_is(ctx, record, view.pool.as_deref()).await;
         self.0.insert((*record.pool).clone(), known);
         known
     }
@@ -112,18 +115,25 @@ async fn mark_moved_away(ctx: &Context, key: &ObjectKey, record: &AddressRecord)
 
 /// The reuse grace period of the IPAddress's pool (`addressReuseGracePeriodSeconds`; none for a pool gone or going,
 /// as for a claim's release).
-fn reuse_grace(ctx: &Context, record: &AddressRecord) -> SignedDuration {
-    let pool = ctx.index.pool(&record.pool);
+fn reuse_grace(view: &OrphanView) -> SignedDuration {
+    let pool = view.pool.as_ref();
     let seconds = pool.filter(|p| !p.is_deleting()).and_then(|p| p.spec.reuse_grace_period_seconds());
     SignedDuration::from_secs(seconds.unwrap_or(0).max(0))
 }
 
 /// Releases the IPAddress `key` once the API server confirms that its claim is gone, unless the address it holds
-/// still waits to be recorded as moved away (released first, a restart would lose the reservation).
-async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressRecord, pools: &mut PoolsRead) {
+/// still waits to be recorded as moved away (released first, a restart would lose the reservation). `view` is the
+/// index's, taken with nothing awaited since.
+async fn release_if_claim_gone(
+    ctx: &Context,
+    key: &ObjectKey,
+    record: &AddressRecord,
+    view: &OrphanView,
+    pools: &mut PoolsRead,
+) {
     // Whatever the record says now: a manager that follows the object (another shard's Cluster, `keeps_moving_away`)
     // forgets the move an unmarked IPAddress's next event does not show, while its entry still waits.
-    if ctx.index.moved_away_unwritten(&record.pool, key) {
+    if view.moved_away_unwritten {
         if !record.deleting
             || record.delete_for_move
             || record.deleting_when_moved
@@ -136,8 +146,8 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
         // (we wait for it, clusterctl's delete carries `delete-for-move`, the garbage collector deletes an
         // IPAddress whose pool owner is gone, our claim's withdrawal deleted it before the move was noticed): an
         // operator freeing it (docs/operations.md), as they asked.
-        ctx.index.moved_away_cancelled(&record.pool, key);
-    } else if record.moving_away && record.pool.kind.is_global() && !pools.known_as_it_is(ctx, record).await {
+        ctx.index.observe(Observed::MovedAwayCancelled { pool: &record.pool, key });
+    } else if record.moving_away && record.pool.kind.is_global() && !pools.known_as_it_is(ctx, record, view).await {
         // Left behind by a move, and its pool is not what this manager knows: made again, and not yet shown by the pool
         // watch (unknown, or still the one deleted), which then queues this one's entry for it (`pool_appeared`).
         // Released before that, the pool made again would never reserve the address the moved machine uses (soak seed
@@ -154,9 +164,9 @@ async fn release_if_claim_gone(ctx: &Context, key: &ObjectKey, record: &AddressR
 
 /// The pool of the IPAddress left behind, as the API server has it now, is the one this manager knows: both have
 /// none (gone, its reservations with it), or the same object. Read live: the pool watch may lag. Unread, it is taken
-/// for not (the address stays, and the next sweep asks again).
-pub(crate) async fn pool_known_as_it_is(ctx: &Context, record: &AddressRecord) -> bool {
-    let known = ctx.index.pool(&record.pool).and_then(|p| p.metadata.uid.clone());
+/// for not (the address stays, and the next sweep asks again). `known` is the index's pool of the record.
+pub(crate) async fn pool_known_as_it_is(ctx: &Context, record: &AddressRecord, known: Option<&Pool>) -> bool {
+    let known = known.and_then(|p| p.metadata.uid.clone());
     live_pool_uid(ctx, record).await.is_some_and(|live| live == known)
 }
 
@@ -196,10 +206,11 @@ pub(crate) async fn sweep(ctx: &Context, delay: Duration) {
     let mut pools = PoolsRead::default();
     for (key, record) in candidates {
         mark_moved_away(ctx, &key, &record).await;
+        let view = ctx.index.orphan_view(&key, Some(&record));
         let since = ctx.orphaned_since.mark(&key, now);
-        if now < since + delay.max(reuse_grace(ctx, &record)) {
+        if now < since + delay.max(reuse_grace(&view)) {
             continue;
         }
-        release_if_claim_gone(ctx, &key, &record, &mut pools).await;
+        release_if_claim_gone(ctx, &key, &record, &view, &mut pools).await;
     }
 }

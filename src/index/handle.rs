@@ -1,13 +1,12 @@
 //! The steps of the index as the rest of the process calls them: each one call, one step under the lock. Each is
 //! documented on the `State` method it runs.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
     AddressRecord, AllocateError, Assigned, ClaimRun, ClaimView, Duplicate, Held, Index, ObjectKey, Observation,
-    Observed, PoolKey, PoolView, Wait,
+    Observed, OrphanView, PoolKey, PoolView,
 };
 use crate::api::Pool;
 use crate::capi::{Claim, IpAddress};
@@ -43,12 +42,18 @@ impl Index {
         self.write(|s| s.observe_then_view(claim, pool_key, observed))
     }
 
+    /// What the orphan release decides on for the IPAddress `key`, in one step (see [`OrphanView`]).
+    pub fn orphan_view(&self, key: &ObjectKey, judged: Option<&AddressRecord>) -> OrphanView {
+        self.read(|s| s.orphan_view(key, judged))
+    }
+
     /// What a run of the claim `key`'s worker starts from, in one step.
     pub fn claim_run(&self, key: &ObjectKey) -> ClaimRun {
         self.write(|s| s.claim_run(key))
     }
 
     /// What `claim`'s reconcile decides on, in one step.
+    #[cfg(test)]
     pub fn claim_view(&self, claim: &Claim, pool_key: PoolKey) -> ClaimView {
         self.read(|s| s.claim_view(claim, pool_key))
     }
@@ -63,10 +68,6 @@ impl Index {
 
     pub fn claim_count(&self) -> usize {
         self.read(|s| s.claim_count())
-    }
-
-    pub fn status_to_write(&self, claim: &Claim, digest: u64) -> bool {
-        self.write(|s| s.status_to_write(claim, digest))
     }
 
     #[cfg(test)]
@@ -88,6 +89,7 @@ impl Index {
         self.write(|s| s.allocation_latency(claim))
     }
 
+    #[cfg(test)]
     pub fn hold_bound_addresses(&self) {
         self.write(|s| s.hold_bound_addresses())
     }
@@ -112,10 +114,7 @@ impl Index {
         self.read(|s| s.is_moved_holder(pool, key))
     }
 
-    pub fn moved_away_cancelled(&self, pool: &PoolKey, key: &ObjectKey) {
-        self.write(|s| s.moved_away_cancelled(pool, key))
-    }
-
+    #[cfg(test)]
     pub fn claim_of_another_manager(&self, key: &ObjectKey, uid: Option<Uid>, claim_shard: Option<&str>) {
         self.write(|s| s.claim_of_another_manager(key, uid, claim_shard))
     }
@@ -133,6 +132,7 @@ impl Index {
         self.write(|s| s.doubt_resolved(key, uid, live))
     }
 
+    #[cfg(test)]
     pub fn address(&self, key: &ObjectKey) -> Option<AddressRecord> {
         self.read(|s| s.address(key))
     }
@@ -149,6 +149,7 @@ impl Index {
         self.read(|s| s.address_count())
     }
 
+    #[cfg(test)]
     pub fn deleting_ourselves(&self, key: &ObjectKey, uid: Uid) {
         self.write(|s| s.deleting_ourselves(key, uid))
     }
@@ -177,10 +178,7 @@ impl Index {
         self.read(|s| s.holds_reserved(pool, key))
     }
 
-    pub fn claim_deleted_for_good(&self, pool: &PoolKey, claim: &Claim) {
-        self.write(|s| s.claim_deleted_for_good(pool, claim))
-    }
-
+    #[cfg(test)]
     pub fn moved_away_unwritten(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
         self.read(|s| s.moved_away_unwritten(pool, key))
     }
@@ -198,12 +196,9 @@ impl Index {
         self.read(|s| s.orphans())
     }
 
+    #[cfg(test)]
     pub fn keeps_orphan(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
         self.read(|s| s.keeps_orphan(key, record))
-    }
-
-    pub fn pause_may_keep(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
-        self.read(|s| s.pause_may_keep(key, record))
     }
 
     pub fn keeps_addresses(&self, namespace: &str, record: &AddressRecord) -> bool {
@@ -214,26 +209,23 @@ impl Index {
         self.write(|s| s.allocate(claim, pool, requested))
     }
 
-    pub fn claim_waits(&self, pool: &PoolKey, claim: &ObjectKey, wait: Wait) {
+    #[cfg(test)]
+    pub fn claim_waits(&self, pool: &PoolKey, claim: &ObjectKey, wait: super::Wait) {
         self.write(|s| s.claim_waits(pool, claim, wait))
     }
 
     #[cfg(test)]
     pub fn wait_for_address(&self, pool: &PoolKey, claim: &ObjectKey) {
-        self.claim_waits(pool, claim, Wait::AnAddress)
+        self.claim_waits(pool, claim, super::Wait::AnAddress)
     }
 
+    #[cfg(test)]
     pub fn holds_unconfirmed(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
         self.read(|s| s.holds_unconfirmed(pool, key))
     }
 
     pub fn held_by(&self, pool: &PoolKey, key: &ObjectKey) -> Option<Held> {
         self.read(|s| s.held_by(pool, key))
-    }
-
-    /// Whether the IPAddress `key` holds an address a bound claim's IPAddress holds too.
-    pub fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
-        self.read(|s| s.duplicates_a_bound_one(pool, key))
     }
 
     pub fn duplicate_of(&self, pool: &PoolKey, key: &ObjectKey) -> Option<Duplicate> {
@@ -283,6 +275,7 @@ impl Index {
         self.write(|s| s.delete_pool(key))
     }
 
+    #[cfg(test)]
     pub fn pool(&self, key: &PoolKey) -> Option<Arc<Pool>> {
         self.read(|s| s.pool(key))
     }
@@ -331,21 +324,14 @@ impl Index {
         self.read(|s| s.cluster_keys())
     }
 
+    #[cfg(test)]
     pub fn cluster_paused(&self, namespace: &str, name: &str) -> Option<bool> {
         self.read(|s| s.cluster_paused(namespace, name))
     }
 
-    pub fn moved_away_pending(&self, pool: &PoolKey) -> BTreeMap<String, bool> {
-        self.read(|s| s.moved_away_pending(pool))
-    }
-
-    pub fn moved_away_for_another_pool(
-        &self,
-        pool: &PoolKey,
-        changes: &BTreeMap<String, bool>,
-        live: Option<Uid>,
-    ) -> Vec<super::moved_away::ForAnotherPool> {
-        self.read(|s| s.moved_away_for_another_pool(pool, changes, live))
+    /// What the writer of `pool`'s moved-away annotation decides on, in one step.
+    pub fn moved_away_view(&self, pool: &PoolKey) -> super::moved_away::MovedAwayView {
+        self.read(|s| s.moved_away_view(pool))
     }
 
     #[cfg(test)]
@@ -353,19 +339,11 @@ impl Index {
         self.write(|s| s.moved_away_dropped(pool, dropped))
     }
 
-    pub fn moved_away_unbacked(
-        &self,
-        pool: &PoolKey,
-        changes: &BTreeMap<String, bool>,
-    ) -> std::collections::BTreeSet<String> {
-        self.read(|s| s.moved_away_unbacked(pool, changes))
-    }
-
     #[cfg(test)]
     pub fn moved_away_written(
         &self,
         pool: &PoolKey,
-        changes: &BTreeMap<String, bool>,
+        changes: &std::collections::BTreeMap<String, bool>,
         revision: Option<ResourceVersion>,
     ) {
         self.write(|s| s.moved_away_written(pool, changes, revision))

@@ -23,17 +23,15 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use tracing::info;
-
 use crate::api::{Pool, PoolKind};
 use crate::compact::{ResourceVersion, Uid};
 use claims::{ClaimBook, ClaimCache};
-pub use observe::{IfNotCreated, Observation, Observed};
+pub use observe::{IfNotCreated, LiveCluster, Observation, Observed};
 pub use pools::Wait;
 pub use record::AddressRecord;
 pub use registry::Registry;
 pub use registry::{AllocateError, Assigned, Duplicate, Held, ObjectKey, PoolKey};
-pub use view::{ClaimRun, ClaimView, PoolStatusView, PoolView, Served};
+pub use view::{ClaimRun, ClaimView, OrphanView, PoolStatusView, PoolView, Served};
 
 /// Where the index sends what it noticed.
 pub trait Sink: Send + Sync {
@@ -259,12 +257,6 @@ impl Index {
     #[cfg(test)]
     pub fn peek<R>(&self, look: impl FnOnce(&State) -> R) -> R {
         look(&self.state.lock())
-    }
-
-    /// What is logged when the caches have listed everything.
-    pub fn log_synced(&self) {
-        let (claims, addresses) = self.read(|s| (s.claim_count(), s.address_count()));
-        info!(claims, addresses, "caches synced; allocating");
     }
 }
 

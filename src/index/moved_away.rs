@@ -66,6 +66,47 @@ pub struct ForAnotherPool {
     pub ipaddress: Option<(ObjectKey, Option<Uid>)>,
 }
 
+/// What the writer of a pool's moved-away annotation decides on, read in one step ([`State::moved_away_view`]).
+#[derive(Clone, Debug, Default)]
+pub struct MovedAwayView {
+    /// The changes not written yet: entry → `true` to add it, `false` to remove it.
+    pub pending: BTreeMap<String, bool>,
+    /// The pool object each pending addition was queued for.
+    queued_for: BTreeMap<String, QueuedFor>,
+    /// The pending additions that no IPAddress left behind here backs (a bound claim's kept hold, its IPAddress
+    /// deleted by a person before the move): the annotation is their only record.
+    unbacked: BTreeSet<String>,
+}
+
+impl MovedAwayView {
+    /// Of `changes` (the pending ones the writer read), the additions queued for another pool object than `live`, the
+    /// pool's UID on the API server now (see [`QueuedFor`]).
+    pub fn for_another_pool(
+        &self,
+        pool: &PoolKey,
+        changes: &BTreeMap<String, bool>,
+        live: Option<Uid>,
+    ) -> Vec<ForAnotherPool> {
+        changes
+            .iter()
+            .filter(|(_, add)| **add)
+            .filter_map(|(entry, _)| {
+                let queued_for = self.queued_for.get(entry)?;
+                (queued_for.pool.is_some() && queued_for.pool != live).then(|| ForAnotherPool {
+                    entry: entry.clone(),
+                    ipaddress: parse(pool, entry).and_then(|e| e.address).map(|a| (a, queued_for.ipaddress)),
+                })
+            })
+            .collect()
+    }
+
+    /// Of `changes`, the additions no IPAddress left behind here backs: they do not wait for the annotation's room
+    /// (soak seed 120234571: one waited, known to this process only).
+    pub fn unbacked(&self, changes: &BTreeMap<String, bool>) -> BTreeSet<String> {
+        changes.keys().filter(|entry| self.unbacked.contains(*entry)).cloned().collect()
+    }
+}
+
 impl PoolLedger {
     /// The entries the annotation holds once our changes are in, given a pool event's annotation and resourceVersion.
     /// Our written changes count until an event at or after our last write shows the annotation as it is since.
@@ -112,28 +153,6 @@ impl State {
         self.notices.push(Notice::MovedAwayChanged(pool.clone()));
     }
 
-    /// Of `changes` (the pending ones the writer read), the additions queued for another pool object than `live`, the
-    /// pool's UID on the API server now (see [`QueuedFor`]).
-    pub fn moved_away_for_another_pool(
-        &self,
-        pool: &PoolKey,
-        changes: &BTreeMap<String, bool>,
-        live: Option<Uid>,
-    ) -> Vec<ForAnotherPool> {
-        let Some(ledger) = self.moved_away.pools.get(pool) else { return Vec::new() };
-        changes
-            .iter()
-            .filter(|(_, add)| **add)
-            .filter_map(|(entry, _)| {
-                let queued_for = ledger.queued_for.get(entry)?;
-                (queued_for.pool.is_some() && queued_for.pool != live).then(|| ForAnotherPool {
-                    entry: entry.clone(),
-                    ipaddress: parse(pool, entry).and_then(|e| e.address).map(|a| (a, queued_for.ipaddress)),
-                })
-            })
-            .collect()
-    }
-
     /// The pending additions `dropped` were queued for a pool object that is gone, with the IPAddresses they name: not
     /// to be written, and the addresses they reserved here are free, as the pool's deletion left them.
     pub fn moved_away_dropped(&mut self, pool: &PoolKey, dropped: &[String]) {
@@ -157,7 +176,9 @@ impl State {
     /// IPAddress's deletion frees nothing (soak seed 50010609).
     pub(super) fn moved_away_unwritten_for(&self, pool: &PoolKey, held: Held) -> bool {
         let stored = entries(self.pool(pool).as_deref().and_then(|p| p.annotation(MOVED_AWAY_ANNOTATION)));
-        self.moved_away_pending(pool)
+        let Some(ledger) = self.moved_away.pools.get(pool) else { return false };
+        ledger
+            .pending
             .iter()
             .any(|(entry, add)| *add && !stored.contains(entry) && parse(pool, entry).is_some_and(|e| e.held == held))
     }
@@ -202,15 +223,19 @@ impl State {
         }
     }
 
-    /// The changes to the pool's annotation not written yet.
-    pub fn moved_away_pending(&self, pool: &PoolKey) -> BTreeMap<String, bool> {
-        self.moved_away.pools.get(pool).map(|l| l.pending.clone()).unwrap_or_default()
+    /// What the writer of `pool`'s annotation decides on (see [`MovedAwayView`]).
+    pub fn moved_away_view(&self, pool: &PoolKey) -> MovedAwayView {
+        let Some(ledger) = self.moved_away.pools.get(pool) else { return MovedAwayView::default() };
+        let additions = || ledger.pending.iter().filter(|(_, add)| **add).map(|(entry, _)| entry);
+        MovedAwayView {
+            pending: ledger.pending.clone(),
+            queued_for: additions().filter_map(|e| Some((e.clone(), *ledger.queued_for.get(e)?))).collect(),
+            unbacked: self.moved_away_unbacked(pool, &ledger.pending),
+        }
     }
 
-    /// Of `changes` (the pending ones the writer read), the additions no IPAddress left behind here backs (a bound
-    /// claim's kept hold, its IPAddress deleted by a person before the move): the annotation is their only record, so
-    /// they do not wait for its room (soak seed 120234571: one waited, known to this process only).
-    pub fn moved_away_unbacked(&self, pool: &PoolKey, changes: &BTreeMap<String, bool>) -> BTreeSet<String> {
+    /// Of `changes`, the additions no IPAddress left behind here backs ([`MovedAwayView::unbacked`]).
+    fn moved_away_unbacked(&self, pool: &PoolKey, changes: &BTreeMap<String, bool>) -> BTreeSet<String> {
         changes
             .iter()
             .filter(|(text, add)| {

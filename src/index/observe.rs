@@ -1,17 +1,23 @@
-//! What the controllers found out from the API server, recorded in one step ([`super::Index::observe`]): the one
-//! author of what a live read, or the answer to a write, means for the index's records and holds. The controllers
-//! decide what to read and write and what comes next; what the answer means is decided here, once.
+//! What the controllers found out from the API server, or are about to ask of it, recorded in one step
+//! ([`super::Index::observe`]): the one author of what a live read, or the answer to a write, means for the index's
+//! records and holds. The controllers decide what to read and write and what comes next; what the answer means is
+//! decided here, once.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{AddressRecord, ClaimView, Held, ObjectKey, PoolKey, State};
+use super::{AddressRecord, ClaimView, Held, ObjectKey, PoolKey, State, Wait};
 use crate::capi::{Claim, IpAddress};
 use crate::compact::{ResourceVersion, Uid};
 
-/// One thing the API server told a controller.
+/// One thing the API server told a controller, or one write a controller is about to send whose answer the index must
+/// be ready for.
 #[derive(Clone, Copy, Debug)]
 pub enum Observed<'a> {
+    /// Nothing new: the claim's view only (`observe_then_view`).
+    NothingNew,
+    /// Every watch has listed: bound claims hold their addresses again, and allocation may start.
+    CachesSynced,
     /// Our create of `claim`'s IPAddress answered with `object`.
     Created { claim: &'a Claim, object: &'a IpAddress },
     /// The IPAddress `key` as a read or a write of it answered (a repair, a mark, a DELETE that left it being deleted).
@@ -27,10 +33,28 @@ pub enum Observed<'a> {
     DeletedByUs { key: &'a ObjectKey, pool: &'a PoolKey, uid: Option<&'a str> },
     /// The claim `key` is written bound to the IPAddress of its name, which holds `held` of `pool`.
     BoundTo { pool: &'a PoolKey, key: &'a ObjectKey, held: Held },
-    /// The claim's status is written with the Ready state of digest `digest` (`State::status_to_write`).
+    /// The claim `key` of `pool` waits (or, [`Wait::Nothing`], waits no more) for what `wait` names.
+    Waits { pool: &'a PoolKey, key: &'a ObjectKey, wait: Wait },
+    /// The claim's release is about to delete its IPAddress: its deletion is for good, not for a move
+    /// (`State::claim_deleted_for_good`).
+    ClaimDeletedForGood { pool: &'a PoolKey, claim: &'a Claim },
+    /// A status write of the Ready state of digest `digest` is due unless it was written already
+    /// ([`Observation::status_due`], `State::status_to_write`).
+    StatusWriting { claim: &'a Claim, digest: u64 },
+    /// The claim's status is written with the Ready state of digest `digest`.
     StatusWritten { claim: &'a Claim, digest: u64 },
-    /// The Cluster `key` read live, paused at `revision`, perhaps before its watch shows it.
-    ClusterPaused { key: &'a ObjectKey, revision: ResourceVersion },
+    /// Our DELETE of the IPAddress `key` of UID `uid` is about to go (`AddressRecord::deleted_by_us`): its watch event
+    /// is never taken for someone else's.
+    DeletingOurselves { key: &'a ObjectKey, uid: Uid },
+    /// A live read found the claim of the IPAddress `key` (`uid`) labelled for another manager's shard
+    /// (`claim_shard`), in a pool without a shard (`State::claim_of_another_manager`).
+    ClaimOfAnotherManager { key: &'a ObjectKey, uid: Option<Uid>, claim_shard: Option<&'a str> },
+    /// The Cluster `key` as a live read found it, perhaps before its watch shows it
+    /// ([`Observation::cluster_paused`]).
+    ClusterRead { key: &'a ObjectKey, live: LiveCluster },
+    /// The IPAddress `key` of `pool`, left behind by a move, was deleted by an operator before its entry was written:
+    /// the reservation is cancelled (`State::moved_away_cancelled`).
+    MovedAwayCancelled { pool: &'a PoolKey, key: &'a ObjectKey },
     /// The pending changes `changes` of `pool`'s moved-away annotation landed, by a write that returned `revision`;
     /// or the pool was read gone (`None`).
     MovedAwayWritten { pool: &'a PoolKey, changes: &'a BTreeMap<String, bool>, revision: Option<ResourceVersion> },
@@ -39,6 +63,16 @@ pub enum Observed<'a> {
     MovedAwayDropped { pool: &'a PoolKey, dropped: &'a [String] },
     /// The pool's annotation, read live, has no room for the pending additions `left_out`.
     MovedAwayLeftOut { pool: &'a PoolKey, left_out: &'a [String] },
+}
+
+/// A Cluster as a live read found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LiveCluster {
+    /// Paused at this revision.
+    Paused(ResourceVersion),
+    NotPaused,
+    /// Not found: the index's record (its watch's Delete event tells whether it went paused) decides.
+    Gone,
 }
 
 /// What follows for the hold of a create whose answer was lost or refused, should a read of its name show that it
@@ -65,18 +99,33 @@ pub struct Observation {
     pub record: Option<AddressRecord>,
     /// For [`Observed::Created`]: the claim's allocation latency.
     pub latency: Option<Duration>,
+    /// For [`Observed::StatusWriting`]: the write is due (what was written before is forgotten until it answers).
+    pub status_due: bool,
+    /// For [`Observed::ClusterRead`]: the Cluster is to be taken for paused (read paused, or gone while the index
+    /// still holds it).
+    pub cluster_paused: bool,
 }
 
 impl State {
     /// Records `observed` (see [`Observed`]).
     pub fn observe(&mut self, observed: Observed) -> Observation {
         match observed {
+            Observed::NothingNew => Observation::default(),
+            Observed::CachesSynced => {
+                self.hold_bound_addresses();
+                tracing::info!(
+                    claims = self.claim_count(),
+                    addresses = self.address_count(),
+                    "caches synced; allocating"
+                );
+                Observation::default()
+            }
             Observed::Created { claim, object } => {
                 let (record, latency) = self.address_created(claim, object);
-                Observation { record, latency }
+                Observation { record, latency, ..Observation::default() }
             }
             Observed::Answered { key, object } => {
-                Observation { record: self.remember_address(key, object), latency: None }
+                Observation { record: self.remember_address(key, object), ..Observation::default() }
             }
             Observed::NameRead { pool, key, live, then } => {
                 let record = live.and_then(|object| self.remember_address(key, object));
@@ -89,7 +138,7 @@ impl State {
                     _ if !still_held(pool, live, record.as_ref(), then) => self.give_up_uncertain_create(pool, key),
                     _ => {}
                 }
-                Observation { record, latency: None }
+                Observation { record, ..Observation::default() }
             }
             Observed::DoubtRead { key, uid, live } => {
                 self.doubt_resolved(key, uid, live);
@@ -103,12 +152,42 @@ impl State {
                 self.claim_back(pool, key, held);
                 Observation::default()
             }
+            Observed::Waits { pool, key, wait } => {
+                self.claim_waits(pool, key, wait);
+                Observation::default()
+            }
+            Observed::ClaimDeletedForGood { pool, claim } => {
+                self.claim_deleted_for_good(pool, claim);
+                Observation::default()
+            }
+            Observed::StatusWriting { claim, digest } => {
+                Observation { status_due: self.status_to_write(claim, digest), ..Observation::default() }
+            }
             Observed::StatusWritten { claim, digest } => {
                 self.remember_written(claim, Some(digest));
                 Observation::default()
             }
-            Observed::ClusterPaused { key, revision } => {
-                self.cluster_read_paused(key.clone(), revision);
+            Observed::DeletingOurselves { key, uid } => {
+                self.deleting_ourselves(key, uid);
+                Observation::default()
+            }
+            Observed::ClaimOfAnotherManager { key, uid, claim_shard } => {
+                self.claim_of_another_manager(key, uid, claim_shard);
+                Observation::default()
+            }
+            Observed::ClusterRead { key, live } => {
+                let cluster_paused = match live {
+                    LiveCluster::Paused(revision) => {
+                        self.cluster_read_paused(key.clone(), revision);
+                        true
+                    }
+                    LiveCluster::NotPaused => false,
+                    LiveCluster::Gone => self.cluster_paused(&key.namespace, &key.name).is_some(),
+                };
+                Observation { cluster_paused, ..Observation::default() }
+            }
+            Observed::MovedAwayCancelled { pool, key } => {
+                self.moved_away_cancelled(pool, key);
                 Observation::default()
             }
             Observed::MovedAwayWritten { pool, changes, revision } => {

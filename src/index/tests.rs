@@ -806,7 +806,7 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
     index.delete_claim(&key("x"));
     Relist::default().on_event(&index, Event::Delete(address));
     assert_eq!(index.reservations(&global).len(), 1);
-    let changes = index.moved_away_pending(&global);
+    let changes = index.moved_away_view(&global).pending;
     assert_eq!(changes, [("10.1.0.1@ns/x".to_owned(), true)].into(), "the entry names the IPAddress that moved");
     index.moved_away_written(&global, &changes, Some(crate::compact::ResourceVersion::of("12")));
     // The status writer's event from before our write arrives late, without the annotation.
@@ -833,12 +833,12 @@ fn a_writer_that_finds_the_pool_gone_drops_only_the_entries_it_read() {
     let global = feed_global_pool(&index);
     moving_away_claim_of_global_pool(&index);
     index.delete_claim(&key("x"));
-    let read = index.moved_away_pending(&global);
+    let read = index.moved_away_view(&global).pending;
     assert_eq!(read.len(), 1, "the move queued its entry");
     // While the writer reads the pool, another entry is queued (here by hand: what `pool_appeared` does).
     index.write(|s| s.queue_moved_away(&global, "10.1.0.2@ns/y".to_owned(), true));
     index.moved_away_written(&global, &read, None);
-    let left = index.moved_away_pending(&global);
+    let left = index.moved_away_view(&global).pending;
     assert_eq!(left, [("10.1.0.2@ns/y".to_owned(), true)].into(), "the entry queued after the read was dropped");
 }
 

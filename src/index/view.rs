@@ -108,6 +108,23 @@ pub enum Served {
     Nowhere { pool_shard: Arc<str>, claim_shard: Option<Arc<str>> },
 }
 
+/// What the orphan release decides on for an IPAddress whose claim is gone, read in one step.
+#[derive(Clone, Debug, Default)]
+pub struct OrphanView {
+    /// The index's record of it now, when it was made for a claim.
+    pub record: Option<AddressRecord>,
+    /// Its pool as the index knows it (its shard, its UID, its reuse grace period).
+    pub pool: Option<Arc<Pool>>,
+    /// Its Cluster's pause keeps it (`State::keeps_orphan`).
+    pub kept: bool,
+    /// A pause of its Cluster, read live, would keep it (`State::pause_may_keep`).
+    pub pause_may_keep: bool,
+    /// Another IPAddress of its address is a live bound claim's.
+    pub duplicates_a_bound_one: bool,
+    /// The entry of its address still waits to be written into its pool's moved-away annotation.
+    pub moved_away_unwritten: bool,
+}
+
 /// What a claim worker's run starts from, read in one step: what the index is unsure of about the name, and the
 /// claim as cached. Taking it notes that the claim waits for an address (since when), or that it waits no more.
 #[derive(Clone, Debug, Default)]
@@ -178,6 +195,21 @@ impl State {
             orphaned_hold: self.orphaned_hold(key),
             claim,
             view,
+        }
+    }
+
+    /// The view of the IPAddress `key` whose claim is gone, judged as the record `judged` (the one the release works
+    /// on; by default the index's).
+    pub fn orphan_view(&self, key: &ObjectKey, judged: Option<&AddressRecord>) -> OrphanView {
+        let record = self.address(key).filter(AddressRecord::made_for_a_claim);
+        let Some(judged) = judged.or(record.as_ref()) else { return OrphanView::default() };
+        OrphanView {
+            pool: self.pool(&judged.pool),
+            kept: self.keeps_orphan(key, judged),
+            pause_may_keep: self.pause_may_keep(key, judged),
+            duplicates_a_bound_one: self.duplicates_a_bound_one(&judged.pool, key),
+            moved_away_unwritten: self.moved_away_unwritten(&judged.pool, key),
+            record: record.clone(),
         }
     }
 

@@ -1874,7 +1874,7 @@ impl World {
     /// Whether a request matching `which` is in flight.
     /// Whether the manager's index has changes of the pool's moved-away annotation not written yet.
     pub(super) fn is_pending_moved_away(&self, pool: &PoolId) -> bool {
-        self.term.as_ref().is_some_and(|t| !t.ctx.index.moved_away_pending(&pool.pool_key()).is_empty())
+        self.term.as_ref().is_some_and(|t| !t.ctx.index.moved_away_view(&pool.pool_key()).pending.is_empty())
     }
 
     pub(super) fn is_pending(&self, which: impl Fn(&Op) -> bool) -> bool {

@@ -37,8 +37,8 @@ SRC = os.path.join(REPO, "src")
 # has fewer modules now (write it as it is). Empty since issue 35 broke the last two: the graph is a DAG.
 KNOWN_CYCLES = set()
 
-# The distinct index methods the controllers call (49 at 7e0c6cf; issue 35's target is 8).
-SEAM_METHODS = 27
+# The distinct index methods the controllers call (49 at 7e0c6cf, 27 at 5cbd159; issue 35's target is 8).
+SEAM_METHODS = 9
 
 
 def strip(text):

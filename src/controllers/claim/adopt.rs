@@ -151,7 +151,7 @@ pub(super) async fn belongs_elsewhere(
 ) -> Result<Next, Error> {
     let key = &claim.key;
     // Woken when that IPAddress changes or goes (also unseen, by the watch's next list).
-    ctx.index.claim_waits(pool_key, key, Wait::ItsName);
+    ctx.index.observe(Observed::Waits { pool: pool_key, key, wait: Wait::ItsName });
     let message = format!("IPAddress {key} already exists and belongs to {owner}, not to {pool_key}");
     set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
     Ok(Next::AwaitChange)

@@ -57,7 +57,7 @@ pub(super) async fn set_ready(
     let written = crate::compact::digest(&(&ready, address_ref));
     // Not written again when it was (the cache may not show our write yet); else what was written is forgotten before
     // this write goes (`State::status_to_write`).
-    if current || !ctx.index.status_to_write(claim, written) {
+    if current || !ctx.index.observe(Observed::StatusWriting { claim, digest: written }).status_due {
         return Ok(());
     }
     let (conditions, v1beta2_conditions, resource_version) = match claim.resource_version.text() {
