@@ -20,8 +20,8 @@ use crate::apiserver::{ApiError, Target};
 use crate::capi::{CapiVersion, Claim, IpAddress};
 use crate::compact::Uid;
 use crate::index::{
-    AddressRecord, AllocateError, Assigned, ClaimView, IfNotCreated, Index, ObjectKey, Observation, Observed, PoolKey,
-    Served, Wait,
+    AddressRecord, AllocateError, Assigned, ClaimView, IfNotCreated, ObjectKey, Observation, Observed, PoolKey, Served,
+    Wait,
 };
 use crate::runtime::retry::Next;
 use crate::runtime::retry::RECHECK;
@@ -38,24 +38,6 @@ mod ready;
 #[cfg(test)]
 pub(super) use ready::deserves_event;
 use ready::{as_read, set_ready};
-
-/// The address for a claim without an IPAddress, held in the pool's allocator before anything is written
-/// (`Index::allocate`: the one it holds already, else the requested one, else the one its pool pins to it, else the
-/// lowest free one). `previous`, the address a bound claim's IPAddress held, comes first while it is free.
-pub fn allocate(
-    claim: &Claim,
-    pool_key: &PoolKey,
-    previous: Option<&str>,
-    index: &Index,
-) -> Result<Assigned, AllocateError> {
-    if previous.is_some() {
-        match index.allocate(claim, pool_key, previous) {
-            Err(AllocateError::Requested { .. }) => {}
-            assigned => return assigned,
-        }
-    }
-    index.allocate(claim, pool_key, claim.requested_address.as_deref())
-}
 
 /// Runs once every watch has listed (the claim workers wait for that before they read the claim), on the claim's view
 /// as its run started (`ClaimRun::view`).
@@ -128,11 +110,11 @@ async fn reconcile_claim(claim: &Claim, mut view: ClaimView, ctx: &Context) -> R
 
 /// Does the step that ends a run.
 async fn execute(claim: &Claim, ctx: &Context, view: &ClaimView, end: End) -> Result<Next, Error> {
-    let (key, pool_key) = (&claim.key, &view.pool_key);
+    let key = &claim.key;
     match end {
         End::Finish(next) => Ok(next),
         End::Say { reason, message, binds, then } => {
-            set_ready(claim, ctx, reason, message, binds.then_some(&*key.name)).await?;
+            set_ready(claim, ctx, view, reason, message, binds.then_some(&*key.name)).await?;
             Ok(then)
         }
         End::LetGo { judged, why } => let_go(ctx, key, view, judged, why).await,
@@ -143,7 +125,7 @@ async fn execute(claim: &Claim, ctx: &Context, view: &ClaimView, end: End) -> Re
             }
             _ => Ok(Next::After(Duration::from_secs(1))),
         },
-        End::BelongsElsewhere { owner } => belongs_elsewhere(claim, ctx, pool_key, &owner).await,
+        End::BelongsElsewhere { owner } => belongs_elsewhere(claim, ctx, view, &owner).await,
         End::Adopt { repair } => adopt::bind(claim, ctx, view, repair).await,
         End::Release => release(claim, ctx, view).await,
         End::Allocate { previous } => allocate_and_create(claim, ctx, view, previous).await,
@@ -182,25 +164,31 @@ async fn allocate_and_create(
     // `plan` allocates only in a pool the view shows.
     let Some(pool) = &view.pool else { return Ok(Next::After(RECHECK)) };
     let previous = previous.map(|a| a.to_string());
-    match allocate(claim, pool_key, previous.as_deref(), &ctx.index) {
-        Ok(assigned) => create_address(claim, ctx, pool_key, pool, &assigned).await,
+    // The address is held under the index's lock before the create goes (`State::allocate_for`).
+    let allocating = Observed::Allocating { claim, pool: pool_key, previous: previous.as_deref() };
+    let (Observation { assigned, .. }, view) = ctx.index.observe_then_view(claim, pool_key.clone(), allocating);
+    // (An allocation always answers.)
+    let Some(assigned) = assigned else { return Ok(Next::After(RECHECK)) };
+    match assigned {
+        Ok(assigned) => create_address(claim, ctx, &view, pool, &assigned).await,
         // The pool's label may have given it to another shard's manager while this run awaited (the view is from its
         // start): that manager cannot see our hold, so nothing is taken from it (the simulation's second manager met
         // it). Looked at again, the claim is another manager's.
         Err(AllocateError::ServedElsewhere { .. }) => Ok(Next::After(Duration::ZERO)),
         Err(AllocateError::Exhausted { .. }) => {
             ctx.index.observe(Observed::Waits { pool: pool_key, key, wait: Wait::AnAddress });
-            set_ready(claim, ctx, ClaimReason::PoolExhausted, format!("{pool_key} has no free address"), None).await?;
+            let message = format!("{pool_key} has no free address");
+            set_ready(claim, ctx, &view, ClaimReason::PoolExhausted, message, None).await?;
             Ok(Next::After(RECHECK))
         }
         Err(e @ (AllocateError::InvalidPool { .. } | AllocateError::Unknown { .. })) => {
-            set_ready(claim, ctx, ClaimReason::PoolNotReady, e.to_string(), None).await?;
+            set_ready(claim, ctx, &view, ClaimReason::PoolNotReady, e.to_string(), None).await?;
             Ok(Next::AwaitChange)
         }
         Err(e @ AllocateError::Requested { .. }) => {
             // Retried when an address of the pool frees up (it may be the requested one) or the pool changes.
             ctx.index.observe(Observed::Waits { pool: pool_key, key, wait: Wait::ItsRequestedAddress });
-            set_ready(claim, ctx, ClaimReason::AllocationFailed, e.to_string(), None).await?;
+            set_ready(claim, ctx, &view, ClaimReason::AllocationFailed, e.to_string(), None).await?;
             Ok(Next::After(RECHECK))
         }
     }
@@ -218,15 +206,15 @@ fn claim_reference(claim: &Claim, version: CapiVersion) -> ObjectReference {
     }
 }
 
-/// Creates the IPAddress for a freshly assigned address.
+/// Creates the IPAddress for a freshly assigned address (`view`: the claim's, as its address was held).
 async fn create_address(
     claim: &Claim,
     ctx: &Context,
-    pool_key: &PoolKey,
+    view: &ClaimView,
     pool: &Pool,
     assigned: &Assigned,
 ) -> Result<Next, Error> {
-    let key = &claim.key;
+    let (key, pool_key) = (&claim.key, &view.pool_key);
     let object = ipaddress::new(ctx, claim, pool_key, pool, assigned);
     // Leadership is checked again right before the create, and a create still in flight when the term ends is
     // dropped (`crate::leader`): a replica that may have lost the Lease never creates an IPAddress.
@@ -261,7 +249,7 @@ async fn create_address(
             ctx.metrics.allocated(pool_key.kind, latency);
             info!(claim = %key, address = %assigned.address, pool = %pool_key, "allocated");
             let message = format!("allocated {} from {pool_key}", assigned.address);
-            match set_ready(claim, ctx, ClaimReason::Allocated, message, Some(&key.name)).await {
+            match set_ready(claim, ctx, &view, ClaimReason::Allocated, message, Some(&key.name)).await {
                 // A DELETE that raced our finalizer can remove the claim anyway (the API server does not look at
                 // finalizers again when it retries a delete). Its IPAddress is the orphan path's (the claim's Delete
                 // event, or the sweep): released here, before that event can show a delete-for-move, a moved claim's
@@ -287,8 +275,8 @@ async fn create_address(
             let read = Observed::NameRead { pool: pool_key, key, live: Some(&existing), then };
             match ctx.index.observe_then_view(claim, pool_key.clone(), read) {
                 (Observation { record: Some(record), .. }, view) => adopt_found(claim, ctx, &view, &record).await,
-                _ if AddressRecord::of(&existing).is_none() => {
-                    belongs_elsewhere(claim, ctx, pool_key, &ipaddress::owner_of(&existing)).await
+                (_, view) if AddressRecord::of(&existing).is_none() => {
+                    belongs_elsewhere(claim, ctx, &view, &ipaddress::owner_of(&existing)).await
                 }
                 // One we deleted a moment ago.
                 _ => Ok(Next::After(Duration::from_millis(200))),
@@ -298,7 +286,8 @@ async fn create_address(
             // Refused: nothing was created now. An earlier attempt that timed out may have created it, though (the
             // refusal comes from admission, before a name conflict): the hold goes only if no IPAddress exists.
             // Looked at after the create's answer: the IPAddress's watch event may have confirmed the hold meanwhile.
-            if ctx.index.observe_then_view(claim, pool_key.clone(), Observed::NothingNew).1.holds_unconfirmed {
+            let (_, view) = ctx.index.observe_then_view(claim, pool_key.clone(), Observed::NothingNew);
+            if view.holds_unconfirmed {
                 let live = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
                 // A bound claim making its IPAddress again keeps its hold: the address is its machine's, and a waiting
                 // claim must not get it while the API server refuses (soak seed 110141832).
@@ -315,7 +304,7 @@ async fn create_address(
                 }
             }
             let message = format!("creating IPAddress {key}: {}", refusal(&e));
-            set_ready(claim, ctx, ClaimReason::AllocationFailed, message.clone(), None).await?;
+            set_ready(claim, ctx, &view, ClaimReason::AllocationFailed, message.clone(), None).await?;
             Err(Error::Rejected(message))
         }
         // Anything else may or may not have created it: keep the hold, the retry reuses the same address.

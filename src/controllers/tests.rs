@@ -7,16 +7,23 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
-use super::claim::{Gate, allocate, gate, restore_wait_remaining, reuse_grace_remaining};
+use super::claim::{Gate, gate, restore_wait_remaining, reuse_grace_remaining};
 use super::pool::desired_status;
 use super::status::ClaimReason;
 use super::*;
 use crate::api::{PAUSED_ANNOTATION, PoolResource};
 use crate::capi::CapiVersion;
+use crate::capi::Claim;
 use crate::capi::allocated_address;
 use crate::compact::intern;
 use crate::index::tests::{claim, index, ip_address, key, pool, pool_key};
-use crate::index::{AllocateError, Held};
+use crate::index::{AllocateError, Assigned, Held, Index, Observed, PoolKey};
+
+/// What the claim's run holds for it before its create (`Observed::Allocating`), as the executor asks for it.
+fn allocate(claim: &Claim, pool: &PoolKey, previous: Option<&str>, index: &Index) -> Result<Assigned, AllocateError> {
+    let (observation, _) = index.observe_then_view(claim, pool.clone(), Observed::Allocating { claim, pool, previous });
+    observation.assigned.expect("an allocation answers")
+}
 use recording::{Answer, RecordingApi};
 
 /// A Context on an index of its own, with a client to a port where nothing listens.

@@ -208,29 +208,18 @@ impl State {
         Some(result)
     }
 
-    /// Whether the Ready state `digest` is the one we last wrote for the claim, and the cached claim is not newer than
-    /// what that write was based on. Newer, it shows what is stored since: another writer's status (a manager of
-    /// another shard, a term before this one's answer) is not hidden by our digest (seed 400222993).
-    pub fn already_written(&mut self, claim: &Claim, digest: u64) -> bool {
-        let newer = |before: crate::compact::ResourceVersion| {
-            claim.resource_version.is_at_least(before) && claim.resource_version != before
-        };
-        self.book(claim, |b| b.written.is_some_and(|(d, before)| d == digest && !newer(before))).unwrap_or(false)
-    }
-
-    /// Whether the Ready state `digest` is still to be written for the claim (not [`State::already_written`]); if so,
-    /// what we wrote last is forgotten before the write goes: applied with its answer lost, that write would leave the
-    /// earlier digest standing for a status the claim no longer has, and that status would never be written again.
-    pub fn status_to_write(&mut self, claim: &Claim, digest: u64) -> bool {
-        let to_write = !self.already_written(claim, digest);
-        if to_write {
-            self.remember_written(claim, None);
+    /// The digest of the Ready state we last wrote for the cached claim, and the claim's resourceVersion that write was
+    /// based on (`ClaimView::already_written`).
+    pub(super) fn status_written(&self, claim: &Claim) -> Option<(u64, crate::compact::ResourceVersion)> {
+        if self.claims.get(&claim.key).is_none_or(|c| c.uid != claim.uid) {
+            return None;
         }
-        to_write
+        self.books.get(&claim.uid.uid()).and_then(|b| b.written)
     }
 
-    /// What we wrote last, on the claim as cached: `None` while a write is in flight, whose answer may be lost although
-    /// it was applied (the digest of an earlier write would then hide that the status changed since).
+    /// What we wrote last, on the claim as cached; `None` once a write failed, whose answer may be lost although it
+    /// was applied (the digest of an earlier write would then hide that the status changed since, and that status
+    /// would never be written again).
     pub fn remember_written(&mut self, claim: &Claim, digest: Option<u64>) {
         self.book(claim, |b| b.written = digest.map(|d| (d, claim.resource_version)));
     }

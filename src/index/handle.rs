@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    AddressRecord, AllocateError, Assigned, ClaimRun, ClaimView, Duplicate, Held, Index, ObjectKey, Observation,
-    Observed, OrphanView, PoolKey, PoolView,
+    AddressRecord, ClaimRun, ClaimView, Duplicate, Held, Index, ObjectKey, Observation, Observed, OrphanView, PoolKey,
+    PoolView,
 };
 use crate::api::Pool;
 use crate::capi::{Claim, IpAddress};
@@ -205,7 +205,13 @@ impl Index {
         self.read(|s| s.keeps_addresses(namespace, record))
     }
 
-    pub fn allocate(&self, claim: &Claim, pool: &PoolKey, requested: Option<&str>) -> Result<Assigned, AllocateError> {
+    #[cfg(test)]
+    pub fn allocate(
+        &self,
+        claim: &Claim,
+        pool: &PoolKey,
+        requested: Option<&str>,
+    ) -> Result<super::Assigned, super::AllocateError> {
         self.write(|s| s.allocate(claim, pool, requested))
     }
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{AddressRecord, ClaimView, Held, ObjectKey, PoolKey, State, Wait};
+use super::{AddressRecord, AllocateError, Assigned, ClaimView, Held, ObjectKey, PoolKey, State, Wait};
 use crate::capi::{Claim, IpAddress};
 use crate::compact::{ResourceVersion, Uid};
 
@@ -18,6 +18,9 @@ pub enum Observed<'a> {
     NothingNew,
     /// Every watch has listed: bound claims hold their addresses again, and allocation may start.
     CachesSynced,
+    /// `claim`'s IPAddress in `pool` is about to be created: an address is held for it first, under the lock
+    /// ([`Observation::assigned`], `State::allocate_for`; `previous` is the address a bound claim's IPAddress held).
+    Allocating { claim: &'a Claim, pool: &'a PoolKey, previous: Option<&'a str> },
     /// Our create of `claim`'s IPAddress answered with `object`.
     Created { claim: &'a Claim, object: &'a IpAddress },
     /// The IPAddress `key` as a read or a write of it answered (a repair, a mark, a DELETE that left it being deleted).
@@ -38,11 +41,11 @@ pub enum Observed<'a> {
     /// The claim's release is about to delete its IPAddress: its deletion is for good, not for a move
     /// (`State::claim_deleted_for_good`).
     ClaimDeletedForGood { pool: &'a PoolKey, claim: &'a Claim },
-    /// A status write of the Ready state of digest `digest` is due unless it was written already
-    /// ([`Observation::status_due`], `State::status_to_write`).
-    StatusWriting { claim: &'a Claim, digest: u64 },
-    /// The claim's status is written with the Ready state of digest `digest`.
+    /// The claim's status is written with the Ready state of digest `digest` (`ClaimView::already_written`).
     StatusWritten { claim: &'a Claim, digest: u64 },
+    /// A write of the claim's status failed: it may have been applied, its answer lost, so what was written before is
+    /// forgotten (`State::remember_written`).
+    StatusWriteFailed { claim: &'a Claim },
     /// Our DELETE of the IPAddress `key` of UID `uid` is about to go (`AddressRecord::deleted_by_us`): its watch event
     /// is never taken for someone else's.
     DeletingOurselves { key: &'a ObjectKey, uid: Uid },
@@ -99,8 +102,8 @@ pub struct Observation {
     pub record: Option<AddressRecord>,
     /// For [`Observed::Created`]: the claim's allocation latency.
     pub latency: Option<Duration>,
-    /// For [`Observed::StatusWriting`]: the write is due (what was written before is forgotten until it answers).
-    pub status_due: bool,
+    /// For [`Observed::Allocating`]: the address held for the claim, or why there is none.
+    pub assigned: Option<Result<Assigned, AllocateError>>,
     /// For [`Observed::ClusterRead`]: the Cluster is to be taken for paused (read paused, or gone while the index
     /// still holds it).
     pub cluster_paused: bool,
@@ -119,6 +122,9 @@ impl State {
                     "caches synced; allocating"
                 );
                 Observation::default()
+            }
+            Observed::Allocating { claim, pool, previous } => {
+                Observation { assigned: Some(self.allocate_for(claim, pool, previous)), ..Observation::default() }
             }
             Observed::Created { claim, object } => {
                 let (record, latency) = self.address_created(claim, object);
@@ -160,8 +166,9 @@ impl State {
                 self.claim_deleted_for_good(pool, claim);
                 Observation::default()
             }
-            Observed::StatusWriting { claim, digest } => {
-                Observation { status_due: self.status_to_write(claim, digest), ..Observation::default() }
+            Observed::StatusWriteFailed { claim } => {
+                self.remember_written(claim, None);
+                Observation::default()
             }
             Observed::StatusWritten { claim, digest } => {
                 self.remember_written(claim, Some(digest));

@@ -50,6 +50,24 @@ impl State {
         assigned
     }
 
+    /// The address for the claim, whose IPAddress is to be created, as [`State::allocate`] holds it: `previous` (the
+    /// address a bound claim's IPAddress held, which its machine uses) first while it is free, else the claim's
+    /// requested one, pinned one or the lowest free one.
+    pub fn allocate_for(
+        &mut self,
+        claim: &Claim,
+        pool: &PoolKey,
+        previous: Option<&str>,
+    ) -> Result<Assigned, AllocateError> {
+        if previous.is_some() {
+            match self.allocate(claim, pool, previous) {
+                Err(AllocateError::Requested { .. }) => {}
+                assigned => return assigned,
+            }
+        }
+        self.allocate(claim, pool, claim.requested_address.as_deref())
+    }
+
     /// Our create of the claim's IPAddress succeeded: the object is recorded (its hold confirmed with it). Returns the
     /// record (`None` when a newer event already said it is gone) and the claim's allocation latency.
     pub fn address_created(&mut self, claim: &Claim, created: &IpAddress) -> (Option<AddressRecord>, Option<Duration>) {

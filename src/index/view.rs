@@ -56,6 +56,8 @@ pub struct ClaimView {
     pub moved_away_no_room: bool,
     /// Who serves the claim, given its pool's shard (`--watch-filter`).
     pub served: Served,
+    /// The digest of the Ready state we last wrote for it, and its resourceVersion that write was based on.
+    pub status_written: Option<(u64, crate::compact::ResourceVersion)>,
 }
 
 /// What a pool's reconcile decides on, read from the index in one step ([`super::Index::pool_view`]).
@@ -141,6 +143,16 @@ pub struct ClaimRun {
 }
 
 impl ClaimView {
+    /// Whether the Ready state `digest` is the one we last wrote for `claim`, and `claim` is not newer than what that
+    /// write was based on. Newer, it shows what is stored since: another writer's status (a manager of another shard,
+    /// a term before this one's answer) is not hidden by our digest (seed 400222993).
+    pub fn already_written(&self, claim: &Claim, digest: u64) -> bool {
+        let newer = |before: crate::compact::ResourceVersion| {
+            claim.resource_version.is_at_least(before) && claim.resource_version != before
+        };
+        self.status_written.is_some_and(|(d, before)| d == digest && !newer(before))
+    }
+
     /// A duplicate to withdraw (or whose withdrawal to finish) before the claim is bound to it: every duplicate but
     /// the one the moved-back or restored IPAddress wins.
     pub fn unwanted_duplicate(&self) -> bool {
@@ -288,6 +300,7 @@ impl State {
             holds_unconfirmed: self.holds_unconfirmed(&pool_key, key),
             moved_away_no_room: self.moved_away_no_room(&pool_key, key),
             served: self.who_serves(claim, pool_key.clone()),
+            status_written: self.status_written(claim),
             out_of_range: self
                 .held_by(&pool_key, key)
                 .is_some_and(|held| self.allocates(&pool_key, held) == Some(false)),

@@ -7,7 +7,7 @@ use super::server::Kind;
 use super::world::{Job, World};
 
 /// A new claim's first run: its finalizer, its address held, its IPAddress created, its status written.
-const FIRST_RUN_CEILING: usize = 6;
+const FIRST_RUN_CEILING: usize = 5;
 /// The run its own writes wake: it finds its IPAddress and its status as written, and writes nothing.
 const FOLLOW_UP_CEILING: usize = 3;
 

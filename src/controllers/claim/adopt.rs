@@ -11,7 +11,7 @@ use super::{Context, Error, ipaddress};
 use crate::capi::{Claim, IpAddress};
 use crate::compact::Uid;
 use crate::controllers::status::ClaimReason;
-use crate::index::{ClaimView, ObjectKey, Observed, PoolKey, Wait};
+use crate::index::{ClaimView, ObjectKey, Observed, Wait};
 use crate::runtime::retry::Next;
 
 /// Binds the claim to the IPAddress of its name (`End::Adopt`), after its missing finalizers, owner references and
@@ -25,7 +25,7 @@ pub(super) async fn bind(claim: &Claim, ctx: &Context, view: &ClaimView, repair:
     }
     // The view from before the repair still holds: repair adopted the very IPAddress judged (its UID), whose spec, and
     // so what it holds, is immutable.
-    set_ready(claim, ctx, ClaimReason::Allocated, allocated_message(view), Some(&key.name)).await?;
+    set_ready(claim, ctx, view, ClaimReason::Allocated, allocated_message(view), Some(&key.name)).await?;
     if let Some(held) = view.held {
         // Bound to a claim again: an address that was moved away came back with its Cluster. Only once the binding is
         // written: the entry naming this IPAddress is what keeps it from being withdrawn as a duplicate until then.
@@ -44,7 +44,7 @@ pub(super) async fn let_go(
     why: LetGo,
 ) -> Result<Next, Error> {
     let pool_key = &view.pool_key;
-    let address = match unbound_ipaddress(ctx, key, pool_key, judged, why).await? {
+    let address = match unbound_ipaddress(ctx, key, view, judged, why).await? {
         Ok(address) => address,
         Err(later) => return Ok(later),
     };
@@ -83,10 +83,11 @@ pub(super) async fn let_go(
 pub(super) async fn unbound_ipaddress(
     ctx: &Context,
     key: &ObjectKey,
-    pool_key: &PoolKey,
+    view: &ClaimView,
     judged: Option<Uid>,
     why: LetGo,
 ) -> Result<Result<IpAddress, Next>, Error> {
+    let pool_key = &view.pool_key;
     let Some(live) = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? else {
         // Gone: the claim's watch event brings it back.
         return Ok(Err(Next::AwaitChange));
@@ -121,7 +122,7 @@ pub(super) async fn unbound_ipaddress(
              manager serves it"
         ),
     };
-    set_ready(&live.claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
+    set_ready(&live.claim, ctx, view, ClaimReason::AllocationFailed, message, None).await?;
     // `set_ready` conditions its write on a read of its own when the claim carries conditions of others: the claim
     // as that write found it is read again, and still not bound to this IPAddress.
     let Some(fenced) = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))? else {
@@ -146,13 +147,13 @@ pub(super) fn is_the_one(address: &IpAddress, judged: Option<Uid>) -> bool {
 pub(super) async fn belongs_elsewhere(
     claim: &Claim,
     ctx: &Context,
-    pool_key: &PoolKey,
+    view: &ClaimView,
     owner: &str,
 ) -> Result<Next, Error> {
-    let key = &claim.key;
+    let (key, pool_key) = (&claim.key, &view.pool_key);
     // Woken when that IPAddress changes or goes (also unseen, by the watch's next list).
     ctx.index.observe(Observed::Waits { pool: pool_key, key, wait: Wait::ItsName });
     let message = format!("IPAddress {key} already exists and belongs to {owner}, not to {pool_key}");
-    set_ready(claim, ctx, ClaimReason::AllocationFailed, message, None).await?;
+    set_ready(claim, ctx, view, ClaimReason::AllocationFailed, message, None).await?;
     Ok(Next::AwaitChange)
 }

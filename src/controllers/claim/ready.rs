@@ -5,7 +5,7 @@ use crate::apiserver::{ApiError, Read};
 use crate::capi::Claim;
 use crate::controllers::events::{EventType, Note};
 use crate::controllers::status::{ClaimReason, Ready, claim_status, is_current, is_transition, stored_conditions};
-use crate::index::Observed;
+use crate::index::{ClaimView, Observed};
 
 /// The claim's resourceVersion and whether it has finalizers, as cached; read live when its resourceVersion was not
 /// kept (it is opaque, and only the API server's decimal ones are).
@@ -34,6 +34,7 @@ pub(super) async fn as_read(claim: &Claim, ctx: &Context) -> Result<Read, Error>
 pub(super) async fn set_ready(
     claim: &Claim,
     ctx: &Context,
+    view: &ClaimView,
     reason: ClaimReason,
     message: String,
     address_ref: Option<&str>,
@@ -55,9 +56,9 @@ pub(super) async fn set_ready(
     let address_ref = address_ref.or(stored_ref);
     let current = is_current(stored, &ready) && stored_ref == address_ref;
     let written = crate::compact::digest(&(&ready, address_ref));
-    // Not written again when it was (the cache may not show our write yet); else what was written is forgotten before
-    // this write goes (`State::status_to_write`).
-    if current || !ctx.index.observe(Observed::StatusWriting { claim, digest: written }).status_due {
+    // Not written again when it was (the cache may not show our write yet; the view tells what we wrote last, and only
+    // this claim's run writes its status).
+    if current || view.already_written(claim, written) {
         return Ok(());
     }
     let (conditions, v1beta2_conditions, resource_version) = match claim.resource_version.text() {
@@ -92,11 +93,11 @@ pub(super) async fn set_ready(
         claim.generation.map(i64::from),
         ctx.now(),
     );
-    ctx.api
-        .patch_claim_status(&claim.key, &resource_version, &body)
-        .await
-        .map_err(Error::api("writing the claim status"))?;
-    ctx.index.observe(Observed::StatusWritten { claim, digest: written });
+    if let Err(e) = ctx.api.patch_claim_status(&claim.key, &resource_version, &body).await {
+        ctx.index.observe(Observed::StatusWriteFailed { claim });
+        return Err(Error::api("writing the claim status")(e));
+    }
+    ctx.index.observe_then_view(claim, view.pool_key.clone(), Observed::StatusWritten { claim, digest: written });
     if deserves_event(stored, &ready) {
         let type_ = match reason {
             ClaimReason::Allocated

@@ -146,7 +146,7 @@ pub struct Assigned {
     pub gateway: Option<String>,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum AllocateError {
     #[error("{pool} has no free address")]
     Exhausted { pool: PoolKey },

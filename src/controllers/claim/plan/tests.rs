@@ -55,6 +55,7 @@ fn view() -> ClaimView {
         out_of_range: false,
         holds_unconfirmed: false,
         moved_away_no_room: false,
+        status_written: None,
         served: Served::Here,
     }
 }
