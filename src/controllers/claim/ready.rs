@@ -93,6 +93,9 @@ pub(super) async fn set_ready(
         claim.generation.map(i64::from),
         ctx.now(),
     );
+    // Assumption: this future is never dropped mid-PATCH while the index lives on (a run is dropped only with the
+    // whole controllers' run, whose index goes with it; the fence turns a term's end into an error): a write that
+    // landed unobserved would leave the earlier digest standing, and that status might never be written again.
     if let Err(e) = ctx.api.patch_claim_status(&claim.key, &resource_version, &body).await {
         ctx.index.observe(Observed::StatusWriteFailed { claim });
         return Err(Error::api("writing the claim status")(e));
