@@ -27,10 +27,16 @@ pub(super) enum Answer {
     Address(IpAddress),
     /// No IPAddress of that name.
     NoAddress,
+    /// A pool read, or as a write returned it.
+    Pool(Box<Pool>),
+    /// No pool of that name.
+    NoPool,
     /// A write that returns nothing.
     Done,
     /// An error.
     Error(ApiError),
+    /// What happens while the request is in flight (another watch event, another worker's step), then the answer.
+    After(Box<dyn FnOnce() + Send>, Box<Answer>),
 }
 
 /// The UID [`Answer::Created`] gives an IPAddress.
@@ -52,12 +58,16 @@ impl RecordingApi {
         self.calls.lock().clone()
     }
 
-    /// Records `call` and takes the next answer.
+    /// Records `call` and takes the next answer, after what happens meanwhile.
     fn answer(&self, call: String) -> Answer {
         let answer = self.script.lock().pop_front();
         let unexpected = || Answer::Error(ApiError::Refused { code: 500, message: format!("unexpected: {call}") });
-        let answer = answer.unwrap_or_else(unexpected);
+        let mut answer = answer.unwrap_or_else(unexpected);
         self.calls.lock().push(call);
+        while let Answer::After(meanwhile, then) = answer {
+            meanwhile();
+            answer = *then;
+        }
         answer
     }
 }
@@ -165,7 +175,11 @@ impl ApiServer for RecordingApi {
     }
 
     fn get_pool<'a>(&'a self, key: &'a PoolKey) -> Call<'a, Option<Pool>> {
-        self.reply(format!("get_pool {key}"), |_| None)
+        self.reply(format!("get_pool {key}"), |a| match a {
+            Answer::Pool(pool) => Some(Some(*pool)),
+            Answer::NoPool => Some(None),
+            _ => None,
+        })
     }
 
     fn get_cluster<'a>(&'a self, key: &'a ObjectKey) -> Call<'a, Option<Cluster>> {
@@ -185,9 +199,13 @@ impl ApiServer for RecordingApi {
         key: &'a PoolKey,
         _resource_version: &'a str,
         annotation: &'a str,
-        _value: Option<&'a str>,
+        value: Option<&'a str>,
     ) -> Call<'a, Pool> {
-        self.reply(format!("patch_pool_annotation {key} {annotation}"), |_| None)
+        let value = value.unwrap_or("(removed)");
+        self.reply(format!("patch_pool_annotation {key} {annotation}={value}"), |a| match a {
+            Answer::Pool(pool) => Some(*pool),
+            _ => None,
+        })
     }
 
     fn remove_finalizer<'a>(

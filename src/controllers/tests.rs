@@ -425,3 +425,123 @@ async fn a_deleted_claims_release_reads_its_ipaddress_deletes_it_then_takes_its_
         ["get_address ns/a", "remove_finalizer IPAddressClaim ns/a ipam.cluster.x-k8s.io/ReleaseAddress"]
     );
 }
+
+#[tokio::test]
+async fn an_orphans_release_reads_the_ipaddress_then_its_claim_and_deletes_only_what_it_read() {
+    let gone = at_version(claim("a"), "3");
+    let mut orphan = ip_address("a", "10.0.0.1", &gone);
+    orphan.metadata.resource_version = Some("4".to_owned());
+    let uid = orphan.metadata.uid.clone().unwrap_or_default();
+    let on = |api: &Arc<RecordingApi>| {
+        let ctx = context_on(api.clone(), test_options());
+        ctx.index.apply_pool(pool("10.0.0.1-10.0.0.3", 1).into_pool());
+        ctx.index.apply_address(&orphan);
+        ctx
+    };
+    // Its claim gone as the API server has it too: the IPAddress read is the one deleted.
+    let api = Arc::new(RecordingApi::answering([Answer::Address(orphan.clone()), Answer::NoClaim, Answer::Done]));
+    orphans::release_if_orphaned(&on(&api), &key("a")).await;
+    assert_eq!(
+        api.calls(),
+        ["get_address ns/a".to_owned(), "get_claim ns/a".to_owned(), format!("delete_address ns/a {uid}")]
+    );
+    // The cache lagged: the claim of the name lives, in the same pool, and adopts it; nothing is deleted.
+    let api = Arc::new(RecordingApi::answering([Answer::Address(orphan.clone()), Answer::Claim(resource(&gone))]));
+    orphans::release_if_orphaned(&on(&api), &key("a")).await;
+    assert_eq!(api.calls(), ["get_address ns/a", "get_claim ns/a"]);
+    // Made again under the name since the record was taken (another UID): not the object judged, left alone.
+    let mut another = orphan.clone();
+    another.metadata.uid = Some("70000000-0000-0000-0000-000000000007".to_owned());
+    let api = Arc::new(RecordingApi::answering([Answer::Address(another)]));
+    orphans::release_if_orphaned(&on(&api), &key("a")).await;
+    assert_eq!(api.calls(), ["get_address ns/a"]);
+}
+
+#[tokio::test]
+async fn a_new_pools_run_writes_its_finalizer_and_its_status_and_a_deleted_one_lets_go_once_nothing_uses_it() {
+    let api = Arc::new(RecordingApi::answering([Answer::Done, Answer::Done]));
+    let ctx = context_on(api.clone(), test_options());
+    ctx.index.apply_pool(pool("10.0.0.1-10.0.0.3", 1).into_pool());
+    assert!(matches!(work_pool(&ctx, &pool_key()).await, Outcome::Done(Next::After(_))));
+    let (pool_name, finalizer) = (pool_key().to_string(), crate::api::PROTECT_POOL_FINALIZER);
+    assert_eq!(
+        api.calls(),
+        [format!("add_pool_finalizer {pool_name} {finalizer}"), format!("patch_pool_status {pool_name}")]
+    );
+    // Deleted while an IPAddress references it: nothing is written.
+    let api = Arc::new(RecordingApi::answering([Answer::Done]));
+    let ctx = context_on(api.clone(), test_options());
+    let mut going = pool("10.0.0.1-10.0.0.3", 2);
+    going.metadata.finalizers = Some(vec![finalizer.to_owned()]);
+    going.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    ctx.index.apply_pool(going.into_pool());
+    let object = ip_address("a", "10.0.0.1", &claim("a"));
+    ctx.index.apply_address(&object);
+    assert!(matches!(work_pool(&ctx, &pool_key()).await, Outcome::Done(Next::AwaitChange)));
+    assert!(api.calls().is_empty(), "{:?}", api.calls());
+    // Its last IPAddress gone (its watch's Delete event): our finalizer comes off.
+    ctx.index.address_delete_watched(&key("a"), &object);
+    assert!(matches!(work_pool(&ctx, &pool_key()).await, Outcome::Done(Next::AwaitChange)));
+    assert_eq!(api.calls(), [format!("remove_finalizer {pool_name} {finalizer}")]);
+}
+
+#[tokio::test]
+async fn the_moved_away_writer_reads_the_pool_then_writes_the_pending_entry_once() {
+    use crate::index::tests::{feed_global_pool, global_pool, moving_away_claim_of_global_pool};
+    let on = |api: &Arc<RecordingApi>| {
+        let ctx = context_on(api.clone(), test_options());
+        let global = feed_global_pool(&ctx.index);
+        moving_away_claim_of_global_pool(&ctx.index);
+        // clusterctl deletes the claim for a move: the address its IPAddress holds is to be recorded.
+        ctx.index.delete_claim(&key("x"));
+        (ctx, global)
+    };
+    let pool_of = |revision, entry| Box::new(PoolResource::into_pool(global_pool(revision, entry)));
+    let api = Arc::new(RecordingApi::answering([
+        Answer::Pool(pool_of(10, None)),
+        Answer::Pool(pool_of(11, Some("10.1.0.1@ns/x"))),
+    ]));
+    let (ctx, global) = on(&api);
+    assert_eq!(moved_away::write(&ctx, &global).await.expect("written"), moved_away::Written::All);
+    let annotation = crate::api::MOVED_AWAY_ANNOTATION;
+    assert_eq!(
+        api.calls(),
+        [format!("get_pool {global}"), format!("patch_pool_annotation {global} {annotation}=10.1.0.1@ns/x")]
+    );
+    assert!(ctx.index.moved_away_view(&global).pending.is_empty(), "written, no longer pending");
+    // Nothing pending: nothing read, nothing written.
+    assert_eq!(moved_away::write(&ctx, &global).await.expect("nothing to do"), moved_away::Written::All);
+    assert_eq!(api.calls().len(), 2);
+    // The pool gone as the API server has it: its reservations went with it, and nothing is written.
+    let api = Arc::new(RecordingApi::answering([Answer::NoPool]));
+    let (ctx, global) = on(&api);
+    assert_eq!(moved_away::write(&ctx, &global).await.expect("read"), moved_away::Written::All);
+    assert_eq!(api.calls(), [format!("get_pool {global}")]);
+    assert!(ctx.index.moved_away_view(&global).pending.is_empty());
+}
+
+#[tokio::test]
+async fn an_orphans_release_looks_again_after_its_reads_for_an_entry_of_its_address_queued_meanwhile() {
+    use crate::index::tests::feed_global_pool;
+    let api = Arc::new(RecordingApi::default());
+    let ctx = context_on(api.clone(), test_options());
+    let global = feed_global_pool(&ctx.index);
+    let mut gone = at_version(claim("x"), "3");
+    gone.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
+    gone.pool_name = intern("g");
+    let mut orphan = ip_address("x", "10.1.0.1", &gone);
+    orphan.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    orphan.spec.pool_ref.name = "g".to_owned();
+    ctx.index.apply_address(&orphan);
+    // While the claim is read, the address's entry is queued for the pool's annotation (the pool made again under its
+    // name queues what a move left behind: seed 470594159). Released now, its reservation's only record would go.
+    let index = ctx.index.clone();
+    let queued = move || index.write(|s| s.queue_moved_away(&global, "10.1.0.1@ns/x".to_owned(), true));
+    let api = Arc::new(RecordingApi::answering([
+        Answer::Address(orphan.clone()),
+        Answer::After(Box::new(queued), Box::new(Answer::NoClaim)),
+    ]));
+    let ctx = Context { api: api.clone(), ..ctx };
+    orphans::release_if_orphaned(&ctx, &key("x")).await;
+    assert_eq!(api.calls(), ["get_address ns/x", "get_claim ns/x"], "nothing deleted");
+}

@@ -138,7 +138,7 @@ impl PoolLedger {
 }
 
 impl State {
-    pub(super) fn queue_moved_away(&mut self, pool: &PoolKey, entry: String, add: bool) {
+    pub(crate) fn queue_moved_away(&mut self, pool: &PoolKey, entry: String, add: bool) {
         let queued_for = add.then(|| {
             let named = parse(pool, &entry).and_then(|e| e.address).and_then(|a| self.addresses.get(&a));
             let pool_now = self.pools.get(pool).and_then(|p| p.metadata.uid.as_deref().map(Uid::of));

@@ -133,7 +133,7 @@ pub(crate) fn pool(addresses: &str, generation: i64) -> InClusterIPPool {
 }
 
 /// Feeds the global pool `g` of ten addresses to the index, as its watch does; returns its key.
-fn feed_global_pool(index: &Index) -> PoolKey {
+pub(crate) fn feed_global_pool(index: &Index) -> PoolKey {
     Relist::default().on_event(
         &Pools::<crate::api::v1alpha2::GlobalInClusterIPPool>::of(index),
         Event::Apply(global_pool(10, None)),
@@ -765,7 +765,7 @@ fn a_family_change_and_back_keeps_every_address_in_use() {
     assert_eq!((counts.used, counts.out_of_range, counts.free), (2, 0, 0));
 }
 
-fn global_pool(revision: u64, moved_away: Option<&str>) -> crate::api::v1alpha2::GlobalInClusterIPPool {
+pub(crate) fn global_pool(revision: u64, moved_away: Option<&str>) -> crate::api::v1alpha2::GlobalInClusterIPPool {
     let spec: IPPoolSpec =
         serde_json::from_value(json!({"addresses": ["10.1.0.1-10.1.0.2"], "prefix": 24})).expect("spec");
     let mut g = crate::api::v1alpha2::GlobalInClusterIPPool::new("g", spec.into());
@@ -776,7 +776,7 @@ fn global_pool(revision: u64, moved_away: Option<&str>) -> crate::api::v1alpha2:
 }
 
 /// Claim `x` of the global pool `g`, marked as going for a move, and its IPAddress holding 10.1.0.1.
-fn moving_away_claim_of_global_pool(index: &Index) -> crate::capi::IpAddress {
+pub(crate) fn moving_away_claim_of_global_pool(index: &Index) -> crate::capi::IpAddress {
     let mut x = incarnation("x", 1);
     x.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
     x.pool_name = intern("g");

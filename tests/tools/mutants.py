@@ -666,11 +666,12 @@ EQUIVALENT = {
                               "read this mutation drops repeats that check; it only spares let_go's two GETs (the run "
                               "of stop 46: every scenario and 8,000 seeds pass with it)",
     "status-digest-forget": "the digest of a write counts only while the cached claim is no newer than the version it "
-                            "was written on (`State::already_written`): a write applied with its answer lost makes the "
-                            "claim newer once the watch shows it, and the earlier digest no longer hides anything; "
-                            "forgetting first only matters for a resourceVersion that is not a number, which an "
-                            "etcd-backed API server never returns (the full run of stop 45: 8,000 seeds and every "
-                            "scenario pass with it)",
+                            "was written on (`ClaimView::already_written`): a write applied with its answer lost makes "
+                            "the claim newer once the watch shows it, and the earlier digest no longer hides anything; "
+                            "forgetting a failed write's digest only matters for a resourceVersion that is not a "
+                            "number, which an etcd-backed API server never returns (the full run of stop 45: 8,000 "
+                            "seeds and every scenario pass with it; stop 54 moved the forgetting from before the write "
+                            "to its failure, and the mutation stays equivalent)",
 }
 
 
