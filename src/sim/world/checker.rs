@@ -96,23 +96,26 @@ impl World {
                 && pool_of_address(a) == Some(SHARD_POOL)
                 && claims.iter().any(|c| key_of(c) == key_of(a) && watch_filter_of(c) != Some(SHARD))
         };
-        let mut held: Vec<(PoolId, Held, ObjectKey, bool, bool)> = Vec::new();
-        for a in &addresses {
-            let key = key_of(a);
-            let Some(pool) = pool_of_address(a) else { continue };
-            let Some(h) = Held::of_address(pool, a) else { continue };
+        let holders = holders_of(&addresses, |a, key, h| {
             let exempt = restored_duplicate(a) || unserved_create(a);
             // A restored duplicate under a claim being deleted: that claim's release withdraws it (seed 150010206).
-            let used = bound_to(&key, h) && !late_under_deleting(a, &key) && !(exempt && deleting.contains(&key));
-            for (p, other, other_key, other_used, other_exempt) in &held {
-                let strict = strict && !exempt && !*other_exempt;
-                if *p == pool && other.overlaps(h) && (strict || (used && *other_used)) {
-                    return Err(format!(
-                        "DUPLICATE: IPAddresses {other_key} ({other}) and {key} ({h}) of pool {} hold the same address",
-                        pool.pool_key()
-                    ));
-                }
-            }
+            let used = bound_to(key, h) && !late_under_deleting(a, key) && !(exempt && deleting.contains(key));
+            (used, exempt)
+        });
+        let conflict = |o: &Holder, h: &Holder| (strict && !o.exempt && !h.exempt) || (o.used && h.used);
+        if let Some((other, this)) = first_duplicate(&holders, conflict) {
+            return Err(format!(
+                "DUPLICATE: IPAddresses {} ({}) and {} ({}) of pool {} hold the same address",
+                other.key,
+                other.held,
+                this.key,
+                this.held,
+                this.pool.pool_key()
+            ));
+        }
+        for (a, holder) in &holders {
+            let Holder { pool, held: h, key, used, .. } = holder;
+            let (pool, h, used) = (*pool, *h, *used);
             // An IPAddress no claim is bound to may be a late create of a deposed leader (as above): the claim
             // withdraws it, and only a bound one uses the address here.
             if pool == PoolId::Global
@@ -120,7 +123,7 @@ impl World {
                 && let Some((e, where_)) = self
                     .elsewhere
                     .iter()
-                    .find(|(e, w)| w.protected && e.overlaps(h) && !w.reserved_by(a, **e, bound.contains(&key)))
+                    .find(|(e, w)| w.protected && e.overlaps(h) && !w.reserved_by(a, **e, bound.contains(key)))
             {
                 return Err(format!(
                     "DUPLICATE ACROSS MANAGEMENT CLUSTERS: IPAddress {key} holds {h}, which claim {}/{} of the moved \
@@ -128,7 +131,6 @@ impl World {
                     NAMESPACES[where_.namespace], where_.claim
                 ));
             }
-            held.push((pool, h, key, used, exempt));
         }
         for c in &claims {
             let key = key_of(c);
@@ -290,22 +292,18 @@ impl World {
                 && claims.iter().any(|c| key_of(c) == *key && !c["metadata"]["deletionTimestamp"].is_null())
                 && paused_cluster(&key.namespace)
         };
-        // No duplicate, also of late writes.
-        let mut held: Vec<(PoolId, Held, ObjectKey)> = Vec::new();
-        for a in &addresses {
-            let (Some(pool), key) = (pool_of_address(a), key_of(a)) else { continue };
-            let Some(h) = Held::of_address(pool, a) else { continue };
-            // Still in use (the pool counts it), but no duplicate to report.
-            if awaits_release(a, &key) {
-                held.push((pool, h, key));
-                continue;
-            }
-            let awaiting = |k: &ObjectKey| addresses.iter().any(|b| key_of(b) == *k && awaits_release(b, k));
-            if let Some((_, other, other_key)) =
-                held.iter().find(|(p, o, k)| *p == pool && o.overlaps(h) && !awaiting(k))
-            {
-                return Err(format!("after settling, {other_key} ({other}) and {key} ({h}) hold the same address"));
-            }
+        // No duplicate, also of late writes. One that awaits its release is still in use (the pool counts it), but
+        // no duplicate to report.
+        let holders = holders_of(&addresses, |a, key, _| (false, awaits_release(a, key)));
+        if let Some((other, this)) = first_duplicate(&holders, |o, h| !o.exempt && !h.exempt) {
+            return Err(format!(
+                "after settling, {} ({}) and {} ({}) hold the same address",
+                other.key, other.held, this.key, this.held
+            ));
+        }
+        for (a, holder) in holders.iter().filter(|(_, h)| !h.exempt) {
+            let Holder { pool, held: h, key, .. } = holder;
+            let (pool, h) = (*pool, *h);
             // Nor across management clusters: a late create holding an address in use over there is withdrawn.
             if pool == PoolId::Global
                 && let Some((e, where_)) = self.elsewhere.iter().find(|(e, w)| {
@@ -322,8 +320,9 @@ impl World {
                     NAMESPACES[where_.namespace], where_.claim
                 ));
             }
-            held.push((pool, h, key));
         }
+        let held: Vec<(PoolId, Held, ObjectKey)> =
+            holders.iter().map(|(_, h)| (h.pool, h.held, h.key.clone())).collect();
         // No leak: every IPAddress has its claim, but those of a paused Cluster (it keeps its addresses).
         for a in &addresses {
             let key = key_of(a);
@@ -629,4 +628,45 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// An IPAddress of one of the simulated pools as the duplicate finder sees it.
+struct Holder {
+    pool: PoolId,
+    held: Held,
+    key: ObjectKey,
+    /// A bound claim uses its address here.
+    used: bool,
+    /// A duplicate the check tolerates (restored by Velero, a create for a claim no manager serves, one that awaits
+    /// its release).
+    exempt: bool,
+}
+
+/// The IPAddresses of the simulated pools, each with what `judge` says of it (`used`, `exempt`), in the API server's
+/// order.
+fn holders_of(addresses: &[Value], judge: impl Fn(&Value, &ObjectKey, Held) -> (bool, bool)) -> Vec<(&Value, Holder)> {
+    addresses
+        .iter()
+        .filter_map(|a| {
+            let (pool, key) = (pool_of_address(a)?, key_of(a));
+            let held = Held::of_address(pool, a)?;
+            let (used, exempt) = judge(a, &key, held);
+            Some((a, Holder { pool, held, key, used, exempt }))
+        })
+        .collect()
+}
+
+/// The first two holders of one pool whose addresses overlap and that `conflict` says may not share them, in the
+/// API server's order: the one duplicate finder of the checks of every step and of the settled world.
+fn first_duplicate<'h>(
+    holders: &'h [(&Value, Holder)],
+    conflict: impl Fn(&Holder, &Holder) -> bool,
+) -> Option<(&'h Holder, &'h Holder)> {
+    holders.iter().enumerate().find_map(|(i, (_, this))| {
+        holders[..i]
+            .iter()
+            .map(|(_, other)| other)
+            .find(|other| other.pool == this.pool && other.held.overlaps(this.held) && conflict(other, this))
+            .map(|other| (other, this))
+    })
 }
