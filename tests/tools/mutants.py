@@ -653,8 +653,8 @@ MUTATIONS = [
 EQUIVALENT = {
     "recheck-await": "RECHECK is a safety net against a lost wake: the registry wakes an exhausted claim for every "
                      "address freed and every change of its pool, and the simulation settles without firing RECHECK "
-                     "and finds no claim waiting beside a free address; a wake could only be lost in the real work "
-                     "queue, which the simulation does not run yet (its own tests cover a wake during a run)",
+                     "and finds no claim waiting beside a free address, on the real work queue (`runtime::Work`, "
+                     "which the simulation runs; the queue's own tests cover a wake during a run)",
     "unwritten-ignores-annotation": "since d49553a its one caller (`moved_away`, index/moved_away.rs) only wakes the "
                                     "moved-away writer (the release waits on `moved_away_unwritten_named`); the "
                                     "writer merges the pending entries into the annotation as read, so a wake for an "
