@@ -217,17 +217,53 @@ where
 /// A watch's task: it feeds the index until the controllers stop, and says when it has listed everything once.
 type Watch = fn(&Client, &Arc<Context>, watch::Sender<bool>) -> Option<BoxFuture<'static, ()>>;
 
+/// What one of the controllers' watches follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watched {
+    Claims,
+    IpAddresses,
+    Pools(PoolKind),
+    Clusters,
+}
+
+impl Watched {
+    /// The watch's name in logs and in the supervisor's task list.
+    fn name(self) -> &'static str {
+        match self {
+            Watched::Claims => "IPAddressClaims",
+            Watched::IpAddresses => "IPAddresses",
+            Watched::Pools(PoolKind::InClusterIPPool) => "InClusterIPPools",
+            Watched::Pools(PoolKind::GlobalInClusterIPPool) => "GlobalInClusterIPPools",
+            Watched::Pools(PoolKind::InClusterPrefixPool) => "InClusterPrefixPools",
+            Watched::Pools(PoolKind::GlobalInClusterPrefixPool) => "GlobalInClusterPrefixPools",
+            Watched::Clusters => "Clusters",
+        }
+    }
+}
+
 /// Every watch of the controllers, and what it feeds: claims (only those of our pool kinds are kept), IPAddresses
-/// (the allocator), the four pool kinds (typed pools), and Clusters when the API server serves them.
-const WATCHES: [(&str, Watch); 7] = [
-    ("IPAddressClaims", watch_claims),
-    ("IPAddresses", watch_addresses),
-    ("InClusterIPPools", watch_pools::<v1alpha2::InClusterIPPool>),
-    ("GlobalInClusterIPPools", watch_pools::<v1alpha2::GlobalInClusterIPPool>),
-    ("InClusterPrefixPools", watch_pools::<v1alpha2::InClusterPrefixPool>),
-    ("GlobalInClusterPrefixPools", watch_pools::<v1alpha2::GlobalInClusterPrefixPool>),
-    ("Clusters", watch_clusters),
+/// (the allocator), the four pool kinds (typed pools), and Clusters when the API server serves them. The simulation
+/// derives its watches from this table (`WATCHED`).
+const WATCHES: [(Watched, Watch); 7] = [
+    (Watched::Claims, watch_claims),
+    (Watched::IpAddresses, watch_addresses),
+    (Watched::Pools(PoolKind::InClusterIPPool), watch_pools::<v1alpha2::InClusterIPPool>),
+    (Watched::Pools(PoolKind::GlobalInClusterIPPool), watch_pools::<v1alpha2::GlobalInClusterIPPool>),
+    (Watched::Pools(PoolKind::InClusterPrefixPool), watch_pools::<v1alpha2::InClusterPrefixPool>),
+    (Watched::Pools(PoolKind::GlobalInClusterPrefixPool), watch_pools::<v1alpha2::GlobalInClusterPrefixPool>),
+    (Watched::Clusters, watch_clusters),
 ];
+
+/// What the controllers watch, in the order they start.
+pub const WATCHED: [Watched; 7] = {
+    let mut watched = [Watched::Claims; 7];
+    let mut i = 0;
+    while i < WATCHES.len() {
+        watched[i] = WATCHES[i].0;
+        i += 1;
+    }
+    watched
+};
 
 fn watch_claims(client: &Client, ctx: &Arc<Context>, listed: watch::Sender<bool>) -> Option<BoxFuture<'static, ()>> {
     let (options, ctx) = (&ctx.options, ctx.clone());
@@ -289,7 +325,7 @@ pub async fn run(
     for (what, start) in WATCHES {
         let (tx, rx) = watch::channel(false);
         if let Some(watch) = start(&client, &ctx, tx) {
-            tasks.forever(what, watch);
+            tasks.forever(what.name(), watch);
             listed.push(rx);
         }
     }

@@ -156,14 +156,21 @@ struct Watch {
     listed: bool,
 }
 
-const WATCHED: [Kind; 6] = [
-    Kind::Claim,
-    Kind::Address,
-    Kind::Pool(PoolKind::InClusterIPPool),
-    Kind::Pool(PoolKind::GlobalInClusterIPPool),
-    Kind::Pool(PoolKind::InClusterPrefixPool),
-    Kind::Cluster,
-];
+/// The watches of a term: the manager's (`controllers::WATCHED`), in its order, but of a pool kind the simulation
+/// has no pool of (a global prefix pool): that watch would deliver nothing, and the draws of every seed found so far
+/// would change.
+fn watched() -> Vec<Kind> {
+    controllers::WATCHED
+        .iter()
+        .map(|w| match *w {
+            controllers::Watched::Claims => Kind::Claim,
+            controllers::Watched::IpAddresses => Kind::Address,
+            controllers::Watched::Pools(kind) => Kind::Pool(kind),
+            controllers::Watched::Clusters => Kind::Cluster,
+        })
+        .filter(|kind| !matches!(kind, Kind::Pool(_)) || POOLS.iter().any(|p| p.server_kind() == *kind))
+        .collect()
+}
 
 /// What a worker is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -448,7 +455,7 @@ fn describe(kind: Kind, object: &Value) -> String {
 impl World {
     pub fn new(seed: u64, options: Options) -> World {
         let mut rng = Rng::new(seed);
-        let mut swarm = Swarm::new(&mut rng, WATCHED.len());
+        let mut swarm = Swarm::new(&mut rng, watched().len());
         let focus = swarm.focus(seed);
         let trace = focus.filter(|_| options.trace).map(|f| format!("   0: {f}")).into_iter().collect();
         let sharded = options.sharded;
@@ -957,4 +964,17 @@ fn entries_of(pool: &Value) -> Vec<String> {
         .and_then(Value::as_str)
         .map(|v| v.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect())
         .unwrap_or_default()
+}
+
+#[test]
+fn a_term_watches_what_the_manager_watches_but_a_pool_kind_the_simulation_has_no_pool_of() {
+    let left_out: Vec<controllers::Watched> = controllers::WATCHED
+        .into_iter()
+        .filter(|w| match *w {
+            controllers::Watched::Pools(kind) => !watched().contains(&Kind::Pool(kind)),
+            _ => false,
+        })
+        .collect();
+    assert_eq!(left_out, [controllers::Watched::Pools(PoolKind::GlobalInClusterPrefixPool)]);
+    assert_eq!(watched().len(), controllers::WATCHED.len() - 1, "every other watch of the manager, once");
 }

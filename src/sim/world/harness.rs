@@ -26,7 +26,7 @@ use crate::sim::client::{Op, SimApi, lock};
 use crate::sim::server::{Change, Kind};
 use crate::sim::swarm::Late;
 
-use super::{Feeder, Job, RENEW_DEADLINE, Task, Term, WATCHED, Watch, WatchState, World, asked, describe, poll_once};
+use super::{Feeder, Job, RENEW_DEADLINE, Task, Term, Watch, WatchState, World, asked, describe, poll_once, watched};
 
 impl World {
     // ---- Terms ----
@@ -59,9 +59,9 @@ impl World {
         };
         let clock = controllers::Clock::Simulated(self.now_ms.clone());
         let ctx = Arc::new(Context::new(api, options, metrics, work.clone(), synced).with_clock(clock));
-        let watches = WATCHED
-            .iter()
-            .map(|&kind| Watch { kind, state: WatchState::Start, cursor: 0, feeder: Feeder::new(kind), listed: false })
+        let watches = watched()
+            .into_iter()
+            .map(|kind| Watch { kind, state: WatchState::Start, cursor: 0, feeder: Feeder::new(kind), listed: false })
             .collect();
         let concurrency = 1 + self.rng.below(4);
         self.note(|| format!("replica {replica} starts term {id} (concurrency {concurrency})"));
