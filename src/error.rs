@@ -1,6 +1,9 @@
 //! The controllers' error: what failed, a bounded kind for metrics, and whether trying again can help.
 
+use std::time::Duration;
+
 use crate::apiserver::ApiError;
+use crate::runtime::retry::{RECHECK, Retry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -27,11 +30,9 @@ impl Error {
         Error::Internal(e.to_string())
     }
 
-    /// Every value of [`Error::kind`] (the metrics export each from the start, at 0).
-    pub const KINDS: [&'static str; 8] =
-        ["conflict", "not_found", "throttled", "api", "transport", "rejected", "internal", "fenced"];
-
-    /// A bounded label for metrics.
+    /// A bounded label for metrics: one of `crate::metrics::ERROR_KINDS`, which exports each from the start, at 0.
+    /// (The metrics know no error of ours: the error's policy names the runtime's `Retry`, and the runtime reports
+    /// to the metrics.)
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Api { source, .. } => match source {
@@ -61,6 +62,19 @@ impl Error {
             Error::Rejected(_) | Error::Internal(_) => false,
         }
     }
+
+    /// The error policy: what a run that failed with this error asks of its queue; `api_down` is whether the API
+    /// server still does not answer.
+    pub fn retry(&self, api_down: bool) -> Retry {
+        if self.is_unreachable() {
+            // It answered while this run was failing: do not wait for the next outage.
+            if api_down { Retry::WhenAnswering } else { Retry::After(Duration::from_millis(200)) }
+        } else if !self.is_transient() {
+            Retry::After(RECHECK)
+        } else {
+            Retry::Backoff
+        }
+    }
 }
 
 #[cfg(test)]
@@ -69,6 +83,18 @@ mod tests {
 
     fn api(code: u16) -> Error {
         Error::api("writing")(ApiError::from_status(code, "Refused", "refused"))
+    }
+
+    #[test]
+    fn the_policy_parks_while_unreachable_rechecks_refusals_and_backs_off_otherwise() {
+        let unreachable = Error::api("creating")(ApiError::Unreachable("reset".into()));
+        assert_eq!(unreachable.retry(true), Retry::WhenAnswering);
+        assert_eq!(unreachable.retry(false), Retry::After(Duration::from_millis(200)));
+        let refused = Error::api("creating")(ApiError::from_status(422, "Invalid", "denied"));
+        assert_eq!(refused.retry(false), Retry::After(RECHECK));
+        assert_eq!(Error::Rejected("denied".into()).retry(false), Retry::After(RECHECK));
+        let conflict = Error::api("writing")(ApiError::from_status(409, "Conflict", "changed"));
+        assert_eq!(conflict.retry(false), Retry::Backoff);
     }
 
     #[test]
@@ -82,7 +108,7 @@ mod tests {
         ];
         let mut seen: Vec<&str> = kinds.iter().chain(&others).copied().collect();
         seen.sort_unstable();
-        let mut listed = Error::KINDS.to_vec();
+        let mut listed = crate::metrics::ERROR_KINDS.to_vec();
         listed.sort_unstable();
         assert_eq!(seen, listed);
     }

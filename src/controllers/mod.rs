@@ -41,7 +41,7 @@ use crate::leader::Fence;
 use crate::metrics::{CLAIM_CONTROLLER, Metrics, ReconcileResult, pool_controller};
 use crate::runtime::reachability::Reachability;
 use crate::runtime::retry::Next;
-use crate::runtime::retry::{self, Outcome};
+use crate::runtime::retry::Outcome;
 use crate::runtime::supervisor::Supervisor;
 use crate::runtime::watch::{self as watching, Health};
 use crate::runtime::{Work, WorkStreams};
@@ -170,7 +170,7 @@ impl Context {
     /// A run failed: said as [`Context::report_failure`] says it, and retried as the error policy says.
     fn failed(&self, operation: &'static str, object: &dyn std::fmt::Display, error: &Error) -> Outcome {
         self.report_failure(operation, object, error);
-        Outcome::Failed(retry::policy(error, self.reachability.is_down()))
+        Outcome::Failed(error.retry(self.reachability.is_down()))
     }
 
     /// Counts one reconcile of `controller` that took `duration`, in controller-runtime's terms and ours.

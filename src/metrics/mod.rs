@@ -3,6 +3,10 @@
 //! pool kind, namespace and name, controller, webhook path and result, error kind, status code and method. Nothing is
 //! labelled per claim or per address.
 
+/// Every kind of a reconcile's error (`crate::error::Error::kind`), each exported from the start, at 0.
+pub const ERROR_KINDS: [&str; 8] =
+    ["conflict", "not_found", "throttled", "api", "transport", "rejected", "internal", "fenced"];
+
 pub mod controller_runtime;
 pub mod process;
 pub mod rest_client;
@@ -268,7 +272,7 @@ impl Metrics {
             for result in ["success", "error"] {
                 let _ = self.reconciles.get_or_create(&ReconcileLabels { controller, result });
             }
-            for error in crate::error::Error::KINDS {
+            for error in ERROR_KINDS {
                 let _ = self.reconcile_errors.get_or_create(&ErrorLabels { controller, error });
             }
         }

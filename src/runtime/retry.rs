@@ -1,10 +1,9 @@
-//! How a worker's run ended, and what the queue does about it: the one error policy of the controllers. The queue
-//! ([`super::queue::WorkQueue::finish`]) owns every retry of a key: its backoff after failures in a row, parking while
-//! the API server does not answer, and delayed requeues.
+//! How a worker's run ended, and what the queue does about it. The queue ([`super::queue::WorkQueue::finish`]) owns
+//! every retry of a key: its backoff after failures in a row, parking while the API server does not answer, and
+//! delayed requeues. Which retry an error asks for is the controllers' error's to say (`Error::retry`): the runtime
+//! knows no error of theirs.
 
 use std::time::Duration;
-
-use crate::error::Error;
 
 /// What a reconcile asks for next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,19 +39,6 @@ pub enum Retry {
 /// this requeue is only a safety net.
 pub const RECHECK: Duration = Duration::from_secs(300);
 
-/// The error policy: what a run that failed with `error` asks of its queue; `api_down` is whether the API server
-/// still does not answer.
-pub fn policy(error: &Error, api_down: bool) -> Retry {
-    if error.is_unreachable() {
-        // It answered while this run was failing: do not wait for the next outage.
-        if api_down { Retry::WhenAnswering } else { Retry::After(Duration::from_millis(200)) }
-    } else if !error.is_transient() {
-        Retry::After(RECHECK)
-    } else {
-        Retry::Backoff
-    }
-}
-
 /// The delay before the `failures`-th retry in a row (1 for the first), plus `jitter` (< 100 ms, fixed per key) so
 /// that a burst's retries do not arrive together.
 pub fn backoff(failures: u32, jitter: Duration) -> Duration {
@@ -63,19 +49,6 @@ pub fn backoff(failures: u32, jitter: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::ApiError;
-
-    #[test]
-    fn the_policy_parks_while_unreachable_rechecks_refusals_and_backs_off_otherwise() {
-        let unreachable = Error::api("creating")(ApiError::Unreachable("reset".into()));
-        assert_eq!(policy(&unreachable, true), Retry::WhenAnswering);
-        assert_eq!(policy(&unreachable, false), Retry::After(Duration::from_millis(200)));
-        let refused = Error::api("creating")(ApiError::from_status(422, "Invalid", "denied"));
-        assert_eq!(policy(&refused, false), Retry::After(RECHECK));
-        assert_eq!(policy(&Error::Rejected("denied".into()), false), Retry::After(RECHECK));
-        let conflict = Error::api("writing")(ApiError::from_status(409, "Conflict", "changed"));
-        assert_eq!(policy(&conflict, false), Retry::Backoff);
-    }
 
     #[test]
     fn the_backoff_doubles_to_five_minutes() {
