@@ -312,6 +312,15 @@ impl State {
         {
             let addresses = &self.addresses;
             match addresses.get(key).filter(|c| c.uid == record.uid) {
+                // Older news of the object than the record (the watch, or a later read or answer, showed a newer
+                // version): taken, it would undo what the newer one told (soak seed 802474025: a release's read from
+                // before the garbage collector took a dangling claim owner reference off put it back, and the orphan
+                // release, finding the live object without it, never released the IPAddress).
+                Some(current)
+                    if current.revision != record.revision && current.revision.is_at_least(record.revision) =>
+                {
+                    return Some(current.clone());
+                }
                 Some(current) => {
                     record.seen = current.seen;
                     // An answer may be of a request sent before the relist that did not show the object, and older news

@@ -1659,3 +1659,31 @@ fn a_new_term_holds_aside_the_address_of_a_bound_claim_whose_ipaddress_holds_ano
     assert_eq!(index.allocate(&b, &pool_key(), None).expect("its own").address.to_string(), "10.0.0.2");
     index.check_consistency().expect("consistent");
 }
+
+/// Soak seed 802474025: a claim's release recorded a read of the IPAddress of its name taken before the garbage
+/// collector took the dangling claim owner reference off it, after the watch had shown that newer version. The older
+/// read put the owner back into the record, and the orphan release, finding the live object without it, never released
+/// the IPAddress (stuck being deleted under our finalizer).
+#[test]
+fn a_read_older_than_the_record_does_not_undo_what_a_newer_event_told() {
+    let (index, _) = index();
+    feed_pool(&index, pool("10.0.0.1-10.0.0.2", 1));
+    let mut read = ip_address("a", "10.0.0.1", &claim("a"));
+    read.metadata.resource_version = Some("60".to_owned());
+    read.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    let mut collected = read.clone();
+    collected.metadata.resource_version = Some("61".to_owned());
+    collected.metadata.owner_references = None;
+    index.apply_address(&collected);
+    assert_eq!(index.address(&key("a")).map(|r| r.claim_owner), Some(None), "the watch's newer event");
+    let then = IfNotCreated::GivenUp;
+    let observed = index.observe(Observed::NameRead { pool: &pool_key(), key: &key("a"), live: Some(&read), then });
+    assert_eq!(observed.record.map(|r| (r.claim_owner, r.revision)), Some((None, ResourceVersion::of("61"))));
+    assert_eq!(index.address(&key("a")).map(|r| r.claim_owner), Some(None), "the older read undid the newer event");
+    // A read as new as the record, or newer, is taken.
+    let mut newer = collected.clone();
+    newer.metadata.resource_version = Some("62".to_owned());
+    newer.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c".to_owned())].into());
+    index.observe(Observed::Answered { key: &key("a"), object: &newer });
+    assert_eq!(index.address(&key("a")).and_then(|r| r.cluster_label).as_deref(), Some("c"));
+}
