@@ -217,15 +217,13 @@ impl State {
         self.claims_seen_gone.get(key).is_some_and(|uid| *uid == record.uid)
     }
 
-    /// Whether another IPAddress holding the address `key` holds in `pool` is the one of a live claim bound to it.
+    /// Whether another IPAddress holding the address `key` holds in `pool` is the one of a claim bound to it. Also of
+    /// a claim being deleted: its machine may use the address until its release, which a paused Cluster holds, so the
+    /// pause would keep both for as long as it lasts (soak seed 802181713).
     pub(super) fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
         self.registry.duplicate_of(pool, key).is_some_and(|d| {
             d.holders.iter().any(|other| {
-                other != key
-                    && self
-                        .claims
-                        .get(other)
-                        .is_some_and(|c| c.deletion_timestamp.is_none() && c.address_ref() == Some(&*other.name))
+                other != key && self.claims.get(other).is_some_and(|c| c.address_ref() == Some(&*other.name))
             })
         })
     }

@@ -864,24 +864,40 @@ fn a_record_replaced_by_a_newer_ipaddress_of_its_name_keeps_its_reserved_address
 /// lasted. A paused Cluster keeps its addresses, but not a late duplicate of a bound claim's.
 #[test]
 fn a_late_duplicate_of_a_bound_address_is_released_even_while_its_cluster_is_paused() {
+    late_duplicate_of_a_bound_address_under_a_pause(false);
+}
+
+/// Seed 802181713 of the soak: the same, the bound claim `a/m0` (of Cluster `cl`) being deleted while `cl` is paused,
+/// which holds its release. Its machine may use the address until then; the late duplicate was kept beside it for as
+/// long as the pause lasted.
+#[test]
+fn a_late_duplicate_is_released_while_the_bound_claim_of_its_address_is_being_deleted_under_a_pause() {
+    late_duplicate_of_a_bound_address_under_a_pause(true);
+}
+
+fn late_duplicate_of_a_bound_address_under_a_pause(bound_one_deleting: bool) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
     w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1 });
     w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2 });
     let cl = cluster(&mut w, false);
-    let m0 = w.create_claim_named(0, "m0", gip);
+    let m0 = if bound_one_deleting { claim_of_cluster(&mut w, "m0").0 } else { w.create_claim_named(0, "m0", gip) };
     w.begin_term();
     w.deliver_all(&[]);
     w.run_to_rest(Job::Claim(m0.clone()));
     let taken = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
-    // The late create of a gone claim a/m2 of Cluster cl lands with that address; cl is paused; a new claim a/m2 of
-    // another pool appears.
+    // The late create of a gone claim a/m2 of Cluster cl lands with that address; cl is paused (and a/m0 deleted,
+    // its release held); a new claim a/m2 of another pool appears.
     let gone = json!("00000000-0000-4000-8000-0000000000ff");
     w.create(Kind::Address, global_ipaddress("a", "m2", &gone, &taken, Some("cl")));
     w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
+    if bound_one_deleting {
+        w.remove(Kind::Claim, &m0);
+    }
     let m2 = w.create_claim_named(0, "m2", PoolId::Ip(0));
     w.deliver_all(&[]);
     w.run_job(Job::Claim(m2.clone()));
+    w.run_job(Job::Claim(m0.clone()));
     w.answer_everything();
     w.sweep_after_the_delay();
     w.answer_everything();
@@ -889,7 +905,10 @@ fn a_late_duplicate_of_a_bound_address_is_released_even_while_its_cluster_is_pau
     fails(&w, result);
     let late = w.read(Kind::Address, &m2);
     assert!(late.is_none_or(|a| a["spec"]["address"] != taken), "the late duplicate stays:\n{}", w.trace_text());
-    assert_eq!(w.read(Kind::Claim, &m0).expect("a/m0")["status"]["addressRef"]["name"], "m0");
+    let bound = w.read(Kind::Claim, &m0).expect("a/m0");
+    assert_eq!(bound["status"]["addressRef"]["name"], "m0");
+    assert_eq!(bound["metadata"]["deletionTimestamp"].is_null(), !bound_one_deleting, "{bound}");
+    assert!(w.read(Kind::Address, &m0).is_some(), "a/m0's IPAddress went while its Cluster is paused");
 }
 
 /// The review of issue 24 found it: claim `m1` is deleted with its finalizer stripped and the orphan release deletes
