@@ -128,15 +128,24 @@ pub async fn repair(
 /// Assumptions: the caller decided on a live read that the IPAddress is ours to delete (`is_ours_for`, a claim gone
 /// or not bound to it); the write passes the leader fence.
 pub async fn delete(ctx: &Context, address: &IpAddress, what: &'static str) -> Result<bool, Error> {
-    let key = ObjectKey::new(address.metadata.namespace.as_deref().unwrap_or_default(), &address.name_any());
-    let deleting = if address.metadata.deletion_timestamp.is_some() {
+    match start_deleting(ctx, address, what).await? {
+        Some(deleting) => finish_deleting(ctx, address, &deleting).await,
+        None => Ok(true),
+    }
+}
+
+/// The first half of [`delete`]: the DELETE, unless the object is being deleted already. The object as it is being
+/// deleted, our finalizer still on it; `None` when it is gone.
+async fn start_deleting(ctx: &Context, address: &IpAddress, what: &'static str) -> Result<Option<ObjectMeta>, Error> {
+    let key = key_of(address);
+    Ok(Some(if address.metadata.deletion_timestamp.is_some() {
         address.metadata.clone()
     } else {
         let uid = address.metadata.uid.clone().unwrap_or_default();
         let revision = address.metadata.resource_version.clone();
         ctx.index.observe(Observed::DeletingOurselves { key: &key, uid: Uid::of(&uid) });
         match ctx.api.delete_address(&key, &uid, revision.as_deref()).await {
-            Ok(Deleted::Gone) | Err(ApiError::NotFound) => return Ok(true),
+            Ok(Deleted::Gone) | Err(ApiError::NotFound) => return Ok(None),
             Ok(Deleted::Deleting(object)) => {
                 // Recorded as being deleted: should the finalizer's removal fail, no decision takes it for a live one.
                 ctx.index.observe(Observed::Answered { key: &key, object: &object });
@@ -144,9 +153,18 @@ pub async fn delete(ctx: &Context, address: &IpAddress, what: &'static str) -> R
             }
             Err(e) => return Err(Error::api(what)(e)),
         }
-    };
-    let removed = finalizers::remove(ctx, &Target::Address(key), &deleting, PROTECT_ADDRESS_FINALIZER).await?;
+    }))
+}
+
+/// The second half of [`delete`]: our finalizer comes off the object being deleted; `true` when it is gone.
+async fn finish_deleting(ctx: &Context, address: &IpAddress, deleting: &ObjectMeta) -> Result<bool, Error> {
+    let target = Target::Address(key_of(address));
+    let removed = finalizers::remove(ctx, &target, deleting, PROTECT_ADDRESS_FINALIZER).await?;
     Ok(removed == Removed::Gone)
+}
+
+fn key_of(address: &IpAddress) -> ObjectKey {
+    ObjectKey::new(address.metadata.namespace.as_deref().unwrap_or_default(), &address.name_any())
 }
 
 /// Whether an IPAddress references one of our pools (`pool`, when given) and names `claim` in its `claimRef`: the
@@ -226,7 +244,18 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     if ctx.index.orphan_view(key, Some(record)).moved_away_unwritten {
         return Ok(());
     }
-    delete(ctx, &address, "deleting an orphaned IPAddress").await?;
+    let Some(deleting) = start_deleting(ctx, &address, "deleting an orphaned IPAddress").await? else {
+        return Ok(());
+    };
+    if record.moving_away && record.pool.kind.is_global() && !pool_still_known(ctx, key, record).await {
+        // Its mark is the move's only record, and a pool made again before the DELETE (unseen by the pool watch, whose
+        // event then queues this one's entry: `pool_appeared`) must reserve its address: our finalizer stays until
+        // the entry is written, and the sweep finishes the deletion then. One made again after the DELETE finds it
+        // being deleted, of the pool that went, which records nothing for it (docs/operations.md; soak seeds
+        // 804659163, 804814870).
+        return Ok(());
+    }
+    finish_deleting(ctx, &address, &deleting).await?;
     let value = &address.spec.address;
     if record.moving_away {
         info!(address = %key, value, "deleted the IPAddress of a claim moved away; its address stays reserved");
@@ -236,6 +265,19 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         ctx.metrics.orphan_released(record.pool.kind);
     }
     Ok(())
+}
+
+/// Whether the pool of the IPAddress `key` left behind by a move, read live now that it is being deleted, is the one
+/// this manager knows, and its entry waits for no write (the pool watch may have shown a pool made again meanwhile).
+async fn pool_still_known(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> bool {
+    let known = ctx.index.orphan_view(key, Some(record)).pool;
+    if !super::orphans::pool_known_as_it_is(ctx, record, known.as_deref()).await {
+        return false;
+    }
+    // After the read: the pool the index knows is the live one, and its appearance queued this one's entry if at all.
+    let view = ctx.index.orphan_view(key, Some(record));
+    !view.moved_away_unwritten
+        && view.pool.and_then(|p| p.metadata.uid.clone()) == known.and_then(|p| p.metadata.uid.clone())
 }
 
 /// Whether the Cluster `name` (of an IPAddress whose claim is gone, or of a claim) is paused, read live: a move may be

@@ -2767,6 +2767,46 @@ fn an_ipaddress_left_behind_collected_while_the_pool_watch_still_shows_its_delet
     the_pool_made_again_reserves_it_across_a_restart(&mut w, moved);
 }
 
+/// Soak seeds 804659163 and 804814870: the pool of an IPAddress a move left behind (marked, its entry unwritten: the
+/// pool was deleted, its finalizer stripped) is made again while the sweep releases that IPAddress. The sweep read
+/// the pool as gone, as the index knows it; the pool watch shows the new pool only later. Released, the mark would go,
+/// the move's only record, and the pool made again would never reserve the address in use over there: our
+/// finalizer stays until the new pool's annotation records it.
+fn a_pool_made_again_while_the_sweep_releases_its_ipaddress_left_behind(made_again_when: impl Fn(&Op) -> bool) {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    a_person_deletes_the_pool(&mut w, gip);
+    w.deliver_all(&[]);
+    moves_away_leaving_its_ipaddress_behind(&mut w, &cl, &m0);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    assert_eq!(w.read(gip.server_kind(), &gip.key()), None, "the pool is gone");
+    // The sweep that releases it, answered until `made_again_when`; GitOps makes the pool again then, unseen.
+    w.sweep_after_the_delay();
+    while !w.is_pending(&made_again_when) {
+        assert!(w.answer_where(|_| true, Fate::Answered), "the sweep never got there:\n{}", w.trace_text());
+    }
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    w.answer_everything();
+    assert!(w.read(Kind::Address, &m0).is_some(), "released before the new pool recorded it:\n{}", w.trace_text());
+    // The pool watch catches up, the writer records the entry, and the sweep finishes the release.
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    w.sweep_to_rest();
+    assert_eq!(w.read(Kind::Address, &m0), None, "the IPAddress left behind is released once recorded");
+    the_pool_made_again_reserves_it_across_a_restart(&mut w, moved);
+}
+
+#[test]
+fn a_pool_made_again_before_the_sweep_reads_the_ipaddress_left_behind_reserves_its_address() {
+    a_pool_made_again_while_the_sweep_releases_its_ipaddress_left_behind(|op| matches!(op, Op::Get(Kind::Address, _)));
+}
+
+#[test]
+fn a_pool_made_again_while_the_sweep_deletes_the_ipaddress_left_behind_reserves_its_address() {
+    a_pool_made_again_while_the_sweep_releases_its_ipaddress_left_behind(|op| {
+        matches!(op, Op::Delete { kind: Kind::Address, .. })
+    });
+}
+
 /// helper-108 F2: a move leaves IPAddress a/m0 behind, its entry not yet written when a person deletes the pool and
 /// GitOps makes it again (the new pool queues the entry of the IPAddress still there). The garbage collector deletes
 /// the IPAddress, and a new claim a/m0 of the pool comes before the writer. Let go at once as one being deleted, its
