@@ -128,6 +128,7 @@ impl State {
             return;
         };
         self.others_claims.remove(&(key.clone(), record.uid));
+        self.left_to_other_shards.remove(&(key.clone(), record.uid));
         if self.keeps_hold_for_claim(&record, key) {
             // Its claim still lives, and its machine may use the address: the claim makes its IPAddress again with
             // it. Held as an uncertain create's hold, so that no waiter takes it meanwhile, and it goes the way such a

@@ -139,6 +139,11 @@ pub struct State {
     /// IPAddresses (name and UID) of claims another manager serves (with another `--watch-filter`): never orphans of
     /// ours, so the sweep leaves them alone.
     others_claims: HashSet<(ObjectKey, Option<Uid>)>,
+    /// IPAddresses (name and UID) another shard's Cluster left behind when it went paused (moved away), on pools whose
+    /// claims this manager does not all see: that shard's manager records their move, and releases them. Never orphans
+    /// of ours, also after a relist (soak seed 804659163: released here as orphans, the other manager took their
+    /// deletion for an operator's and dropped the reservation of an address in use over there).
+    left_to_other_shards: HashSet<(ObjectKey, Option<Uid>)>,
     /// What to tell the sink once the lock is released.
     notices: Vec<Notice>,
 }

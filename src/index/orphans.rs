@@ -144,6 +144,7 @@ impl State {
                 .is_some_and(|c| c.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name))
             && self.serves_pool(&record.pool)
             && !self.others_claims.contains(&(key.clone(), record.uid))
+            && !self.left_to_other_shards.contains(&(key.clone(), record.uid))
     }
 
     /// Whether the IPAddress `key` is an orphan that the orphan release deletes, its address then free: its claim is

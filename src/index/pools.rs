@@ -8,7 +8,7 @@ use super::{
 };
 use crate::api::Pool;
 use crate::capi::{Claim, IpAddress};
-use crate::compact::ResourceVersion;
+use crate::compact::{ResourceVersion, Uid};
 use crate::ipam::PoolCounts;
 
 /// What a claim waits for, and so what wakes it besides its own events.
@@ -380,7 +380,7 @@ impl State {
     /// The Cluster `key`, gone while paused (moved away), left behind the IPAddresses of global pools labelled for it
     /// whose claims are gone: their addresses stay reserved. `others`: it was another shard's Cluster.
     pub(super) fn left_behind_by(&mut self, key: &ObjectKey, others: bool) {
-        let left_behind: Vec<ObjectKey> = self
+        let left_behind: Vec<(ObjectKey, Option<Uid>, bool)> = self
             .addresses
             .iter()
             .filter(|(k, r)| {
@@ -390,13 +390,17 @@ impl State {
                     && !r.moving_away
                     && self.claims.get(k).is_none()
                     && !self.claim_seen_gone(k, r)
-                    && (!others || self.sees_claims_of(&r.pool))
             })
-            .map(|(k, _)| k.clone())
+            .map(|(k, r)| (k.clone(), r.uid, self.sees_claims_of(&r.pool)))
             .collect();
-        for address in &left_behind {
-            let noticed = self.addresses.get(address).is_some_and(|r| self.sees_claims_of(&r.pool));
-            moved_away::claim_moved_away(self, address, noticed);
+        for (address, uid, sees_its_claims) in left_behind {
+            if others && !sees_its_claims {
+                self.left_to_other_shards.insert((address, uid));
+                continue;
+            }
+            // A Cluster of this shard's now (brought back, labelled): the move is this manager's to record.
+            self.left_to_other_shards.remove(&(address.clone(), uid));
+            moved_away::claim_moved_away(self, &address, sees_its_claims);
         }
     }
 
