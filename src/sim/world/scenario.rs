@@ -173,12 +173,12 @@ impl World {
         true
     }
 
-    /// Whether a request matching `which` is in flight.
     /// Whether the manager's index has changes of the pool's moved-away annotation not written yet.
     pub(in crate::sim) fn is_pending_moved_away(&self, pool: &PoolId) -> bool {
         self.term.as_ref().is_some_and(|t| !t.ctx.index.moved_away_view(&pool.pool_key()).pending.is_empty())
     }
 
+    /// Whether a request matching `which` is in flight.
     pub(in crate::sim) fn is_pending(&self, which: impl Fn(&Op) -> bool) -> bool {
         lock(&self.hub).pending.iter().any(|p| p.slot.is_some() && which(&p.op))
     }
