@@ -17,11 +17,10 @@ use super::status::ClaimReason;
 use super::{Context, Error, finalizers, ipaddress};
 use crate::api::{GROUP, Pool, RELEASE_ADDRESS_FINALIZER};
 use crate::apiserver::{ApiError, Target};
-use crate::capi::{CapiVersion, Claim, IpAddress};
+use crate::capi::{CapiVersion, Claim};
 use crate::compact::Uid;
 use crate::index::{
-    AddressRecord, AllocateError, Assigned, ClaimView, IfNotCreated, ObjectKey, Observation, Observed, PoolKey, Served,
-    Wait,
+    AddressRecord, AllocateError, Assigned, ClaimView, IfNotCreated, ObjectKey, Observation, Observed, PoolKey, Wait,
 };
 use crate::runtime::retry::Next;
 use crate::runtime::retry::RECHECK;
@@ -30,7 +29,7 @@ mod adopt;
 use adopt::{belongs_elsewhere, let_go};
 
 pub mod plan;
-use plan::{End, Facts, LetGo, MAX_STEPS, Plan, Step, bound_meanwhile_to, plan};
+use plan::{Created, End, Facts, LetGo, MAX_STEPS, Plan, Release, Step, bound_meanwhile_to, plan};
 #[cfg(test)]
 pub use plan::{Gate, gate, restore_wait_remaining, reuse_grace_remaining};
 
@@ -223,28 +222,19 @@ async fn create_address(
         Ok(created) => {
             let (Observation { latency, .. }, view) =
                 ctx.index.observe_then_view(claim, pool_key.clone(), Observed::Created { claim, object: &created });
-            let out_of_range = view.out_of_range;
-            // Paused meanwhile, a move may have copied it (clusterctl pauses, then copies), and the claim over there
-            // adopts it, in range or not: kept, the claim waits for its Cluster, and a move leaves it behind with its
-            // address reserved (seed 460166466).
-            if claim.address_ref().is_none()
-                && out_of_range
-                && ipaddress::cluster_paused_now(ctx, &key.namespace, claim.cluster()).await?
-            {
-                return Ok(Next::AwaitChange);
-            }
-            // Only an address not handed out yet: a bound claim making its IPAddress again keeps its machine's.
-            if claim.address_ref().is_none()
-                && (out_of_range || view.served != Served::Here)
-                && !bound_meanwhile(claim, ctx, assigned.address).await?
-            {
-                // The pool was edited while the create was in flight (the webhook cannot see an allocation that is
-                // not written yet), or relabelled for another shard's manager, which cannot see our hold: not handed
-                // out; the claim gets an address the pool allocates, from the manager that serves it. Fenced as every
-                // withdrawal is (a status write conditioned on the claim as read, then the delete): another manager
-                // (both serve a claim whose pool went) may bind it after the read above (seed 470496860).
-                let judged = created.metadata.uid.as_deref().map(Uid::of);
-                return let_go(ctx, key, &view, judged, LetGo::NotAllocated).await;
+            if let Created::Withdraw { unless_paused } = plan::created(claim, &view) {
+                // Kept while paused: the claim waits for its Cluster, and a move leaves it behind with its address
+                // reserved.
+                if unless_paused && ipaddress::cluster_paused_now(ctx, &key.namespace, claim.cluster()).await? {
+                    return Ok(Next::AwaitChange);
+                }
+                if !bound_meanwhile(claim, ctx, assigned.address).await? {
+                    // The claim gets an address the pool allocates, from the manager that serves it. Fenced as every
+                    // withdrawal is (a status write conditioned on the claim as read, then the delete): another
+                    // manager (both serve a claim whose pool went) may bind it after the read above (seed 470496860).
+                    let judged = created.metadata.uid.as_deref().map(Uid::of);
+                    return let_go(ctx, key, &view, judged, LetGo::NotAllocated).await;
+                }
             }
             ctx.metrics.allocated(pool_key.kind, latency);
             info!(claim = %key, address = %assigned.address, pool = %pool_key, "allocated");
@@ -289,10 +279,7 @@ async fn create_address(
             let (_, view) = ctx.index.observe_then_view(claim, pool_key.clone(), Observed::NothingNew);
             if view.holds_unconfirmed {
                 let live = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
-                // A bound claim making its IPAddress again keeps its hold: the address is its machine's, and a waiting
-                // claim must not get it while the API server refuses (soak seed 110141832).
-                let machines = (claim.address_ref().is_some()
-                    && claim.bound_address.is_none_or(|b| b == assigned.address))
+                let machines = plan::refused_keeps_the_hold(claim, assigned.address)
                     || bound_meanwhile(claim, ctx, assigned.address).await?;
                 let then = if machines { IfNotCreated::KeptForTheMachine } else { IfNotCreated::GivenUp };
                 let read = Observed::NameRead { pool: pool_key, key, live: live.as_ref(), then };
@@ -373,58 +360,35 @@ async fn settle_uncertain_create(claim: &Claim, ctx: &Context, pool_key: &PoolKe
 async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next, Error> {
     let (key, pool_key) = (&claim.key, &view.pool_key);
     let found = ctx.api.get_address(key).await.map_err(Error::api("reading the IPAddress"))?;
-    // Finalizer on, an IPAddress naming another claim of this name as its owner: seen through a lagging watch, this
-    // claim may be long gone and a new one of its name have adopted it (seed 510263267). The claim read live, after
-    // the IPAddress, tells: an adopter rewrites the owner before it binds, and two claims of a name never live at
-    // once, so while this one lives the other owner is an earlier, gone claim, and the IPAddress is released here.
-    let adopted_by_another = match &found {
-        Some(address) if claim.release_finalizer_index.is_some() && made_for_another(address, claim) => {
-            live_claim(claim, ctx).await?.is_none()
-        }
+    // The claim read live after the IPAddress, when `plan` needs it to judge that IPAddress.
+    let claim_gone_live = match &found {
+        Some(address) if plan::release_reads_the_claim(claim, address) => live_claim(claim, ctx).await?.is_none(),
         _ => false,
     };
-    match found {
-        // Only an IPAddress of the claim's pool, made for this claim, is ours to delete.
-        // Released already (our finalizer off), only the IPAddress made for this claim (its owner reference) is
-        // released: after the claim goes, one of its name may be a new claim's (mutation `release-takes-adopted`).
-        Some(address)
-            if !made_for(&address, claim) && (claim.release_finalizer_index.is_none() || adopted_by_another) =>
-        {
+    match (plan::release_of(claim, view, found.as_ref(), claim_gone_live), &found) {
+        (Release::NotMadeForIt, _) => {
             debug!(claim = %key, "the IPAddress of this name was not made for this claim; leaving it alone");
         }
-        // Left behind by the move of an earlier claim of this name (marked, or known to be moving away), not made for
-        // this claim: the orphan release's, which keeps it until its address is in the pool's annotation. Deleted
-        // here, its mark (the reservation's only record that survives a restart) could go before the entry is written
-        // (seed 500178236). Only one the orphan release looks at: of a global pool (a namespaced pool's moves with
-        // it), recorded as this very object, and made for a claim.
-        Some(address)
-            if pool_key.kind.is_global()
-                && !made_for(&address, claim)
-                && view.record.as_ref().is_some_and(|r| {
-                    r.uid == address.metadata.uid.as_deref().map(Uid::of)
-                        && r.made_for_a_claim()
-                        && (r.moving_away || AddressRecord::of(&address).is_some_and(|live| live.moving_away))
-                }) =>
-        {
+        (Release::LeftBehind, _) => {
             debug!(claim = %key, "the IPAddress of this name was left behind by a move; the orphan release takes it");
         }
-        Some(address) if !ipaddress::is_ours_for(&address, &key.name, Some(pool_key)) => {
+        (Release::NotOurs, _) => {
             debug!(claim = %key, "the IPAddress of this name belongs to another provider; leaving it alone");
             // The name is taken: a create of ours that failed uncertainly did not happen, and its hold goes.
-            let read = Observed::NameRead { pool: pool_key, key, live: Some(&address), then: IfNotCreated::GivenUp };
+            let read = Observed::NameRead { pool: pool_key, key, live: found.as_ref(), then: IfNotCreated::GivenUp };
             ctx.index.observe(read);
         }
-        Some(address) => {
+        (Release::Delete, Some(address)) => {
             ctx.index.observe(Observed::ClaimDeletedForGood { pool: pool_key, claim });
             // Gone now: the address is free at once (the watch event confirms it later).
-            if ipaddress::delete(ctx, &address, "deleting the IPAddress").await? {
+            if ipaddress::delete(ctx, address, "deleting the IPAddress").await? {
                 let uid = address.metadata.uid.as_deref();
                 ctx.index.observe(Observed::DeletedByUs { key, pool: pool_key, uid });
             }
             info!(claim = %key, "released");
         }
-        // None exists: a create of ours that failed uncertainly did not happen, and its hold goes.
-        None => {
+        // (`release_of` deletes only what it found.)
+        (Release::NoneExists | Release::Delete, _) => {
             ctx.index.observe(Observed::NameRead { pool: pool_key, key, live: None, then: IfNotCreated::GivenUp });
         }
     }
@@ -434,21 +398,4 @@ async fn release(claim: &Claim, ctx: &Context, view: &ClaimView) -> Result<Next,
             .await?;
     }
     Ok(Next::AwaitChange)
-}
-
-/// Whether `address` names `claim` (its UID) as its owner.
-fn made_for(address: &IpAddress, claim: &Claim) -> bool {
-    let uid = claim.uid.to_string();
-    address.metadata.owner_references.iter().flatten().any(|o| o.kind == "IPAddressClaim" && o.uid == uid)
-}
-
-/// Whether `address` names as its owner another claim of `claim`'s name (another UID).
-fn made_for_another(address: &IpAddress, claim: &Claim) -> bool {
-    let uid = claim.uid.to_string();
-    address
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "IPAddressClaim" && *o.name == *claim.key.name && o.uid != uid)
 }

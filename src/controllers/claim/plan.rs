@@ -14,8 +14,9 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::api::{MOVED_AWAY_ANNOTATION, Pool, WATCH_FILTER_LABEL};
-use crate::capi::Claim;
+use crate::capi::{Claim, IpAddress};
 use crate::compact::Uid;
+use crate::controllers::ipaddress::is_ours_for;
 use crate::controllers::status::ClaimReason;
 use crate::index::{AddressRecord, ClaimView, Held, Served};
 use crate::runtime::retry::{Next, RECHECK};
@@ -510,6 +511,108 @@ pub fn allocated_message(view: &ClaimView) -> String {
         );
     }
     message
+}
+
+/// What a claim does with the IPAddress its own create just made (`view`: taken after the create was recorded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    /// Bound to it, and said Ready.
+    Bind,
+    /// Its address was not handed out: out of range (the pool edited while the create was in flight: the webhook
+    /// cannot see an allocation not written yet), or the pool relabelled for another shard's manager, which cannot see
+    /// our hold. Withdrawn, unless a live read finds the claim bound to it meanwhile; and, when `unless_paused`, kept
+    /// while its Cluster, read live, is paused: a move may have copied it (clusterctl pauses, then copies), and the
+    /// claim over there adopts it, in range or not (seed 460166466).
+    Withdraw { unless_paused: bool },
+}
+
+/// What the claim does with the IPAddress its create made. Only an address not handed out yet is withdrawn: a bound
+/// claim making its IPAddress again keeps its machine's.
+pub fn created(claim: &Claim, view: &ClaimView) -> Created {
+    if claim.address_ref().is_some() || !(view.out_of_range || view.served != Served::Here) {
+        return Created::Bind;
+    }
+    Created::Withdraw { unless_paused: view.out_of_range }
+}
+
+/// Whether the hold of `address` stays when the API server refuses the create of the claim's IPAddress and no
+/// IPAddress of its name exists: the claim is bound to that address as its condition tells (making its IPAddress
+/// again), so the address is its machine's, and a waiting claim must not get it while the API server refuses (soak
+/// seed 110141832). A live read that finds it bound meanwhile keeps it too ([`bound_meanwhile_to`]).
+pub fn refused_keeps_the_hold(claim: &Claim, address: IpAddr) -> bool {
+    claim.address_ref().is_some() && claim.bound_address.is_none_or(|b| b == address)
+}
+
+/// What a claim's release does with the IPAddress of its name, read live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// Not made for this claim, and not ours to judge here (see [`release_of`]): left alone.
+    NotMadeForIt,
+    /// Left behind by the move of an earlier claim of this name: the orphan release's, which keeps it until its address
+    /// is in the pool's annotation.
+    LeftBehind,
+    /// Another provider's, or of another pool of ours: left alone, and an uncertain create of ours did not happen.
+    NotOurs,
+    /// Ours, made for this claim: deleted, the claim's hold with it.
+    Delete,
+    /// None exists: an uncertain create of ours did not happen, and its hold goes.
+    NoneExists,
+}
+
+/// Whether the release must read the claim live before it judges `found`: a finalizer of ours on it, and the IPAddress
+/// names another claim of its name as its owner. Seen through a lagging watch, this claim may be long gone and a new
+/// one of its name have adopted it (seed 510263267).
+pub fn release_reads_the_claim(claim: &Claim, found: &IpAddress) -> bool {
+    claim.release_finalizer_index.is_some() && made_for_another(found, claim)
+}
+
+/// What the release of `claim` does with `found`, the IPAddress of its name read live. `claim_gone_live`: the claim's
+/// live read ([`release_reads_the_claim`]) found it gone. An adopter rewrites the owner before it binds, and two claims
+/// of a name never live at once, so while this one lives another owner is an earlier, gone claim.
+pub fn release_of(claim: &Claim, view: &ClaimView, found: Option<&IpAddress>, claim_gone_live: bool) -> Release {
+    let Some(address) = found else { return Release::NoneExists };
+    let pool_key = &view.pool_key;
+    let adopted_by_another = claim_gone_live && release_reads_the_claim(claim, address);
+    // Released already (our finalizer off), only the IPAddress made for this claim (its owner reference) is released:
+    // after the claim goes, one of its name may be a new claim's (mutation `release-takes-adopted`).
+    if !made_for(address, claim) && (claim.release_finalizer_index.is_none() || adopted_by_another) {
+        return Release::NotMadeForIt;
+    }
+    // Left behind by the move of an earlier claim of this name (marked, or known to be moving away), not made for this
+    // claim. Deleted here, its mark (the reservation's only record that survives a restart) could go before the entry
+    // is written (seed 500178236). Only one the orphan release looks at: of a global pool (a namespaced pool's moves
+    // with it), recorded as this very object, and made for a claim.
+    let left_behind = pool_key.kind.is_global()
+        && !made_for(address, claim)
+        && view.record.as_ref().is_some_and(|r| {
+            r.uid == address.metadata.uid.as_deref().map(Uid::of)
+                && r.made_for_a_claim()
+                && (r.moving_away || AddressRecord::of(address).is_some_and(|live| live.moving_away))
+        });
+    if left_behind {
+        return Release::LeftBehind;
+    }
+    if !is_ours_for(address, &claim.key.name, Some(pool_key)) {
+        return Release::NotOurs;
+    }
+    Release::Delete
+}
+
+/// Whether `address` names `claim` (its UID) as its owner.
+fn made_for(address: &IpAddress, claim: &Claim) -> bool {
+    let uid = claim.uid.to_string();
+    address.metadata.owner_references.iter().flatten().any(|o| o.kind == "IPAddressClaim" && o.uid == uid)
+}
+
+/// Whether `address` names as its owner another claim of `claim`'s name (another UID).
+fn made_for_another(address: &IpAddress, claim: &Claim) -> bool {
+    let uid = claim.uid.to_string();
+    address
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "IPAddressClaim" && *o.name == *claim.key.name && o.uid != uid)
 }
 
 /// Whether the claim, unbound as cached, is bound to `address` as the API server has it (`live`): the cache may lag

@@ -292,6 +292,67 @@ fn one_left_behind_by_a_move_goes_only_once_its_address_is_recorded_as_moved_awa
 }
 
 #[test]
+fn the_ipaddress_a_create_made_is_bound_unless_its_address_was_not_handed_out_to_an_unbound_claim() {
+    let unbound = claim("a");
+    let in_range = with_ipaddress(view(), &unbound);
+    assert_eq!(created(&unbound, &in_range), Created::Bind);
+    // The pool was edited while the create was in flight: withdrawn, unless a paused Cluster keeps it for a move.
+    let out_of_range = ClaimView { out_of_range: true, ..in_range.clone() };
+    assert_eq!(created(&unbound, &out_of_range), Created::Withdraw { unless_paused: true });
+    // Relabelled for another shard's manager meanwhile, which cannot see our hold.
+    let elsewhere = ClaimView { served: Served::Elsewhere, ..in_range.clone() };
+    assert_eq!(created(&unbound, &elsewhere), Created::Withdraw { unless_paused: false });
+    // A bound claim making its IPAddress again keeps its machine's address either way.
+    let machines = bound(claim("a"));
+    assert_eq!(created(&machines, &out_of_range), Created::Bind);
+    assert_eq!(created(&machines, &elsewhere), Created::Bind);
+}
+
+#[test]
+fn a_refused_create_keeps_the_hold_only_of_the_address_its_claim_is_bound_to() {
+    assert!(!refused_keeps_the_hold(&claim("a"), address()), "an unbound claim's hold goes");
+    assert!(refused_keeps_the_hold(&bound(claim("a")), address()), "its machine's address");
+    let another: IpAddr = "10.0.0.2".parse().expect("an address");
+    assert!(!refused_keeps_the_hold(&bound(claim("a")), another), "bound to another address, this one is no machine's");
+}
+
+/// The release deletes the IPAddress of the claim's name only when it is ours and this claim's: made for it, or,
+/// while the claim lives with our finalizer, for an earlier claim of its name; it leaves alone what a new claim of
+/// the name adopted, what another provider made, and what a move left behind (the orphan release's).
+#[test]
+fn a_release_deletes_only_our_ipaddress_of_this_claim_and_leaves_what_a_move_left_behind() {
+    let a = deleted(claim("a"));
+    let nothing_recorded = view();
+    let own = ip_address("a", ADDRESS, &a);
+    assert_eq!(release_of(&a, &nothing_recorded, None, false), Release::NoneExists);
+    assert_eq!(release_of(&a, &nothing_recorded, Some(&own), false), Release::Delete);
+    assert_eq!(release_of(&a, &nothing_recorded, Some(&own), true), Release::Delete, "made for it");
+    // Made for an earlier claim of the name.
+    let earlier = Claim { uid: crate::compact::UidText::of("00000000-0000-0000-0000-00000000e0e0"), ..claim("a") };
+    let earlier_ones = ip_address("a", ADDRESS, &earlier);
+    assert!(release_reads_the_claim(&a, &earlier_ones) && !release_reads_the_claim(&a, &own));
+    assert_eq!(release_of(&a, &nothing_recorded, Some(&earlier_ones), false), Release::Delete, "this claim lives");
+    assert_eq!(release_of(&a, &nothing_recorded, Some(&earlier_ones), true), Release::NotMadeForIt, "adopted");
+    let released = Claim { release_finalizer_index: None, ..a.clone() };
+    assert_eq!(release_of(&released, &nothing_recorded, Some(&earlier_ones), false), Release::NotMadeForIt);
+    // Another provider's.
+    let mut foreign = own.clone();
+    foreign.spec.pool_ref.api_group = Some("ipam.example.com".to_owned());
+    assert_eq!(release_of(&a, &nothing_recorded, Some(&foreign), false), Release::NotOurs);
+    // Left behind in a global pool by the move of an earlier claim of the name, as recorded.
+    let global = PoolKey::new(crate::api::PoolKind::GlobalInClusterIPPool, "", "g");
+    let mut left = ip_address("a", ADDRESS, &earlier);
+    left.spec.pool_ref.kind = "GlobalInClusterIPPool".to_owned();
+    left.spec.pool_ref.name = "g".to_owned();
+    left.metadata.annotations =
+        Some([(MOVED_AWAY_ANNOTATION.to_owned(), crate::api::MOVED_AWAY_MARK.to_owned())].into());
+    let in_global = ClaimView { pool_key: global, record: AddressRecord::of(&left), ..view() };
+    assert_eq!(release_of(&a, &in_global, Some(&left), false), Release::LeftBehind);
+    let unrecorded = ClaimView { record: None, ..in_global.clone() };
+    assert_eq!(release_of(&a, &unrecorded, Some(&left), false), Release::Delete, "not the object recorded");
+}
+
+#[test]
 fn a_claim_waiting_for_its_cluster_says_so_settles_what_is_no_machines_and_ends_a_kept_reservation() {
     let mut c = claim("a");
     c.cluster = Some(intern("demo"));
