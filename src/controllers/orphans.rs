@@ -62,7 +62,9 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     if !*ctx.synced.borrow() {
         return;
     }
-    let Some(record) = ctx.index.orphan_view(key, None).record else {
+    let first = ctx.index.orphan_view(key, None);
+    // Another manager's (a claim it serves, or another shard's move): its release is that manager's.
+    let Some(record) = first.record.filter(|_| !first.another_managers) else {
         return;
     };
     mark_moved_away(ctx, key, &record).await;

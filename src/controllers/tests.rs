@@ -545,3 +545,23 @@ async fn an_orphans_release_looks_again_after_its_reads_for_an_entry_of_its_addr
     orphans::release_if_orphaned(&ctx, &key("x")).await;
     assert_eq!(api.calls(), ["get_address ns/x", "get_claim ns/x"], "nothing deleted");
 }
+
+/// Soak seed 804659163: a manager of shard `a`, on a global pool without the label, saw another shard's Cluster go
+/// while paused (moved away). The IPAddress it left behind is that shard's manager's to record and release: neither a
+/// claim's Delete event of its name nor the sweep touches it here.
+#[tokio::test]
+async fn a_filtered_manager_leaves_another_shards_left_behind_ipaddress_to_that_shards_manager() {
+    use crate::compact::ResourceVersion;
+    use crate::index::tests::{claim_of_global_pool_with_cluster, feed_global_pool};
+    let api = Arc::new(RecordingApi::default());
+    let ctx = context_on(api.clone(), ControllerOptions { watch_filter: Some("a".to_owned()), ..test_options() });
+    feed_global_pool(&ctx.index);
+    let (_, address) = claim_of_global_pool_with_cluster("x");
+    ctx.index.apply_cluster_of_shard(key("k"), true, None, ResourceVersion::of("5"));
+    ctx.index.apply_address(&address);
+    ctx.index.hold_bound_addresses();
+    ctx.index.cluster_deleted(&key("k"), true);
+    orphans::release_if_orphaned(&ctx, &key("x")).await;
+    orphans::sweep(&ctx, Duration::ZERO).await;
+    assert_eq!(api.calls(), Vec::<String>::new(), "nothing read, marked or deleted");
+}

@@ -143,8 +143,16 @@ impl State {
                 .get(key)
                 .is_some_and(|c| c.uses_pool(record.pool.kind, &record.pool.namespace, &record.pool.name))
             && self.serves_pool(&record.pool)
-            && !self.others_claims.contains(&(key.clone(), record.uid))
-            && !self.left_to_other_shards.contains(&(key.clone(), record.uid))
+            && !self.another_managers(key, record)
+    }
+
+    /// Whether the IPAddress `key` (`record`) is another manager's to release: its claim lives and another manager
+    /// serves it, or another shard's Cluster left it behind when it moved away, on a pool whose claims this manager
+    /// does not all see (labelled for this shard since, the pool's claims are all this manager's).
+    pub(super) fn another_managers(&self, key: &ObjectKey, record: &AddressRecord) -> bool {
+        let id = (key.clone(), record.uid);
+        self.others_claims.contains(&id)
+            || (self.left_to_other_shards.contains(&id) && !self.sees_claims_of(&record.pool))
     }
 
     /// Whether the IPAddress `key` is an orphan that the orphan release deletes, its address then free: its claim is
@@ -218,13 +226,14 @@ impl State {
         self.claims_seen_gone.get(key).is_some_and(|uid| *uid == record.uid)
     }
 
-    /// Whether another IPAddress holding the address `key` holds in `pool` is the one of a claim bound to it. Also of
+    /// Whether another IPAddress holding the address `key` holds in `pool` is the one of a claim bound to it, as its
+    /// condition tells (a late create under a bound claim's name holding another address is no machine's). Also of
     /// a claim being deleted: its machine may use the address until its release, which a paused Cluster holds, so the
     /// pause would keep both for as long as it lasts (soak seed 802181713).
     pub(super) fn duplicates_a_bound_one(&self, pool: &PoolKey, key: &ObjectKey) -> bool {
         self.registry.duplicate_of(pool, key).is_some_and(|d| {
             d.holders.iter().any(|other| {
-                other != key && self.claims.get(other).is_some_and(|c| c.address_ref() == Some(&*other.name))
+                other != key && self.claims.get(other).is_some_and(|c| self.bound_as_told(pool, other, &c))
             })
         })
     }

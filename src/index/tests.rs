@@ -925,7 +925,7 @@ fn a_hold_confirmed_or_unconfirmed_changes_the_pool_status() {
 }
 
 /// A claim of a global pool `g`, with Cluster `k`, and the IPAddress its create made.
-fn claim_of_global_pool_with_cluster(name: &str) -> (Claim, crate::capi::IpAddress) {
+pub(crate) fn claim_of_global_pool_with_cluster(name: &str) -> (Claim, crate::capi::IpAddress) {
     let mut c = incarnation(name, 1);
     c.pool_kind = Some(PoolKind::GlobalInClusterIPPool);
     c.pool_name = intern("g");

@@ -125,6 +125,8 @@ pub struct OrphanView {
     pub duplicates_a_bound_one: bool,
     /// The entry of its address still waits to be written into its pool's moved-away annotation.
     pub moved_away_unwritten: bool,
+    /// Another manager's to release (`State::another_managers`).
+    pub another_managers: bool,
 }
 
 /// What a claim worker's run starts from, read in one step: what the index is unsure of about the name, and the
@@ -221,6 +223,7 @@ impl State {
             pause_may_keep: self.pause_may_keep(key, judged),
             duplicates_a_bound_one: self.duplicates_a_bound_one(&judged.pool, key),
             moved_away_unwritten: self.moved_away_unwritten(&judged.pool, key),
+            another_managers: self.another_managers(key, judged),
             record: record.clone(),
         }
     }
@@ -242,7 +245,7 @@ impl State {
     /// this one (test `the_ipaddress_that_came_back_waits_only_for_a_holder_of_ours_whose_binding_may_be_in_flight`).
     /// Its own hold: in a prefix pool, a duplicate's may be a wider prefix overlapping it (test
     /// `in_a_prefix_pool_a_claim_bound_to_its_own_prefix_is_bound_as_told`).
-    fn bound_as_told(&self, pool_key: &PoolKey, key: &ObjectKey, claim: &Claim) -> bool {
+    pub(super) fn bound_as_told(&self, pool_key: &PoolKey, key: &ObjectKey, claim: &Claim) -> bool {
         let holds = self.held_by(pool_key, key).and_then(Held::address);
         claim.address_ref() == Some(&*key.name) && claim.bound_address.is_none_or(|b| holds.is_none_or(|a| a == b))
     }

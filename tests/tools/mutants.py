@@ -245,8 +245,8 @@ MUTATIONS = [
      "a Cluster a new term finds gone, last seen paused, before the claims listed takes the IPAddresses of claims not "
      "listed yet for ones a move left behind"),
     ("orphan-check-before-synced", "src/controllers/orphans.rs",
-     "    if !*ctx.synced.borrow() {\n        return;\n    }\n    let Some(record)",
-     "    let Some(record)",
+     "    if !*ctx.synced.borrow() {\n        return;\n    }\n    let first",
+     "    let first",
      "a claim's orphan check before every watch listed releases an IPAddress a move left behind, whose Cluster is "
      "judged only once they have"),
     ("aside-kept-for-gone-claim", "src/index/observe.rs",
