@@ -2,6 +2,8 @@
 //! and deleted (our finalizer first) only when they reference one of our pools and name the claim.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use std::collections::BTreeMap;
+
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use tracing::{debug, info};
@@ -179,9 +181,9 @@ pub fn is_ours_for(address: &IpAddress, claim: &str, pool: Option<&PoolKey>) -> 
 /// Releases an IPAddress whose claim no longer exists (docs/compatibility.md D11). The IPAddress is read first, then
 /// its claim: a new claim of the name that adopts it in between changes its owner (seen here) or its resourceVersion
 /// (the DELETE, guarded by the one read, fails), so an IPAddress adopted meanwhile is never deleted.
-pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> Result<(), Error> {
+pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> Result<Released, Error> {
     let Some(address) = ctx.api.get_address(key).await.map_err(Error::api("reading an orphaned IPAddress"))? else {
-        return Ok(());
+        return Ok(Released::Done);
     };
     let claim_owner = address
         .owner_references()
@@ -192,7 +194,7 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         || claim_owner != record.claim_owner
         || !is_ours_for(&address, &key.name, None)
     {
-        return Ok(());
+        return Ok(Released::Done);
     }
     let live_claim = ctx.api.get_claim(key).await.map_err(Error::api("reading the claim"))?;
     // What the index knows, after the reads: the pool's shard, the bound claims, what a pause keeps.
@@ -218,7 +220,7 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
                     let claim_shard = live.claim.watch_filter.as_deref();
                     ctx.index.observe(Observed::ClaimOfAnotherManager { key, uid: record.uid, claim_shard });
                 }
-                return Ok(());
+                return Ok(Released::Done);
             }
         }
         _ => {}
@@ -231,53 +233,124 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
         && !record.moving_away
         && AddressRecord::of(&address).is_some_and(|live| live.moving_away)
     {
-        return Ok(());
+        return Ok(Released::Done);
     }
     // As a paused Cluster keeps its addresses (`OrphanView::kept`). One left behind by a move is released, its
     // address reserved.
     let kept_for_the_pause = !record.moving_away && view.pause_may_keep;
     if kept_for_the_pause && cluster_paused_now(ctx, &key.namespace, record.cluster_label.as_deref()).await? {
-        return Ok(());
+        return Ok(Released::Done);
     }
     // Looked at again after the reads: its address may have been queued for the pool's annotation meanwhile (the pool
     // made again under its name: seed 470594159). Released now, its mark, the move's only record, would go.
     if ctx.index.orphan_view(key, Some(record)).moved_away_unwritten {
-        return Ok(());
+        return Ok(Released::Done);
     }
-    let Some(deleting) = start_deleting(ctx, &address, "deleting an orphaned IPAddress").await? else {
-        return Ok(());
-    };
-    if record.moving_away && record.pool.kind.is_global() && !pool_still_known(ctx, key, record).await {
-        // Its mark is the move's only record, and a pool made again before the DELETE (unseen by the pool watch, whose
-        // event then queues this one's entry: `pool_appeared`) must reserve its address: our finalizer stays until
-        // the entry is written, and the sweep finishes the deletion then. One made again after the DELETE finds it
-        // being deleted, of the pool that went, which records nothing for it (docs/operations.md; soak seeds
-        // 804659163, 804814870).
-        return Ok(());
+    let what = "deleting an orphaned IPAddress";
+    if record.moving_away && record.pool.kind.is_global() {
+        let Some(deleting) = start_deleting(ctx, &address, what).await? else {
+            let value = &address.spec.address;
+            info!(address = %key, value, "the IPAddress of a claim moved away is gone; its address stays reserved");
+            return Ok(Released::Done);
+        };
+        let one = LeftBehindDeleting { key: key.clone(), record: record.clone(), address, deleting, entry_first: true };
+        return Ok(Released::LeftBehind(Box::new(one)));
     }
-    finish_deleting(ctx, &address, &deleting).await?;
-    let value = &address.spec.address;
-    if record.moving_away {
-        info!(address = %key, value, "deleted the IPAddress of a claim moved away; its address stays reserved");
-    } else {
-        // A race the design handles (the claim went without our release): counted, and said at debug.
-        debug!(address = %key, value, "released an IPAddress whose claim is gone");
-        ctx.metrics.orphan_released(record.pool.kind);
-    }
-    Ok(())
+    delete(ctx, &address, what).await?;
+    // A race the design handles (the claim went without our release): counted, and said at debug.
+    debug!(address = %key, value = address.spec.address, "released an IPAddress whose claim is gone");
+    ctx.metrics.orphan_released(record.pool.kind);
+    Ok(Released::Done)
 }
 
-/// Whether the pool of the IPAddress `key` left behind by a move, read live now that it is being deleted, is the one
-/// this manager knows, and its entry waits for no write (the pool watch may have shown a pool made again meanwhile).
-async fn pool_still_known(ctx: &Context, key: &ObjectKey, record: &AddressRecord) -> bool {
-    let known = ctx.index.orphan_view(key, Some(record)).pool;
-    if !super::orphans::pool_known_as_it_is(ctx, record, known.as_deref()).await {
-        return false;
+/// What the release of an orphan came to.
+pub enum Released {
+    /// Deleted, kept or left alone: nothing is left to do.
+    Done,
+    /// Left behind by a move: being deleted, our finalizer still on it ([`finish_left_behind`]).
+    LeftBehind(Box<LeftBehindDeleting>),
+}
+
+/// An IPAddress a move left behind (of a global pool), which we are deleting: its DELETE answered, our finalizer still
+/// on it.
+pub struct LeftBehindDeleting {
+    key: ObjectKey,
+    record: AddressRecord,
+    address: IpAddress,
+    deleting: ObjectMeta,
+    /// It waits for its entry to be written: the orphan release's. The claim of its name lets one go whose entry waits
+    /// (by hand, with no room for the entry: its hold is the reservation, and its entry is written as one no
+    /// IPAddress backs; `plan::adoption`).
+    entry_first: bool,
+}
+
+/// Finishes the deletions of IPAddresses a move left behind: per pool, one live read after all their DELETEs, then our
+/// finalizer comes off each whose entry waits for no write, while the pool the API server has is the one this manager
+/// knows. Its mark is the move's only record, and a pool made again before the DELETE (unseen by the pool watch, whose
+/// event then queues this one's entry: `pool_appeared`) must reserve its address (soak seeds 804659163, 804814870;
+/// scenario `a_pool_made_again_while_the_sweep_deletes_the_ipaddress_left_behind_reserves_its_address`). One read per
+/// pool, not per IPAddress: after a large move thousands go at once, and each read carries the pool's annotation.
+/// Each one's outcome: `Ok(Some(gone))`, or `Ok(None)` when it waits, being deleted with our finalizer on, for its
+/// entry to be written (the sweep, or the claim of its name, finishes it then). A pool made again after the read gets
+/// no entry for it (docs/operations.md: it records nothing of an IPAddress of the pool that went, being deleted
+/// already).
+pub async fn finish_left_behind(
+    ctx: &Context,
+    pending: Vec<LeftBehindDeleting>,
+) -> Vec<(ObjectKey, Result<Option<bool>, Error>)> {
+    let mut by_pool: BTreeMap<PoolKey, Vec<LeftBehindDeleting>> = BTreeMap::new();
+    for one in pending {
+        by_pool.entry((*one.record.pool).clone()).or_default().push(one);
     }
-    // After the read: the pool the index knows is the live one, and its appearance queued this one's entry if at all.
-    let view = ctx.index.orphan_view(key, Some(record));
-    !view.moved_away_unwritten
-        && view.pool.and_then(|p| p.metadata.uid.clone()) == known.and_then(|p| p.metadata.uid.clone())
+    let mut outcomes = Vec::new();
+    for (pool, group) in by_pool {
+        let Some(first) = group.first() else { continue };
+        let known = ctx.index.orphan_view(&first.key, Some(&first.record)).pool;
+        let known_uid = known.as_ref().and_then(|p| p.metadata.uid.clone());
+        let live_is_known = super::orphans::pool_known_as_it_is(ctx, &first.record, known.as_deref()).await;
+        for one in group {
+            // After the read: the pool the index knows is the live one, and its appearance queued this one's entry if
+            // at all.
+            let view = ctx.index.orphan_view(&one.key, Some(&one.record));
+            let still_known = live_is_known
+                && !(one.entry_first && view.moved_away_unwritten)
+                && view.pool.as_ref().and_then(|p| p.metadata.uid.clone()) == known_uid;
+            let outcome = if still_known {
+                let finished = finish_deleting(ctx, &one.address, &one.deleting).await;
+                if finished.is_ok() {
+                    let value = &one.address.spec.address;
+                    info!(address = %one.key, value, "deleted the IPAddress of a claim moved away; its address stays reserved");
+                }
+                finished.map(Some)
+            } else {
+                info!(
+                    address = %one.key,
+                    pool = %pool,
+                    "the pool of an IPAddress left behind by a move is not the one this manager knows (made again?): \
+                     our finalizer stays on it until the pool records its address as moved away"
+                );
+                Ok(None)
+            };
+            outcomes.push((one.key, outcome));
+        }
+    }
+    outcomes
+}
+
+/// [`delete`] for the IPAddress `key` a move left behind (`record`, of a global pool) that the claim of its name lets
+/// go: our finalizer comes off as [`finish_left_behind`] says, whether its entry is written or not (the claim's plan
+/// decided on that). `None`: it waits, being deleted with our finalizer on.
+pub async fn delete_left_behind(
+    ctx: &Context,
+    key: &ObjectKey,
+    record: &AddressRecord,
+    address: &IpAddress,
+    what: &'static str,
+) -> Result<Option<bool>, Error> {
+    let Some(deleting) = start_deleting(ctx, address, what).await? else { return Ok(Some(true)) };
+    let (key, record, address) = (key.clone(), record.clone(), address.clone());
+    let one = LeftBehindDeleting { key, record, address, deleting, entry_first: false };
+    finish_left_behind(ctx, vec![one]).await.pop().map_or(Ok(None), |(_, outcome)| outcome)
 }
 
 /// Whether the Cluster `name` (of an IPAddress whose claim is gone, or of a claim) is paused, read live: a move may be

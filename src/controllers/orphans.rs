@@ -12,7 +12,8 @@ use jiff::{SignedDuration, Timestamp};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use super::{Context, Error, ipaddress};
+use super::ipaddress::{self, Released};
+use super::{Context, Error};
 use crate::api::Pool;
 use crate::compact::Uid;
 use crate::index::{AddressRecord, ObjectKey, Observed, OrphanView, PoolKey};
@@ -78,7 +79,20 @@ pub(crate) async fn release_if_orphaned(ctx: &Context, key: &ObjectKey) {
     if now < since + reuse_grace(&view) {
         return;
     }
-    release_if_claim_gone(ctx, key, &record, &view, &mut PoolsRead::default()).await;
+    let left_behind = release_if_claim_gone(ctx, key, &record, &view, &mut PoolsRead::default()).await;
+    finish_left_behind(ctx, left_behind.into_iter().collect()).await;
+}
+
+/// Finishes the deletions of IPAddresses a move left behind ([`ipaddress::finish_left_behind`]). One that waits for its
+/// entry keeps its time as an orphan: it is not a new one.
+async fn finish_left_behind(ctx: &Context, pending: Vec<ipaddress::LeftBehindDeleting>) {
+    for (key, outcome) in ipaddress::finish_left_behind(ctx, pending).await {
+        match outcome {
+            Ok(Some(_)) => ctx.orphaned_since.forget(&key),
+            Ok(None) => {}
+            Err(e) => ctx.report_failure("releasing the IPAddress of a claim gone", &key, &e),
+        }
+    }
 }
 
 /// Whether each pool read live in one sweep is the one this manager knows (`pool_known_as_it_is`): read once per
@@ -125,14 +139,15 @@ fn reuse_grace(view: &OrphanView) -> SignedDuration {
 
 /// Releases the IPAddress `key` once the API server confirms that its claim is gone, unless the address it holds
 /// still waits to be recorded as moved away (released first, a restart would lose the reservation). `view` is the
-/// index's, taken with nothing awaited since.
+/// index's, taken with nothing awaited since. One left behind by a move is returned being deleted, its finalizer for
+/// the caller to take off ([`finish_left_behind`]).
 async fn release_if_claim_gone(
     ctx: &Context,
     key: &ObjectKey,
     record: &AddressRecord,
     view: &OrphanView,
     pools: &mut PoolsRead,
-) {
+) -> Option<ipaddress::LeftBehindDeleting> {
     // Whatever the record says now: a manager that follows the object (another shard's Cluster, `keeps_moving_away`)
     // forgets the move an unmarked IPAddress's next event does not show, while its entry still waits.
     if view.moved_away_unwritten {
@@ -142,7 +157,7 @@ async fn release_if_claim_gone(
             || record.deleted_by_us
             || !owned_by_its_pool(ctx, record).await
         {
-            return;
+            return None;
         }
         // Deleted while its address waited to be recorded, by none of those that leave the entry to be written
         // (we wait for it, clusterctl's delete carries `delete-for-move`, the garbage collector deletes an
@@ -156,12 +171,14 @@ async fn release_if_claim_gone(
         // 750843974, scenario
         // `an_ipaddress_left_behind_collected_while_the_pool_watch_still_shows_its_deleted_pool_keeps_its_address_reserved`).
         // It waits for the next sweep.
-        return;
+        return None;
     }
     match ipaddress::release_orphan(ctx, key, record).await {
-        Ok(()) => ctx.orphaned_since.forget(key),
+        Ok(Released::Done) => ctx.orphaned_since.forget(key),
+        Ok(Released::LeftBehind(deleting)) => return Some(*deleting),
         Err(e) => ctx.report_failure("releasing the IPAddress of a claim gone", key, &e),
     }
+    None
 }
 
 /// The pool of the IPAddress left behind, as the API server has it now, is the one this manager knows: both have
@@ -206,6 +223,7 @@ pub(crate) async fn sweep(ctx: &Context, delay: Duration) {
     let still: HashSet<ObjectKey> = candidates.iter().map(|(k, _)| k.clone()).collect();
     ctx.orphaned_since.keep_only(&still);
     let mut pools = PoolsRead::default();
+    let mut left_behind = Vec::new();
     for (key, record) in candidates {
         mark_moved_away(ctx, &key, &record).await;
         let view = ctx.index.orphan_view(&key, Some(&record));
@@ -213,6 +231,7 @@ pub(crate) async fn sweep(ctx: &Context, delay: Duration) {
         if now < since + delay.max(reuse_grace(&view)) {
             continue;
         }
-        release_if_claim_gone(ctx, &key, &record, &view, &mut pools).await;
+        left_behind.extend(release_if_claim_gone(ctx, &key, &record, &view, &mut pools).await);
     }
+    finish_left_behind(ctx, left_behind).await;
 }

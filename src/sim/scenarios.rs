@@ -515,7 +515,7 @@ fn an_ipaddress_a_move_left_behind_and_let_go_by_a_new_claim_of_its_name_keeps_i
     w.run_to_rest(Job::Claim(m0.clone()));
     let result = w.finish();
     fails(&w, result);
-    let made = w.read(Kind::Address, &m0).expect("the new claim's IPAddress");
+    let made = w.read(Kind::Address, &m0).unwrap_or_else(|| panic!("the new claim's IPAddress:\n{}", w.trace_text()));
     assert_ne!(made["spec"]["address"], moved, "the new claim took the address in use over there:\n{}", w.trace_text());
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the reservation is gone");
 }
@@ -2741,7 +2741,7 @@ fn an_unmarked_ipaddress_a_move_left_behind_let_go_in_a_term_that_knows_only_the
     // The watch's Deleted event, then the claim allocates.
     w.deliver_all(&[]);
     w.run_to_rest(Job::Claim(m0.clone()));
-    let made = w.read(Kind::Address, &m0).expect("the new claim's IPAddress");
+    let made = w.read(Kind::Address, &m0).unwrap_or_else(|| panic!("the new claim's IPAddress:\n{}", w.trace_text()));
     assert_ne!(made["spec"]["address"], moved, "the new claim took the address in use over there:\n{}", w.trace_text());
     assert_eq!(moved_away_entries(&w), entry, "the reservation stays:\n{}", w.trace_text());
     let result = w.finish();
@@ -2799,6 +2799,35 @@ fn a_pool_made_again_while_the_sweep_releases_its_ipaddress_left_behind(made_aga
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     w.sweep_to_rest();
     assert_eq!(w.read(Kind::Address, &m0), None, "the IPAddress left behind is released once recorded");
+    the_pool_made_again_reserves_it_across_a_restart(&mut w, moved);
+}
+
+/// helper-119 G1: the same race on the claim's path. A new claim a/m0 of the pool lets go the IPAddress of its name a
+/// move left behind (its entry never written: the pool was gone), and the pool is made again while it deletes it.
+#[test]
+fn a_pool_made_again_while_a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind_reserves_its_address() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+    a_person_deletes_the_pool(&mut w, gip);
+    w.deliver_all(&[]);
+    moves_away_leaving_its_ipaddress_behind(&mut w, &cl, &m0);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    let m0 = w.create_claim_named(0, "m0", gip);
+    w.deliver_all(&[]);
+    w.run_job(Job::Claim(m0.clone()));
+    while !w.is_pending(|op| matches!(op, Op::Delete { kind: Kind::Address, .. })) {
+        assert!(w.answer_where(|_| true, Fate::Answered), "the claim never let it go:\n{}", w.trace_text());
+    }
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    w.answer_everything();
+    assert!(w.read(Kind::Address, &m0).is_some(), "let go before the new pool recorded it:\n{}", w.trace_text());
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    w.sweep_to_rest();
+    // Let go once the entry is written; then the claim allocates.
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::Claim(m0.clone()));
+    let made = w.read(Kind::Address, &m0).unwrap_or_else(|| panic!("the new claim's IPAddress:\n{}", w.trace_text()));
+    assert_ne!(made["spec"]["address"], moved, "the new claim took the address in use over there:\n{}", w.trace_text());
     the_pool_made_again_reserves_it_across_a_restart(&mut w, moved);
 }
 
@@ -2885,7 +2914,7 @@ fn a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind_a_person_deletes_wh
     w.run_to_rest(Job::Claim(m0.clone()));
     w.sweep_to_rest();
     w.run_to_rest(Job::Claim(m0.clone()));
-    let made = w.read(Kind::Address, &m0).expect("the new claim's IPAddress");
+    let made = w.read(Kind::Address, &m0).unwrap_or_else(|| panic!("the new claim's IPAddress:\n{}", w.trace_text()));
     assert!(
         made["metadata"]["deletionTimestamp"].is_null() && made["spec"]["address"] != moved,
         "the new claim waits on the IPAddress left behind, being deleted: {made}\n{}",

@@ -60,6 +60,9 @@ pub(super) async fn let_go(
         LetGo::Deleting => {
             debug!(claim = %key, "an IPAddress of the claim's name is being deleted; letting it go before allocating")
         }
+        LetGo::LeftBehind => {
+            debug!(claim = %key, "the IPAddress of the claim's name was left behind by a move; letting it go")
+        }
         LetGo::NotAllocated => tracing::warn!(
             claim = %key,
             pool = %pool_key,
@@ -68,7 +71,18 @@ pub(super) async fn let_go(
              deleting it before the claim is bound"
         ),
     }
-    if ipaddress::delete(ctx, &address, "letting an IPAddress of the claim's name go").await? {
+    let what = "letting an IPAddress of the claim's name go";
+    let gone = match (why, &view.record) {
+        (LetGo::LeftBehind, Some(record)) => {
+            match ipaddress::delete_left_behind(ctx, key, record, &address, what).await? {
+                Some(gone) => gone,
+                // Its pool made again meanwhile: the claim looks again once the entry is written.
+                None => return Ok(Next::After(Duration::from_secs(1))),
+            }
+        }
+        _ => ipaddress::delete(ctx, &address, what).await?,
+    };
+    if gone {
         ctx.index.observe(Observed::DeletedByUs { key, pool: pool_key, uid: address.metadata.uid.as_deref() });
     }
     if why == LetGo::Duplicate {
@@ -117,6 +131,10 @@ pub(super) async fn unbound_ipaddress(
     let message = match why {
         LetGo::Duplicate => format!("withdrawing IPAddress {key} (uid {uid}): another IPAddress holds its address"),
         LetGo::Deleting => format!("letting IPAddress {key} (uid {uid}) go before allocating"),
+        LetGo::LeftBehind => format!(
+            "letting IPAddress {key} (uid {uid}) go: a move left it behind, and its address stays reserved for the \
+             other management cluster"
+        ),
         LetGo::NotAllocated => format!(
             "letting IPAddress {key} (uid {uid}) go: {pool_key} no longer allocates its address, or another shard's \
              manager serves it"

@@ -92,8 +92,10 @@ pub enum LetGo {
     /// late, after its leader's term ended (`crate::leader`). Withdrawn, the claim gets a free address. A bound claim's
     /// address is never withdrawn: a machine may use it already.
     Duplicate,
-    /// Being deleted already (a delete of ours that did not finish, one by hand), or left behind by a move.
+    /// Being deleted already (a delete of ours that did not finish, one by hand).
     Deleting,
+    /// Left behind by the move of an earlier claim of its name, its address recorded as moved away (`End::LetGoLeftBehind`).
+    LeftBehind,
     /// Just made, for an address its pool stopped allocating while the create was in flight (an edit), or in a pool
     /// another shard's manager serves now.
     NotAllocated,
