@@ -119,7 +119,7 @@ async fn execute(claim: &Claim, ctx: &Context, view: &ClaimView, end: End) -> Re
         End::LetGo { judged, why } => let_go(ctx, key, view, judged, why).await,
         End::LetGoLeftBehind { judged } => match &view.record {
             // Of the claim's pool (`plan::adoption`), which the view shows as the index knows it.
-            Some(record) if super::orphans::pool_known_as_it_is(ctx, record, view.pool.as_deref()).await => {
+            Some(record) if ipaddress::pool_known_as_it_is(ctx, record, view.pool.as_deref()).await => {
                 let_go(ctx, key, view, judged, LetGo::LeftBehind).await
             }
             _ => Ok(Next::After(Duration::from_secs(1))),

@@ -307,7 +307,7 @@ pub async fn finish_left_behind(
         let Some(first) = group.first() else { continue };
         let known = ctx.index.orphan_view(&first.key, Some(&first.record)).pool;
         let known_uid = known.as_ref().and_then(|p| p.metadata.uid.clone());
-        let live_is_known = super::orphans::pool_known_as_it_is(ctx, &first.record, known.as_deref()).await;
+        let live_is_known = pool_known_as_it_is(ctx, &first.record, known.as_deref()).await;
         for one in group {
             // After the read: the pool the index knows is the live one, and its appearance queued this one's entry if
             // at all.
@@ -351,6 +351,30 @@ pub async fn delete_left_behind(
     let (key, record, address) = (key.clone(), record.clone(), address.clone());
     let one = LeftBehindDeleting { key, record, address, deleting, entry_first: false };
     finish_left_behind(ctx, vec![one]).await.pop().map_or(Ok(None), |(_, outcome)| outcome)
+}
+
+/// The pool of the IPAddress left behind, as the API server has it now, is the one this manager knows: both have
+/// none (gone, its reservations with it), or the same object. Read live: the pool watch may lag. Unread, it is taken
+/// for not (the address stays, and the next sweep asks again). `known` is the index's pool of the record.
+pub(super) async fn pool_known_as_it_is(ctx: &Context, record: &AddressRecord, known: Option<&Pool>) -> bool {
+    let known = known.and_then(|p| p.metadata.uid.clone());
+    live_pool_uid(ctx, record).await.is_some_and(|live| live == known)
+}
+
+/// The UID of the IPAddress's pool as the API server has it now (`Some(None)`: none); `None` when it cannot be read
+/// (reported).
+pub(super) async fn live_pool_uid(ctx: &Context, record: &AddressRecord) -> Option<Option<String>> {
+    match ctx.api.get_pool(&record.pool).await {
+        Ok(pool) => Some(pool.and_then(|p| p.metadata.uid)),
+        Err(e) => {
+            ctx.report_failure(
+                "reading the pool of an IPAddress left behind by a move",
+                &record.pool,
+                &Error::api("reading the pool")(e),
+            );
+            None
+        }
+    }
 }
 
 /// Whether the Cluster `name` (of an IPAddress whose claim is gone, or of a claim) is paused, read live: a move may be

@@ -14,7 +14,6 @@ use tokio::sync::mpsc;
 
 use super::ipaddress::{self, Released};
 use super::{Context, Error};
-use crate::api::Pool;
 use crate::compact::Uid;
 use crate::index::{AddressRecord, ObjectKey, Observed, OrphanView, PoolKey};
 
@@ -106,7 +105,7 @@ impl PoolsRead {
         if let Some(known) = self.0.get(&*record.pool) {
             return *known;
         }
-        let known = pool_known_as_it_is(ctx, record, view.pool.as_deref()).await;
+        let known = ipaddress::pool_known_as_it_is(ctx, record, view.pool.as_deref()).await;
         self.0.insert((*record.pool).clone(), known);
         known
     }
@@ -181,36 +180,12 @@ async fn release_if_claim_gone(
     None
 }
 
-/// The pool of the IPAddress left behind, as the API server has it now, is the one this manager knows: both have
-/// none (gone, its reservations with it), or the same object. Read live: the pool watch may lag. Unread, it is taken
-/// for not (the address stays, and the next sweep asks again). `known` is the index's pool of the record.
-pub(crate) async fn pool_known_as_it_is(ctx: &Context, record: &AddressRecord, known: Option<&Pool>) -> bool {
-    let known = known.and_then(|p| p.metadata.uid.clone());
-    live_pool_uid(ctx, record).await.is_some_and(|live| live == known)
-}
-
 /// Its pool, as the API server has it now, owns it. An IPAddress whose pool owner is gone (the pool deleted, perhaps
 /// made again under its name) and whose claim went is the garbage collector's to delete, not an operator's. Read live:
 /// the pool watch may not have shown the pool's deletion yet (found by the adversarial read of the soak's fixes). When
 /// the pool cannot be read, the address stays reserved (the next sweep asks again).
 async fn owned_by_its_pool(ctx: &Context, record: &AddressRecord) -> bool {
-    live_pool_uid(ctx, record).await.flatten().is_some_and(|uid| record.pool_owner == Some(Uid::of(&uid)))
-}
-
-/// The UID of the IPAddress's pool as the API server has it now (`Some(None)`: none); `None` when it cannot be read
-/// (reported).
-async fn live_pool_uid(ctx: &Context, record: &AddressRecord) -> Option<Option<String>> {
-    match ctx.api.get_pool(&record.pool).await {
-        Ok(pool) => Some(pool.and_then(|p| p.metadata.uid)),
-        Err(e) => {
-            ctx.report_failure(
-                "reading the pool of an IPAddress left behind by a move",
-                &record.pool,
-                &Error::api("reading the pool")(e),
-            );
-            None
-        }
-    }
+    ipaddress::live_pool_uid(ctx, record).await.flatten().is_some_and(|uid| record.pool_owner == Some(Uid::of(&uid)))
 }
 
 /// Releases the orphans that have been orphans for `delay` and for their pool's reuse grace period (the simulation

@@ -664,7 +664,7 @@ MUTATIONS = [
      '        if view.moved_away_unwritten && !record.deleting {',
      "a new claim of its name lets go of an IPAddress a move left behind, being deleted, before its entry is written"),
     ("left-behind-let-go-for-a-stale-pool", "src/controllers/claim.rs",
-     '            Some(record) if super::orphans::pool_known_as_it_is(ctx, record, view.pool.as_deref()).await => {',
+     '            Some(record) if ipaddress::pool_known_as_it_is(ctx, record, view.pool.as_deref()).await => {',
      '            Some(_) => {',
      "a new claim of its name lets go of an IPAddress a move left behind while the pool watch lags a pool made again"),
     ("left-behind-deleted-by-hand-waits-for-room", "src/controllers/claim/plan.rs",
