@@ -1,9 +1,9 @@
 //! The IPAddresses we write: created for a claim with typed owner references, repaired after a restore or a move,
 //! and deleted (our finalizer first) only when they reference one of our pools and name the claim.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use tracing::{debug, info};
