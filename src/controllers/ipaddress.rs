@@ -263,6 +263,11 @@ pub async fn release_orphan(ctx: &Context, key: &ObjectKey, record: &AddressReco
     Ok(Released::Done)
 }
 
+/// How many IPAddresses a move left behind the sweep deletes before it reads their pools and takes our finalizers
+/// off ([`finish_left_behind`]): one read per pool per batch, and no IPAddress waits long being deleted, nor a pool
+/// made again long unseen after that read.
+pub const LEFT_BEHIND_BATCH: usize = 100;
+
 /// What the release of an orphan came to.
 pub enum Released {
     /// Deleted, kept or left alone: nothing is left to do.
@@ -278,9 +283,9 @@ pub struct LeftBehindDeleting {
     record: AddressRecord,
     address: IpAddress,
     deleting: ObjectMeta,
-    /// It waits for its entry to be written: the orphan release's. The claim of its name lets one go whose entry waits
-    /// (by hand, with no room for the entry: its hold is the reservation, and its entry is written as one no
-    /// IPAddress backs; `plan::adoption`).
+    /// Its entry is written first: the orphan release's. The claim of its name lets go before its entry one being
+    /// deleted (by hand) as an IPAddress of the pool the index knows (`plan::adoption`: its hold is the reservation,
+    /// and its entry is written as one no IPAddress backs), if it still is after the read.
     entry_first: bool,
 }
 
@@ -289,7 +294,8 @@ pub struct LeftBehindDeleting {
 /// knows. Its mark is the move's only record, and a pool made again before the DELETE (unseen by the pool watch, whose
 /// event then queues this one's entry: `pool_appeared`) must reserve its address (soak seeds 804659163, 804814870;
 /// scenario `a_pool_made_again_while_the_sweep_deletes_the_ipaddress_left_behind_reserves_its_address`). One read per
-/// pool, not per IPAddress: after a large move thousands go at once, and each read carries the pool's annotation.
+/// pool, not per IPAddress: after a large move thousands go at once, and each read carries the pool's annotation (the
+/// sweep finishes them [`LEFT_BEHIND_BATCH`] at a time, which bounds how long the read stands).
 /// Each one's outcome: `Ok(Some(gone))`, or `Ok(None)` when it waits, being deleted with our finalizer on, for its
 /// entry to be written (the sweep, or the claim of its name, finishes it then). A pool made again after the read gets
 /// no entry for it (docs/operations.md: it records nothing of an IPAddress of the pool that went, being deleted
@@ -307,14 +313,15 @@ pub async fn finish_left_behind(
         let Some(first) = group.first() else { continue };
         let known = ctx.index.orphan_view(&first.key, Some(&first.record)).pool;
         let known_uid = known.as_ref().and_then(|p| p.metadata.uid.clone());
-        let live_is_known = pool_known_as_it_is(ctx, &first.record, known.as_deref()).await;
+        let is_live = pool_known_as_it_is(ctx, &first.record, known.as_deref()).await;
         for one in group {
             // After the read: the pool the index knows is the live one, and its appearance queued this one's entry if
             // at all.
             let view = ctx.index.orphan_view(&one.key, Some(&one.record));
-            let still_known = live_is_known
-                && !(one.entry_first && view.moved_away_unwritten)
-                && view.pool.as_ref().and_then(|p| p.metadata.uid.clone()) == known_uid;
+            let of_the_pool_known = one.record.pool_owner.is_some_and(|o| known_uid.as_deref().map(Uid::of) == Some(o));
+            let entry_waits = view.moved_away_unwritten && (one.entry_first || !of_the_pool_known);
+            let still_known =
+                is_live && !entry_waits && view.pool.as_ref().and_then(|p| p.metadata.uid.clone()) == known_uid;
             let outcome = if still_known {
                 let finished = finish_deleting(ctx, &one.address, &one.deleting).await;
                 if finished.is_ok() {
@@ -326,8 +333,9 @@ pub async fn finish_left_behind(
                 info!(
                     address = %one.key,
                     pool = %pool,
-                    "the pool of an IPAddress left behind by a move is not the one this manager knows (made again?): \
-                     our finalizer stays on it until the pool records its address as moved away"
+                    "the pool of an IPAddress left behind by a move could not be read, or is not the one this manager \
+                     knows (made again?), or its address waits to be recorded as moved away: our finalizer stays on \
+                     it until the pool records that address"
                 );
                 Ok(None)
             };

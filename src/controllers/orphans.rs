@@ -207,6 +207,9 @@ pub(crate) async fn sweep(ctx: &Context, delay: Duration) {
             continue;
         }
         left_behind.extend(release_if_claim_gone(ctx, &key, &record, &view, &mut pools).await);
+        if left_behind.len() >= ipaddress::LEFT_BEHIND_BATCH {
+            finish_left_behind(ctx, std::mem::take(&mut left_behind)).await;
+        }
     }
     finish_left_behind(ctx, left_behind).await;
 }

@@ -2806,6 +2806,17 @@ fn a_pool_made_again_while_the_sweep_releases_its_ipaddress_left_behind(made_aga
 /// move left behind (its entry never written: the pool was gone), and the pool is made again while it deletes it.
 #[test]
 fn a_pool_made_again_while_a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind_reserves_its_address() {
+    a_pool_made_again_while_a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind(false);
+}
+
+/// helper-120 F1: the same, the pool watch showing the pool made again at once (its appearance queues the entry): the
+/// claim's let-go must still wait for the entry, the IPAddress it lets go not being one of the pool the index knows.
+#[test]
+fn a_pool_made_again_and_seen_at_once_while_a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind_reserves_it() {
+    a_pool_made_again_while_a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind(true);
+}
+
+fn a_pool_made_again_while_a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind(seen_at_once: bool) {
     let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
     a_person_deletes_the_pool(&mut w, gip);
     w.deliver_all(&[]);
@@ -2818,6 +2829,9 @@ fn a_pool_made_again_while_a_new_claim_of_its_name_lets_go_the_ipaddress_left_be
         assert!(w.answer_where(|_| true, Fate::Answered), "the claim never let it go:\n{}", w.trace_text());
     }
     w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2 });
+    if seen_at_once {
+        w.deliver_all(&[gip.server_kind()]);
+    }
     w.answer_everything();
     assert!(w.read(Kind::Address, &m0).is_some(), "let go before the new pool recorded it:\n{}", w.trace_text());
     w.deliver_all(&[]);
