@@ -123,9 +123,9 @@ pub async fn repair(
 /// for good.
 ///
 /// Guarantees: only the object read (its UID and resourceVersion) is deleted; the index records our deletion before
-/// the request goes (`Observed::DeletingOurselves`), so a watch event of it is never taken for someone else's; the address is
-/// free only once the object is gone (the DELETE or our finalizer's removal answered so, or its Deleted event), never
-/// while it is being deleted.
+/// the request goes (`Observed::DeletingOurselves`), so a watch event of it is never taken for someone else's; the
+/// address is free only once the object is gone (the DELETE or our finalizer's removal answered so, or its Deleted
+/// event), never while it is being deleted.
 ///
 /// Assumptions: the caller decided on a live read that the IPAddress is ours to delete (`is_ours_for`, a claim gone
 /// or not bound to it); the write passes the leader fence.
@@ -325,8 +325,9 @@ pub async fn finish_left_behind(
             let outcome = if still_known {
                 let finished = finish_deleting(ctx, &one.address, &one.deleting).await;
                 if finished.is_ok() {
-                    let value = &one.address.spec.address;
-                    info!(address = %one.key, value, "deleted the IPAddress of a claim moved away; its address stays reserved");
+                    let (key, value) = (&one.key, &one.address.spec.address);
+                    let said = "deleted the IPAddress of a claim moved away; its address stays reserved";
+                    info!(address = %key, value, "{said}");
                 }
                 finished.map(Some)
             } else {

@@ -94,7 +94,8 @@ pub enum LetGo {
     Duplicate,
     /// Being deleted already (a delete of ours that did not finish, one by hand).
     Deleting,
-    /// Left behind by the move of an earlier claim of its name, its address recorded as moved away (`End::LetGoLeftBehind`).
+    /// Left behind by the move of an earlier claim of its name, its address recorded as moved away
+    /// (`End::LetGoLeftBehind`).
     LeftBehind,
     /// Just made, for an address its pool stopped allocating while the create was in flight (an edit), or in a pool
     /// another shard's manager serves now.
