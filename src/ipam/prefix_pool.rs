@@ -137,6 +137,12 @@ impl PrefixPoolConfig {
         len == self.alloc_len && self.allocatable.contains(u128::from(address) >> self.shift())
     }
 
+    /// Whether the child prefix whose first address is `address` is one the pool hands out (what `reserve` asks).
+    pub fn allocates_child_at(&self, address: Ipv6Addr) -> bool {
+        let index = u128::from(address) >> self.shift();
+        self.base_of(index) == address && self.allocatable.contains(index)
+    }
+
     /// Whether the gateway lies inside the merged prefixes.
     pub fn gateway_inside_prefixes(&self) -> bool {
         self.gateway.is_some_and(|g| self.prefixes.contains(u128::from(g)))
@@ -257,10 +263,10 @@ impl PrefixPoolAllocator {
     /// Hands out the child whose base is `address`, if it is allocatable and free.
     pub fn reserve(&mut self, address: Ipv6Addr) -> Result<(), PrefixReserveError> {
         let len = self.config.alloc_len;
-        let index = u128::from(address) >> self.config.shift();
-        if self.config.base_of(index) != address || !self.config.allocatable.contains(index) {
+        if !self.config.allocates_child_at(address) {
             return Err(PrefixReserveError::NotAllocatable(address, len));
         }
+        let index = u128::from(address) >> self.config.shift();
         if !self.free.remove(index) {
             return Err(PrefixReserveError::Taken(address, len));
         }

@@ -11,7 +11,9 @@ use super::address::{CidrError, Family, block, parse_cidr, parse_entry, parse_ip
 use super::ip_pool::{IpPoolConfig, IpPoolSpec};
 use super::prefix_pool::{Allocation, PrefixPoolConfig, PrefixPoolSpec, effective_allocation_length};
 
+mod claim;
 mod prefix;
+pub use claim::{ClaimAsking, pin_names, requested_ip_finding, requested_prefix_finding};
 pub use prefix::{prefix_pool_non_allocatable, prefix_pool_warnings, validate_prefix_pool};
 
 /// How a field is wrong, as in Kubernetes' `field.Error` types.
@@ -301,13 +303,9 @@ pub fn pins_in_use(
             continue;
         }
         let Ok(ip) = parse_ip(address) else { continue };
-        let (namespace, name) = match claim.split_once('/') {
-            Some((ns, name)) if global => (Some(ns), name),
-            _ => (None, claim.as_str()),
-        };
-        let theirs = in_use.iter().find(|a| {
-            parse_ip(a.address).ok() == Some(ip) && !(a.claim == name && namespace.is_none_or(|ns| ns == a.namespace))
-        });
+        let theirs = in_use
+            .iter()
+            .find(|a| parse_ip(a.address).ok() == Some(ip) && !pin_names(global, claim, a.namespace, a.claim));
         if let Some(other) = theirs {
             errs.push(FieldError::invalid(
                 format!("spec.preAllocations[{claim}]"),
