@@ -25,6 +25,7 @@ use crate::ipam::validate::FieldError;
 
 type Request = AdmissionRequest<DynamicObject>;
 
+mod claims;
 mod pools;
 use pools::{validate_ip, validate_prefix};
 
@@ -67,6 +68,14 @@ pub trait ClusterReads: Send + Sync {
         kind: PoolKind,
         namespace: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<(String, Value)>, kube::Error>>;
+
+    /// The pool `name` of `kind` in `namespace` (none for global pools), whole, if it exists.
+    fn pool<'a>(
+        &'a self,
+        kind: PoolKind,
+        name: &'a str,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<DynamicObject>, kube::Error>>;
 }
 
 /// One IPAddress of a pool, as admission reads it.
@@ -109,6 +118,22 @@ impl ClusterReads for LiveReads {
             };
             let list = api.list(&ListParams::default()).await?;
             Ok(list.items.into_iter().filter_map(|p| Some((p.metadata.name?, p.data.get("spec")?.clone()))).collect())
+        })
+    }
+
+    fn pool<'a>(
+        &'a self,
+        kind: PoolKind,
+        name: &'a str,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<DynamicObject>, kube::Error>> {
+        Box::pin(async move {
+            let resource = kind.api_resource();
+            let api: Api<DynamicObject> = match namespace {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+                None => Api::all_with(self.client.clone(), &resource),
+            };
+            api.get_opt(name).await
         })
     }
 }
@@ -217,9 +242,10 @@ pub async fn review(ctx: &AdmissionContext, route: AdmissionRoute, body: &[u8]) 
             return (response(AdmissionResponse::invalid(""), &outcome), outcome);
         }
     };
-    let outcome = match route.purpose {
-        Purpose::Default => default(route.kind, &request),
-        Purpose::Validate => validate(ctx, route.kind, &request).await,
+    let outcome = match route {
+        AdmissionRoute::Pool { kind, purpose: Purpose::Default } => default(kind, &request),
+        AdmissionRoute::Pool { kind, purpose: Purpose::Validate } => validate(ctx, kind, &request).await,
+        AdmissionRoute::ClaimWarnings => claims::warnings(ctx, &request).await,
     };
     (response(AdmissionResponse::from(&request), &outcome), outcome)
 }

@@ -1,0 +1,115 @@
+//! Warnings when an IPAddressClaim of one of our pool kinds is created (docs/compatibility.md D17): its pool does not
+//! exist or is being deleted, belongs to a manager that does not watch the claim, or will not hand it the address
+//! it asks for. Every answer admits the claim: the webhook only says now what the claim's condition would say later.
+
+use kube::api::DynamicObject;
+use kube::core::admission::Operation;
+use serde_json::Value;
+
+use super::{AdmissionContext, Outcome, Request};
+use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
+use crate::api::{PoolKind, REQUESTED_ADDRESS_ANNOTATION, WATCH_FILTER_LABEL};
+use crate::capi::PoolRef;
+use crate::ipam::validate::{ClaimAsking, InUse, requested_ip_finding, requested_prefix_finding};
+use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
+
+/// Admits the claim, with what its pool will make of it as warnings.
+pub(super) async fn warnings(ctx: &AdmissionContext, request: &Request) -> Outcome {
+    let warnings = match (request.operation == Operation::Create, request.object.as_ref()) {
+        (true, Some(claim)) => claim_warnings(ctx, request, claim).await,
+        _ => Vec::new(),
+    };
+    Outcome { allowed: true, warnings, ..Default::default() }
+}
+
+async fn claim_warnings(ctx: &AdmissionContext, request: &Request, claim: &DynamicObject) -> Vec<String> {
+    let pool_ref: Option<PoolRef> =
+        claim.data.get("spec").and_then(|s| s.get("poolRef")).and_then(|r| serde_json::from_value(r.clone()).ok());
+    let Some((kind, pool_ref)) = pool_ref.and_then(|r| Some((r.our_kind()?, r))) else { return Vec::new() };
+    let namespace = claim.metadata.namespace.as_deref().or(request.namespace.as_deref()).unwrap_or_default();
+    let name = claim.metadata.name.as_deref().unwrap_or(&request.name);
+    let pool_namespace = (!kind.is_global()).then_some(namespace);
+    let pool_name = &pool_ref.name;
+    let named = match pool_namespace {
+        Some(ns) => format!("{} {pool_name:?} in namespace {ns:?}", kind.kind()),
+        None => format!("{} {pool_name:?}", kind.kind()),
+    };
+    let pool = match ctx.reads.pool(kind, pool_name, pool_namespace).await {
+        Ok(Some(pool)) => pool,
+        Ok(None) => {
+            return vec![format!(
+                "spec.poolRef: {named} does not exist; the claim waits for it (pool kinds and names are case-sensitive)"
+            )];
+        }
+        Err(e) => return vec![format!("spec.poolRef: {named} could not be read to check the claim against it: {e}")],
+    };
+    let mut warnings = Vec::new();
+    if pool.metadata.deletion_timestamp.is_some() {
+        warnings.push(format!("spec.poolRef: {named} is being deleted; it hands out no address"));
+    }
+    let label =
+        |o: &DynamicObject| o.metadata.labels.as_ref()?.get(WATCH_FILTER_LABEL).filter(|v| !v.is_empty()).cloned();
+    if let Some(shard) = label(&pool)
+        && label(claim).as_ref() != Some(&shard)
+    {
+        warnings.push(format!(
+            "metadata.labels[{WATCH_FILTER_LABEL}]: {named} belongs to the manager started with --watch-filter={shard}, \
+             which does not watch this claim: label the claim {WATCH_FILTER_LABEL}={shard}, or use a pool of its own \
+             manager"
+        ));
+    }
+    let requested = claim.metadata.annotations.as_ref().and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION));
+    if let Some(requested) = requested.filter(|r| !r.is_empty()) {
+        let asking = ClaimAsking { namespace, name, requested };
+        let field = format!("metadata.annotations[{REQUESTED_ADDRESS_ANNOTATION}]: {requested:?}");
+        match requested_finding(ctx, kind, &pool, pool_namespace, &asking).await {
+            Ok(None) => {}
+            Ok(Some(finding)) => {
+                warnings.push(format!("{field} {finding}; the claim waits until {named} can hand it out"));
+            }
+            Err(unread) => warnings.push(format!("{field} could not be checked: {unread}")),
+        }
+    }
+    warnings
+}
+
+/// Why the pool will not hand the claim the address it asks for, if it will not (a pool whose spec does not parse
+/// says so: its claims wait with `PoolNotReady`); an error when the pool's IPAddresses could not be read.
+async fn requested_finding(
+    ctx: &AdmissionContext,
+    kind: PoolKind,
+    pool: &DynamicObject,
+    pool_namespace: Option<&str>,
+    asking: &ClaimAsking<'_>,
+) -> Result<Option<String>, String> {
+    let spec = pool.data.get("spec").cloned().unwrap_or(Value::Null);
+    let pool_name = pool.metadata.name.as_deref().unwrap_or_default();
+    // Only what the spec says is read first: the pool's IPAddresses are listed when nothing else is found.
+    let judge_in_use = |in_use: &[InUse<'_>]| -> Result<Option<String>, String> {
+        if kind.is_prefix_pool() {
+            let spec: PrefixPoolSpec = serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
+            let config = PrefixPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?;
+            Ok(requested_prefix_finding(&config, asking, in_use))
+        } else {
+            let spec: IPPoolSpec = serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
+            let config = IpPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?;
+            let pins = spec.pre_allocations.unwrap_or_default();
+            Ok(requested_ip_finding(&config, kind.is_global(), &pins, asking, in_use))
+        }
+    };
+    match judge_in_use(&[]) {
+        Err(e) => return Ok(Some(format!("cannot be judged: the pool's spec is invalid ({e})"))),
+        Ok(Some(finding)) => return Ok(Some(finding)),
+        Ok(None) => {}
+    }
+    let addresses = ctx
+        .reads
+        .pool_addresses(kind, pool_name, pool_namespace)
+        .await
+        .map_err(|e| format!("listing the pool's IPAddresses failed: {e}"))?;
+    let in_use: Vec<InUse<'_>> = addresses
+        .iter()
+        .map(|a| InUse { namespace: &a.namespace, claim: &a.spec.claim_ref.name, address: &a.spec.address })
+        .collect();
+    Ok(judge_in_use(&in_use).ok().flatten())
+}
