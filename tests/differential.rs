@@ -380,6 +380,15 @@ impl ClusterReads for Existing {
     ) -> BoxFuture<'a, Result<Vec<(String, Value)>, kube::Error>> {
         Box::pin(async { Ok(Vec::new()) })
     }
+
+    fn pool<'a>(
+        &'a self,
+        _: PoolKind,
+        _: &'a str,
+        _: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<kube::api::DynamicObject>, kube::Error>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 fn address_specs(case: &Case) -> Vec<IpAddressSpec> {
@@ -450,7 +459,7 @@ fn ours_admit(
         reject_gateway_outside_subnet: false,
     };
     let run = |purpose, review_body: &Value| {
-        let route = AdmissionRoute { kind, purpose };
+        let route = AdmissionRoute::Pool { kind, purpose };
         runtime().block_on(review(&ctx, route, review_body.to_string().as_bytes())).0
     };
     if operation != "DELETE" {

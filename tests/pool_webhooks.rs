@@ -573,7 +573,7 @@ async fn every_registered_path_is_served() {
         std::fs::read_to_string(support::repo_root().join("config/webhook/manifests.yaml")).expect("manifests");
     let mut paths: Vec<String> =
         manifests.lines().filter_map(|l| l.trim().strip_prefix("path: ").map(str::to_owned)).collect();
-    assert_eq!(paths.len(), 8, "{paths:?}");
+    assert_eq!(paths.len(), 9, "{paths:?}");
     paths.push("/convert".to_owned());
     let ca = env.plane.dir.join("webhook-certs/ca.crt");
     for path in paths {
@@ -610,7 +610,7 @@ async fn overlapping_pools_are_rejected_when_asked() {
         "userInfo": {"username": "test"},
         "uid": "u1", "name": "b", "namespace": env.namespace, "operation": "CREATE",
         "object": {"metadata": {"name": "b"}, "spec": {"addresses": ["10.9.1.200-10.9.1.210"], "prefix": 24}}}});
-    let route = AdmissionRoute { kind: capi_ipam::api::PoolKind::InClusterIPPool, purpose: Purpose::Validate };
+    let route = AdmissionRoute::Pool { kind: capi_ipam::api::PoolKind::InClusterIPPool, purpose: Purpose::Validate };
     let (answer, _) = review(&ctx, route, request.to_string().as_bytes()).await;
     let response = &answer["response"];
     assert_eq!(response["allowed"], json!(false), "{answer}");
@@ -658,7 +658,7 @@ async fn v1beta1_reviews_and_the_defaulting_patch() {
         "userInfo": {"username": "test"},
         "uid": "u9", "name": "p", "namespace": env.namespace, "operation": "CREATE",
         "object": {"metadata": {"name": "p"}, "spec": {"prefixes": ["fd00::/48"], "allocationPrefixLength": 0}}}});
-    let route = AdmissionRoute { kind: capi_ipam::api::PoolKind::InClusterPrefixPool, purpose: Purpose::Default };
+    let route = AdmissionRoute::Pool { kind: capi_ipam::api::PoolKind::InClusterPrefixPool, purpose: Purpose::Default };
     let (answer, _) = review(&ctx, route, request.to_string().as_bytes()).await;
     assert_eq!(answer["apiVersion"], json!("admission.k8s.io/v1beta1"));
     assert_eq!(answer["response"]["uid"], json!("u9"));

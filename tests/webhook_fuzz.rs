@@ -9,7 +9,7 @@ use axum::http::{Request, StatusCode};
 use capi_ipam::capi::CapiVersion;
 use capi_ipam::metrics::Metrics;
 use capi_ipam::webhooks::admission::AdmissionContext;
-use capi_ipam::webhooks::routes::admission_routes;
+use capi_ipam::webhooks::routes::{AdmissionRoute, admission_routes};
 use capi_ipam::webhooks::{router, routes::CONVERT_PATH};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -153,7 +153,7 @@ proptest! {
         prop::collection::vec(any::<u8>(), 0..200),
         arb_json().prop_map(|v| v.to_string().into_bytes()),
         arb_json().prop_map(|v| json!({"apiVersion": "admission.k8s.io/v1beta1", "request": v}).to_string().into_bytes()),
-    ], route in 0usize..8) {
+    ], route in 0usize..9) {
         let rt = runtime();
         rt.block_on(async {
             let app = app().await;
@@ -178,15 +178,52 @@ proptest! {
         rt.block_on(async {
             let app = app().await;
             let r = admission_routes()[route];
+            let AdmissionRoute::Pool { kind, .. } = r else { unreachable!("the first 8 routes are the pools'") };
             let operation = ["CREATE", "UPDATE", "DELETE"][op];
-            let object = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": r.kind.kind(),
+            let object = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": kind.kind(),
                 "metadata": {"name": "fuzz-pool"}, "spec": spec});
-            let old = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": r.kind.kind(),
+            let old = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": kind.kind(),
                 "metadata": {"name": "fuzz-pool"}, "spec": old});
-            let body = review(&uid, r.kind.kind(), operation, object, old).to_string().into_bytes();
+            let body = review(&uid, kind.kind(), operation, object, old).to_string().into_bytes();
             let (status, answer) = post(&app, &r.path(), body).await;
             prop_assert_eq!(status, StatusCode::OK);
             check_admission_answer(&answer, Some(&uid))
+        })?;
+    }
+
+    /// The claim warnings admit every claim, whatever its spec and requested address; a pool kind of ours that does
+    /// not exist is said.
+    #[test]
+    fn arbitrary_claims_are_admitted_with_warnings_at_most(
+        spec in arb_json(), requested in prop::option::of(address_like()), uid in "[a-f0-9]{8}",
+        version in prop::sample::select(vec!["v1alpha1", "v1beta1", "v1beta2"]),
+        kind in prop::sample::select(vec!["InClusterIPPool", "GlobalInClusterPrefixPool", "Other"]),
+    ) {
+        let rt = runtime();
+        rt.block_on(async {
+            let app = app().await;
+            let annotations = match &requested {
+                Some(r) => json!({"ipam.cluster.x-k8s.io/requested-address": r}),
+                None => json!({}),
+            };
+            let claim = |spec: Value| json!({"apiVersion": format!("ipam.cluster.x-k8s.io/{version}"),
+                "kind": "IPAddressClaim", "metadata": {"name": "fuzz-claim", "namespace": "default",
+                "annotations": annotations}, "spec": spec});
+            let path = AdmissionRoute::ClaimWarnings.path();
+            for spec in [spec.clone(), json!({"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": kind,
+                "name": "fuzz-no-such-pool"}})] {
+                let body = review(&uid, "IPAddressClaim", "CREATE", claim(spec.clone()), Value::Null);
+                let (status, answer) = post(&app, &path, body.to_string().into_bytes()).await;
+                prop_assert_eq!(status, StatusCode::OK);
+                check_admission_answer(&answer, Some(&uid))?;
+                prop_assert_eq!(answer["response"]["allowed"].as_bool(), Some(true), "{}", answer);
+                let warnings = answer["response"]["warnings"].as_array().cloned().unwrap_or_default();
+                if spec["poolRef"]["name"] == "fuzz-no-such-pool" && kind != "Other" {
+                    prop_assert!(warnings.iter().any(|w| w.as_str().is_some_and(|w| w.starts_with("spec.poolRef: ")
+                        && w.contains("\"fuzz-no-such-pool\" ") && w.contains(" does not exist"))), "{}", answer);
+                }
+            }
+            Ok(())
         })?;
     }
 
