@@ -230,7 +230,7 @@ impl State {
 
     /// Who serves `claim`, whose pool is `pool_key` (see [`Served`]).
     fn who_serves(&self, claim: &Claim, pool_key: PoolKey) -> Served {
-        let Some(pool_shard) = self.pools.get(&pool_key).and_then(|p| p.shard()) else { return Served::Here };
+        let Some(pool_shard) = self.pool_shard(&pool_key) else { return Served::Here };
         if Some(pool_shard) == self.shard.as_deref() {
             return Served::Here;
         }

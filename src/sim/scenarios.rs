@@ -9,7 +9,7 @@ use super::server::Kind;
 use super::world::{Fate, Job, World};
 use crate::api::{
     CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, GROUP, MOVED_AWAY_ANNOTATION, PROTECT_ADDRESS_FINALIZER,
-    VELERO_RESTORE_LABEL,
+    VELERO_RESTORE_LABEL, WATCH_FILTER_LABEL,
 };
 use crate::index::ObjectKey;
 
@@ -1415,7 +1415,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// 802181713: a paused Cluster kept a late duplicate beside a bound claim being deleted (its release held by the
 /// pause); 804659163: a manager of another shard released as an orphan the IPAddress a move of a Cluster it did not
 /// serve left behind, and the claim's manager took its deletion for an operator's and dropped the reservation;
-/// 804814870: the sweep released the marked IPAddress a move left behind while its pool was made again, unseen.
+/// 804814870: the sweep released the marked IPAddress a move left behind while its pool was made again, unseen;
+/// 6962 (`make test`'s own soak): a manager without `--watch-filter` took a claim of another shard's deleted pool for
+/// its own and bound it to the IPAddress that shard's manager was letting go.
 /// (A seed is a regression check only while the simulation draws the same numbers; the
 /// scenarios above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it
 /// too.)
@@ -1512,6 +1514,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         802_474_025,
         804_659_163,
         804_814_870,
+        6_962,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");
@@ -2485,6 +2488,49 @@ fn a_claim_a_user_deleted_before_its_paused_cluster_went(relisted: bool) {
     let result = w.finish();
     fails(&w, result);
     assert!(w.read(Kind::Address, &m1).is_some(), "a/m1 got the free address:\n{}", w.trace_text());
+}
+
+/// Soak seed 6962: the pool labelled for the second manager's shard goes (its finalizer stripped) while the claim of
+/// that shard on it holds an IPAddress, which the shard's manager is letting go. The first manager (no
+/// `--watch-filter`) sees the claim: no longer seeing the pool's label, it took the claim for its own and bound it to
+/// that IPAddress, and the claim was left bound to nothing. The claim stays the shard's: the first manager writes
+/// nothing for it, also once the pool is gone, until a pool of the name comes back without the label.
+#[test]
+fn a_claim_of_another_shards_pool_stays_that_shards_after_the_pool_goes() {
+    use super::swarm::{SHARD, SHARD_POOL};
+    let mut w = World::scripted_sharded();
+    w.create_pool_shaped(SHARD_POOL, Shape { v6: false, offset: 0, size: 2 });
+    let shard = json!({"metadata": {"labels": { WATCH_FILTER_LABEL: SHARD }}});
+    w.patch(SHARD_POOL.server_kind(), &SHARD_POOL.key(), shard.clone());
+    let m0 = w.create_claim_named(1, "m0", SHARD_POOL);
+    w.patch(Kind::Claim, &m0, shard);
+    let uid = w.read(Kind::Claim, &m0).expect("claim b/m0")["metadata"]["uid"].clone();
+    // The shard's manager's IPAddress for it (made by hand: that manager's term begins when the script ends).
+    w.create(
+        Kind::Address,
+        json!({
+            "apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddress",
+            "metadata": {"name": "m0", "namespace": "b", "finalizers": [PROTECT_ADDRESS_FINALIZER],
+                         "ownerReferences": [{"apiVersion": format!("{GROUP}/v1beta2"), "kind": "IPAddressClaim",
+                                              "name": "m0", "uid": uid, "controller": true}]},
+            "spec": {"claimRef": {"name": "m0"}, "address": "10.1.0.1", "prefix": 24,
+                     "poolRef": {"apiGroup": GROUP, "kind": SHARD_POOL.kind().kind(), "name": SHARD_POOL.name()}},
+        }),
+    );
+    w.begin_term();
+    w.deliver_all(&[]);
+    w.remove(SHARD_POOL.server_kind(), &SHARD_POOL.key());
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.sweep_after_the_delay();
+    let touched = |w: &World| w.trace_text().lines().any(|l| l.contains("IPAddressClaim b/m0") && l.contains("PATCH"));
+    assert!(!touched(&w), "the first manager wrote for another shard's claim:\n{}", w.trace_text());
+    assert!(w.read(Kind::Address, &m0).is_some(), "another shard's IPAddress was released here:\n{}", w.trace_text());
+    // A pool of the name without the label is any manager's again.
+    w.create_pool_shaped(SHARD_POOL, Shape { v6: false, offset: 0, size: 2 });
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    assert!(touched(&w), "the claim is served once its pool is anyone's:\n{}", w.trace_text());
 }
 
 /// A pool labelled for another shard's manager while a claim's run awaited its finalizer write: the run's view (served

@@ -675,6 +675,15 @@ MUTATIONS = [
      '        if view.moved_away_unwritten && !(record.deleting && of_the_pool_known) {',
      '        if view.moved_away_unwritten {',
      "a new claim of its name keeps an IPAddress a move left behind, deleted by hand, until the annotation has room"),
+    ("gone-pool-shard-forgotten", "src/index/orphans.rs",
+     "            None => self.gone_pool_shards.get(pool).map(|s| &**s),\n",
+     "            None => None,\n",
+     "a manager without --watch-filter takes a claim of another shard's deleted pool for its own and binds it to the "
+     "IPAddress that shard's manager is letting go"),
+    ("prefix-reserve-unaligned", "src/ipam/prefix_pool.rs",
+     "        self.base_of(index) == address && self.allocatable.contains(index)\n",
+     "        self.allocatable.contains(index)\n",
+     "a prefix pool hands out a requested child prefix that does not start at its first address"),
 ]
 
 # Mutations that cannot break a promise, with the reason.
