@@ -152,3 +152,73 @@ impl std::fmt::Display for Pool {
         }
     }
 }
+
+/// When a pool counts as nearly exhausted (annotation [`super::NEARLY_EXHAUSTED_AT_ANNOTATION`], flag
+/// `--nearly-exhausted-at`): at most a count of free addresses (child prefixes in prefix pools), or at most a share of
+/// the pool's total (never below one address, so that a small pool says it before its last one goes). `0` and `0%`
+/// turn the state off: such a pool is only ever available or exhausted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NearlyExhaustedAt {
+    Free(u64),
+    Percent(u8),
+}
+
+impl NearlyExhaustedAt {
+    pub const DEFAULT: NearlyExhaustedAt = NearlyExhaustedAt::Percent(10);
+
+    /// The most free addresses at which a pool of `total` is nearly exhausted.
+    pub fn threshold(self, total: i64) -> i64 {
+        match self {
+            NearlyExhaustedAt::Free(n) => i64::try_from(n).unwrap_or(i64::MAX),
+            NearlyExhaustedAt::Percent(0) => 0,
+            NearlyExhaustedAt::Percent(p) => {
+                let share = i128::from(total.max(0)) * i128::from(p) / 100;
+                i64::try_from(share).unwrap_or(i64::MAX).max(1)
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for NearlyExhaustedAt {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let wrong = || format!("{s:?} is neither a count of free addresses (16) nor a share of the pool (10%)");
+        match s.strip_suffix('%') {
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= 100).map(NearlyExhaustedAt::Percent).ok_or_else(wrong),
+            None => s.parse::<u64>().map(NearlyExhaustedAt::Free).map_err(|_| wrong()),
+        }
+    }
+}
+
+impl std::fmt::Display for NearlyExhaustedAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NearlyExhaustedAt::Free(n) => write!(f, "{n}"),
+            NearlyExhaustedAt::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod nearly_exhausted_tests {
+    use super::NearlyExhaustedAt;
+
+    #[test]
+    fn thresholds_parse_and_scale_with_the_pool() {
+        let at = |s: &str| s.parse::<NearlyExhaustedAt>();
+        assert_eq!(at("10%"), Ok(NearlyExhaustedAt::Percent(10)));
+        assert_eq!(at(" 16 "), Ok(NearlyExhaustedAt::Free(16)));
+        for wrong in ["101%", "-1", "ten", "%", "1.5%", ""] {
+            let e = at(wrong).expect_err(wrong);
+            assert!(e.contains("neither a count") && e.contains(&format!("{:?}", wrong.trim())), "{e}");
+        }
+        assert_eq!(NearlyExhaustedAt::Percent(10).threshold(1000), 100);
+        assert_eq!(NearlyExhaustedAt::Percent(10).threshold(5), 1, "never below one address");
+        assert_eq!(NearlyExhaustedAt::Percent(0).threshold(1000), 0);
+        assert_eq!(NearlyExhaustedAt::Percent(100).threshold(i64::MAX), i64::MAX);
+        assert_eq!(NearlyExhaustedAt::Free(u64::MAX).threshold(3), i64::MAX);
+        assert_eq!(NearlyExhaustedAt::Percent(10).to_string(), "10%");
+    }
+}

@@ -53,6 +53,8 @@ pool_kind! {
         printcolumn(name = "Total", type_ = "integer", json_path = ".status.ipAddresses.total", description = "Count of IPs configured for the pool"),
         printcolumn(name = "Free", type_ = "integer", json_path = ".status.ipAddresses.free", description = "Count of unallocated IPs in the pool"),
         printcolumn(name = "Used", type_ = "integer", json_path = ".status.ipAddresses.used", description = "Count of allocated IPs in the pool"),
+        printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the pool can hand out addresses (its Ready condition)"),
+        printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"AddressesAvailable\")].reason", description = "Available, NearlyExhausted or Exhausted (its AddressesAvailable condition)"),
     )]
     InClusterIPPoolSpec(IPPoolSpec)
 }
@@ -70,6 +72,8 @@ pool_kind! {
         printcolumn(name = "Total", type_ = "integer", json_path = ".status.ipAddresses.total", description = "Count of IPs configured for the pool"),
         printcolumn(name = "Free", type_ = "integer", json_path = ".status.ipAddresses.free", description = "Count of unallocated IPs in the pool"),
         printcolumn(name = "Used", type_ = "integer", json_path = ".status.ipAddresses.used", description = "Count of allocated IPs in the pool"),
+        printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the pool can hand out addresses (its Ready condition)"),
+        printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"AddressesAvailable\")].reason", description = "Available, NearlyExhausted or Exhausted (its AddressesAvailable condition)"),
     )]
     GlobalInClusterIPPoolSpec(IPPoolSpec)
 }

@@ -152,6 +152,8 @@ pool_kind! {
         printcolumn(name = "Free", type_ = "integer", json_path = ".status.ipAddresses.free", description = "Count of unallocated IPs in the pool"),
         printcolumn(name = "Used", type_ = "integer", json_path = ".status.ipAddresses.used", description = "Count of allocated IPs in the pool"),
         printcolumn(name = "OutOfRange", type_ = "integer", json_path = ".status.ipAddresses.outOfRange", description = "Count of allocated IPs the pool can no longer hand out"),
+        printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the pool can hand out addresses (its Ready condition)"),
+        printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"AddressesAvailable\")].reason", description = "Available, NearlyExhausted or Exhausted (its AddressesAvailable condition)"),
         printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     )]
     InClusterIPPoolSpec(IPPoolSpec)
@@ -170,6 +172,8 @@ pool_kind! {
         printcolumn(name = "Free", type_ = "integer", json_path = ".status.ipAddresses.free", description = "Count of unallocated IPs in the pool"),
         printcolumn(name = "Used", type_ = "integer", json_path = ".status.ipAddresses.used", description = "Count of allocated IPs in the pool"),
         printcolumn(name = "OutOfRange", type_ = "integer", json_path = ".status.ipAddresses.outOfRange", description = "Count of allocated IPs the pool can no longer hand out"),
+        printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the pool can hand out addresses (its Ready condition)"),
+        printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"AddressesAvailable\")].reason", description = "Available, NearlyExhausted or Exhausted (its AddressesAvailable condition)"),
         printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     )]
     GlobalInClusterIPPoolSpec(IPPoolSpec)
@@ -188,6 +192,8 @@ pool_kind! {
         printcolumn(name = "Free", type_ = "integer", json_path = ".status.ipAddresses.free", description = "Count of unallocated sub-prefixes in the pool"),
         printcolumn(name = "Used", type_ = "integer", json_path = ".status.ipAddresses.used", description = "Count of allocated sub-prefixes in the pool"),
         printcolumn(name = "OutOfRange", type_ = "integer", json_path = ".status.ipAddresses.outOfRange", description = "Count of allocations the pool can no longer hand out"),
+        printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the pool can hand out addresses (its Ready condition)"),
+        printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"AddressesAvailable\")].reason", description = "Available, NearlyExhausted or Exhausted (its AddressesAvailable condition)"),
         printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     )]
     InClusterPrefixPoolSpec(PrefixPoolSpec)
@@ -206,6 +212,8 @@ pool_kind! {
         printcolumn(name = "Free", type_ = "integer", json_path = ".status.ipAddresses.free", description = "Count of unallocated sub-prefixes in the pool"),
         printcolumn(name = "Used", type_ = "integer", json_path = ".status.ipAddresses.used", description = "Count of allocated sub-prefixes in the pool"),
         printcolumn(name = "OutOfRange", type_ = "integer", json_path = ".status.ipAddresses.outOfRange", description = "Count of allocations the pool can no longer hand out"),
+        printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the pool can hand out addresses (its Ready condition)"),
+        printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"AddressesAvailable\")].reason", description = "Available, NearlyExhausted or Exhausted (its AddressesAvailable condition)"),
         printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     )]
     GlobalInClusterPrefixPoolSpec(PrefixPoolSpec)

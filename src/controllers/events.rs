@@ -1,4 +1,4 @@
-//! Kubernetes Events on claims, one per transition (docs/compatibility.md D5). Best effort: a failed Event is logged,
+//! Kubernetes Events on claims and pools, one per transition (docs/compatibility.md D5). Best effort: a failed Event is logged,
 //! never retried, and never fails a reconcile.
 //!
 //! Not kube's `Recorder`: it keeps every Event it published for six minutes (to turn repeats into series) and scans
@@ -40,10 +40,11 @@ impl Events {
         Self { instance }
     }
 
-    /// Publishes an Event about `regarding` (which must have a namespace) at `now`.
+    /// Publishes an Event about `regarding` at `now`; one about a cluster-scoped object goes to the `default`
+    /// namespace, as client-go's recorder puts it.
     pub async fn publish(&self, api: &dyn ApiServer, now: Timestamp, regarding: &ObjectReference, what: Note<'_>) {
         let Note { type_, reason, action, note } = what;
-        let Some(namespace) = regarding.namespace.clone() else { return };
+        let namespace = regarding.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_owned());
         let event = Event {
             metadata: ObjectMeta {
                 // Unique per publish, like client-go's recorder: <object>.<nanoseconds in hex>.

@@ -65,6 +65,8 @@ pub struct ControllerOptions {
     pub restore_wait: Duration,
     /// The most bytes of a global pool's moved-away annotation (`moved_away::MAX_BYTES`; the simulation's is small).
     pub moved_away_max_bytes: usize,
+    /// `--nearly-exhausted-at`: when a pool without the annotation is nearly exhausted.
+    pub nearly_exhausted_at: crate::api::NearlyExhaustedAt,
 }
 
 /// Where the controllers read the time of day (condition timestamps, Events, the reuse grace period, the restore wait,

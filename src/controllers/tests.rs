@@ -11,6 +11,7 @@ use super::claim::{Gate, gate, restore_wait_remaining, reuse_grace_remaining};
 use super::pool::desired_status;
 use super::status::ClaimReason;
 use super::*;
+use crate::api::NearlyExhaustedAt;
 use crate::api::{PAUSED_ANNOTATION, PoolResource};
 use crate::capi::CapiVersion;
 use crate::capi::Claim;
@@ -44,6 +45,7 @@ fn test_options() -> ControllerOptions {
         orphan_release_delay: Duration::from_secs(1),
         restore_wait: Duration::from_secs(120),
         moved_away_max_bytes: moved_away::MAX_BYTES,
+        nearly_exhausted_at: crate::api::NearlyExhaustedAt::DEFAULT,
     }
 }
 
@@ -159,26 +161,29 @@ fn a_deleted_claim_holds_its_address_for_the_reuse_grace_period() {
 fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
     let (index, _) = index();
     index.apply_pool(pool("10.0.0.1-10.0.0.4", 1).into_pool());
-    let ready = desired_status(&index.pool_status(&pool_key(), 5));
+    let ready = desired_status(&index.pool_status(&pool_key(), 5), (NearlyExhaustedAt::DEFAULT, None));
     assert_eq!((ready.ready, ready.reason, ready.message.as_str()), (true, "Ready", ""));
     assert_eq!((ready.addresses.total, ready.addresses.free), (4, 4));
     let stored = index.pool(&pool_key()).expect("pool");
     assert!(!ready.is_current(&stored), "nothing written yet");
     let mut written = (*stored).clone();
     written.status.addresses = Some(ready.addresses);
-    written.status.conditions = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-        type_: "Ready".into(),
+    let condition = |type_: &str, reason: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: type_.into(),
         status: "True".into(),
-        reason: "Ready".into(),
+        reason: reason.into(),
         message: String::new(),
         last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
         observed_generation: Some(1),
-    }]);
+    };
+    written.status.conditions = Some(vec![condition("Ready", "Ready")]);
+    assert!(!ready.is_current(&written), "no AddressesAvailable condition yet");
+    written.status.conditions = Some(vec![condition("Ready", "Ready"), condition("AddressesAvailable", "Available")]);
     assert!(ready.is_current(&written));
 
     index.apply_address(&ip_address("a", "10.0.0.1", &claim("a")));
     index.apply_address(&ip_address("b", "10.0.0.1", &claim("b")));
-    let duplicated = desired_status(&index.pool_status(&pool_key(), 5));
+    let duplicated = desired_status(&index.pool_status(&pool_key(), 5), (NearlyExhaustedAt::DEFAULT, None));
     assert_eq!((duplicated.ready, duplicated.reason), (false, "DuplicateAddresses"));
     assert!(duplicated.message.contains("10.0.0.1 is held by more than one IPAddress: ns/a, ns/b"));
     assert!(!duplicated.is_current(&written));
@@ -188,7 +193,7 @@ fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
     let mut g = crate::api::v1alpha2::GlobalInClusterIPPool::new("g", spec);
     g.metadata.annotations = Some([(crate::api::MOVED_AWAY_ANNOTATION.to_owned(), "10.1.0.2".to_owned())].into());
     index.apply_pool(g.into_pool());
-    let reserved = desired_status(&index.pool_status(&global, 5));
+    let reserved = desired_status(&index.pool_status(&global, 5), (NearlyExhaustedAt::DEFAULT, None));
     assert_eq!((reserved.ready, reserved.addresses.used), (true, 1));
     assert!(reserved.message.starts_with("1 address(es) reserved"), "{}", reserved.message);
     assert_eq!(index.reservations(&global), [Held::Ip(Some("10.1.0.2".parse().expect("ip")))]);
@@ -196,8 +201,57 @@ fn the_pool_status_names_invalid_specs_duplicates_and_reservations() {
     let mut invalid = pool("nope", 2);
     invalid.metadata.generation = Some(2);
     index.apply_pool(invalid.into_pool());
-    let invalid = desired_status(&index.pool_status(&pool_key(), 5));
+    let invalid = desired_status(&index.pool_status(&pool_key(), 5), (NearlyExhaustedAt::DEFAULT, None));
     assert_eq!((invalid.ready, invalid.reason), (false, "InvalidSpec"));
+}
+
+/// The `AddressesAvailable` condition follows the free count: available, nearly exhausted at the pool's threshold
+/// (its annotation, else the manager's flag), exhausted at none free; a wrong annotation is said, and the flag applies.
+#[test]
+fn the_pool_says_when_it_is_nearly_exhausted_and_exhausted() {
+    use super::pool::nearly_exhausted_at;
+    let (index, _) = index();
+    let mut p = pool("10.0.0.1-10.0.0.10", 1);
+    p.metadata.annotations = Some([(crate::api::NEARLY_EXHAUSTED_AT_ANNOTATION.to_owned(), "3".to_owned())].into());
+    index.apply_pool(p.into_pool());
+    let stored = index.pool(&pool_key()).expect("pool");
+    let at = || nearly_exhausted_at(&stored, NearlyExhaustedAt::DEFAULT);
+    assert_eq!(at(), (NearlyExhaustedAt::Free(3), None));
+    let said = |index: &crate::index::Index| {
+        let desired = desired_status(&index.pool_status(&pool_key(), 5), at());
+        (desired.available.status, desired.available.reason, desired.available.message, desired.addresses.free)
+    };
+    assert_eq!(said(&index), ("True", "Available", String::new(), 10));
+    for n in 0..10 {
+        let c = claim(&format!("c{n}"));
+        index.apply_claim(c.clone());
+        let assigned = index.allocate(&c, &pool_key(), None).expect("free");
+        index.address_created(&c, &ip_address(&format!("c{n}"), &assigned.address.to_string(), &c));
+        let (status, reason, message, free) = said(&index);
+        match free {
+            4.. => assert_eq!((status, reason), ("True", "Available"), "{free} free"),
+            1..=3 => {
+                assert_eq!((status, reason), ("True", "NearlyExhausted"), "{free} free");
+                assert_eq!(message, format!("{free} of 10 addresses free, at or below 3"));
+            }
+            0 => {
+                assert_eq!((status, reason), ("False", "Exhausted"));
+                assert!(message.starts_with("no free address of 10"), "{message}");
+            }
+            _ => unreachable!("free is never negative"),
+        }
+    }
+    let mut wrong = pool("10.0.0.1-10.0.0.10", 2);
+    wrong.metadata.annotations = Some([(crate::api::NEARLY_EXHAUSTED_AT_ANNOTATION.to_owned(), "x".to_owned())].into());
+    let wrong = wrong.into_pool();
+    let (at, note) = nearly_exhausted_at(&wrong, NearlyExhaustedAt::Percent(20));
+    assert_eq!(at, NearlyExhaustedAt::Percent(20));
+    let note = note.expect("the wrong value is said");
+    assert!(note.contains("ipam.cluster.x-k8s.io/nearly-exhausted-at: \"x\" is neither") && note.contains("=20%"));
+    index.apply_pool(pool("nope", 3).into_pool());
+    let invalid = desired_status(&index.pool_status(&pool_key(), 5), (at, Some(note.clone())));
+    assert_eq!((invalid.available.status, invalid.available.reason), ("Unknown", "InvalidSpec"));
+    assert!(invalid.available.message.ends_with(&note), "{}", invalid.available.message);
 }
 
 /// Helper-103 F1: a record of our own create that a relist did not show is this manager's knowledge alone; the
@@ -221,12 +275,12 @@ fn a_record_a_relist_did_not_show_makes_no_duplicate_nor_out_of_range_condition(
             }
             _ => index.apply_pool(pool("10.0.0.2-10.0.0.4", 2).into_pool()),
         }
-        let desired = desired_status(&index.pool_status(&pool_key(), 5));
+        let desired = desired_status(&index.pool_status(&pool_key(), 5), (NearlyExhaustedAt::DEFAULT, None));
         assert_eq!((desired.ready, desired.reason), (true, "Ready"), "{case}: {}", desired.message);
         // Resolved as there after all: the condition says it.
         let listed = index.address(&key("a")).expect("a's record");
         index.doubt_resolved(&key("a"), listed.uid, Some(&ip_address("a", "10.0.0.1", &a)));
-        let desired = desired_status(&index.pool_status(&pool_key(), 5));
+        let desired = desired_status(&index.pool_status(&pool_key(), 5), (NearlyExhaustedAt::DEFAULT, None));
         assert!(!desired.ready, "{case}: once resolved, the condition names it: {}", desired.message);
     }
 }

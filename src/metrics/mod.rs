@@ -89,6 +89,9 @@ pub struct Metrics {
     pool_free: Family<PoolLabels, Gauge>,
     pool_out_of_range: Family<PoolLabels, Gauge>,
     pool_duplicated: Family<PoolLabels, Gauge>,
+    pool_ready: Family<PoolLabels, Gauge>,
+    pool_nearly_exhausted: Family<PoolLabels, Gauge>,
+    pool_exhausted: Family<PoolLabels, Gauge>,
     duplicates_detected: Family<PoolKindLabels, Counter>,
     duplicates_withdrawn: Family<PoolKindLabels, Counter>,
     orphans_released: Family<PoolKindLabels, Counter>,
@@ -142,6 +145,9 @@ impl Metrics {
             pool_free: Family::default(),
             pool_out_of_range: Family::default(),
             pool_duplicated: Family::default(),
+            pool_ready: Family::default(),
+            pool_nearly_exhausted: Family::default(),
+            pool_exhausted: Family::default(),
             duplicates_detected: Family::default(),
             duplicates_withdrawn: Family::default(),
             orphans_released: Family::default(),
@@ -190,6 +196,17 @@ impl Metrics {
             "pool_addresses_duplicated",
             "Addresses of a pool held by more than one IPAddress (must be 0)",
             m.pool_duplicated.clone(),
+        );
+        registry.register("pool_ready", "1 while the pool's Ready condition is True, else 0", m.pool_ready.clone());
+        registry.register(
+            "pool_nearly_exhausted",
+            "1 while the pool's AddressesAvailable condition says NearlyExhausted (--nearly-exhausted-at), else 0",
+            m.pool_nearly_exhausted.clone(),
+        );
+        registry.register(
+            "pool_exhausted",
+            "1 while the pool has no free address (its AddressesAvailable condition is False), else 0",
+            m.pool_exhausted.clone(),
         );
         registry.register(
             "duplicate_addresses_detected",
@@ -298,6 +315,23 @@ impl Metrics {
         self.pool_out_of_range.get_or_create(&labels).set(counts.out_of_range);
     }
 
+    /// The pool's conditions as gauges for dashboards and alerts: Ready, nearly exhausted, exhausted (1 or 0).
+    pub fn set_pool_conditions(
+        &self,
+        kind: PoolKind,
+        namespace: &str,
+        name: &str,
+        ready: bool,
+        nearly_exhausted: bool,
+        exhausted: bool,
+    ) {
+        let labels =
+            PoolLabels { kind: kind.kind().to_owned(), namespace: namespace.to_owned(), name: name.to_owned() };
+        self.pool_ready.get_or_create(&labels).set(i64::from(ready));
+        self.pool_nearly_exhausted.get_or_create(&labels).set(i64::from(nearly_exhausted));
+        self.pool_exhausted.get_or_create(&labels).set(i64::from(exhausted));
+    }
+
     pub fn set_pool_duplicated(&self, kind: PoolKind, namespace: &str, name: &str, duplicated: usize) {
         let labels =
             PoolLabels { kind: kind.kind().to_owned(), namespace: namespace.to_owned(), name: name.to_owned() };
@@ -336,8 +370,29 @@ impl Metrics {
         self.controller_runtime.set_leader(lease, false);
     }
 
+    /// Every per-pool gauge family.
+    fn pool_families(&self) -> [&Family<PoolLabels, Gauge>; 8] {
+        [
+            &self.pool_total,
+            &self.pool_used,
+            &self.pool_free,
+            &self.pool_out_of_range,
+            &self.pool_duplicated,
+            &self.pool_ready,
+            &self.pool_nearly_exhausted,
+            &self.pool_exhausted,
+        ]
+    }
+
     pub fn set_leading(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+        if !leading {
+            // Only the leader reconciles pools: a replica that stopped leading would go on exporting what was true
+            // when it last did, beside the new leader's series (alerts take the max across replicas).
+            for family in self.pool_families() {
+                family.clear();
+            }
+        }
         if let Some(lease) = self.lease.lock().as_deref() {
             self.controller_runtime.set_leader(lease, leading);
         }
@@ -350,9 +405,7 @@ impl Metrics {
     pub fn forget_pool(&self, kind: PoolKind, namespace: &str, name: &str) {
         let labels =
             PoolLabels { kind: kind.kind().to_owned(), namespace: namespace.to_owned(), name: name.to_owned() };
-        for family in
-            [&self.pool_total, &self.pool_used, &self.pool_free, &self.pool_out_of_range, &self.pool_duplicated]
-        {
+        for family in self.pool_families() {
             family.remove(&labels);
         }
     }
