@@ -536,9 +536,16 @@ async fn printer_columns_of_both_versions() {
     let v2 =
         env.plane.kubectl(&["get", "inclusterippools.v1alpha2.ipam.cluster.x-k8s.io", "-n", &env.namespace, &name]);
     let header: Vec<&str> = v2.lines().next().expect("header").split_whitespace().collect();
-    assert_eq!(header, ["NAME", "ADDRESSES", "PREFIX", "GATEWAY", "TOTAL", "FREE", "USED", "OUTOFRANGE", "AGE"]);
-    let row: Vec<&str> = v2.lines().nth(1).expect("row").split_whitespace().collect();
-    assert_eq!(&row[..4], [name.as_str(), "[\"10.8.0.10-10.8.0.20\"]", "24", "10.8.0.1"]);
+    assert_eq!(
+        header,
+        ["NAME", "ADDRESSES", "PREFIX", "GATEWAY", "TOTAL", "FREE", "USED", "OUTOFRANGE", "READY", "AVAILABLE", "AGE"]
+    );
+    // Once the manager wrote the status: 10 of 11 addresses free (the gateway is outside), Ready and Available.
+    let row = wait_row(&env, &["get", "inclusterippools.v1alpha2.ipam.cluster.x-k8s.io", "-n", &env.namespace, &name]);
+    assert_eq!(
+        row,
+        [name.as_str(), "[\"10.8.0.10-10.8.0.20\"]", "24", "10.8.0.1", "11", "11", "0", "0", "True", "Available"]
+    );
 
     let v1name = unique_name("cols1");
     let spec = json!({"subnet": "10.8.1.0/24", "start": "10.8.1.10", "end": "10.8.1.20"});
@@ -549,7 +556,7 @@ async fn printer_columns_of_both_versions() {
     let v1 =
         env.plane.kubectl(&["get", "inclusterippools.v1alpha1.ipam.cluster.x-k8s.io", "-n", &env.namespace, &v1name]);
     let header: Vec<&str> = v1.lines().next().expect("header").split_whitespace().collect();
-    assert_eq!(header, ["NAME", "SUBNET", "START", "END", "ADDRESSES", "TOTAL", "FREE", "USED"]);
+    assert_eq!(header, ["NAME", "SUBNET", "START", "END", "ADDRESSES", "TOTAL", "FREE", "USED", "READY", "AVAILABLE"]);
     let row: Vec<&str> = v1.lines().nth(1).expect("row").split_whitespace().collect();
     assert_eq!(&row[..4], [v1name.as_str(), "10.8.1.0/24", "10.8.1.10", "10.8.1.20"]);
 
@@ -557,10 +564,26 @@ async fn printer_columns_of_both_versions() {
     create(&env, "InClusterPrefixPool", &pp, json!({"prefixes": ["fd09::/48"]})).await.expect("prefix pool");
     let out = env.plane.kubectl(&["get", "inclusterprefixpools", "-n", &env.namespace, &pp]);
     let header: Vec<&str> = out.lines().next().expect("header").split_whitespace().collect();
-    assert_eq!(header, ["NAME", "PREFIXES", "LENGTH", "GATEWAY", "TOTAL", "FREE", "USED", "OUTOFRANGE", "AGE"]);
+    assert_eq!(
+        header,
+        ["NAME", "PREFIXES", "LENGTH", "GATEWAY", "TOTAL", "FREE", "USED", "OUTOFRANGE", "READY", "AVAILABLE", "AGE"]
+    );
     // `kubectl get cluster-api` lists the pools through the category.
     let all = env.plane.kubectl(&["get", "cluster-api", "-n", &env.namespace]);
     assert!(all.contains(&name) && all.contains(&pp), "{all}");
+}
+
+/// The row `kubectl get` prints once the pool's status is written (its AGE column left out).
+fn wait_row(env: &TestEnv, args: &[&str]) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = env.plane.kubectl(args);
+        let row: Vec<String> = out.lines().nth(1).unwrap_or_default().split_whitespace().map(str::to_owned).collect();
+        if row.len() > 2 && !row.iter().any(|c| c == "<none>") || std::time::Instant::now() > deadline {
+            return row[..row.len().saturating_sub(1)].to_vec();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 /// Every path in the committed webhook configuration (and /convert) is served by the running manager over TLS: a
