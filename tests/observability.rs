@@ -87,7 +87,7 @@ fn dashboard_exprs() -> Vec<String> {
 #[test]
 fn the_alert_rules_are_valid_and_fire_on_their_synthetic_series() {
     let checked = promtool(&["check", "rules", RULES]);
-    assert!(checked.contains("SUCCESS: 6 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 7 rules found"), "{checked}");
     let tested = promtool(&["test", "rules", "tests/fixtures/alert-rules-test.yaml"]);
     assert!(tested.contains("SUCCESS"), "{tested}");
     let names: BTreeSet<String> = rules()["groups"][0]["rules"]
@@ -139,6 +139,9 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_exported_by_a_running
     let all = dashboard.join("\n");
     for shown in [
         "capi_ipam_pool_addresses_free",
+        "capi_ipam_pool_ready",
+        "capi_ipam_pool_nearly_exhausted",
+        "capi_ipam_pool_exhausted",
         "capi_ipam_claims_waiting",
         "capi_ipam_claims_waiting_longest_seconds",
         "capi_ipam_allocation_duration_seconds_bucket",
