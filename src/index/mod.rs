@@ -144,10 +144,6 @@ pub struct State {
     /// of ours, also after a relist (soak seed 804659163: released here as orphans, the other manager took their
     /// deletion for an operator's and dropped the reservation of an address in use over there).
     left_to_other_shards: HashSet<(ObjectKey, Option<Uid>)>,
-    /// The shard label of pools deleted while labelled: their claims stay that shard's manager's until the pool comes
-    /// back (soak seed 6962: a manager without `--watch-filter`, no longer seeing the pool's label, took a claim of
-    /// the deleted pool's shard for its own and bound it to the IPAddress that shard's manager was deleting).
-    gone_pool_shards: HashMap<PoolKey, Arc<str>>,
     /// What to tell the sink once the lock is released.
     notices: Vec<Notice>,
 }

@@ -163,18 +163,10 @@ impl State {
             .is_some_and(|r| !r.moving_away && self.claim_gone_for(key, r) && !self.keeps_orphan(key, r))
     }
 
-    /// The pool's shard (`cluster.x-k8s.io/watch-filter` label): as it is, or, for a pool deleted while labelled, as
-    /// it was until the pool comes back.
-    pub(super) fn pool_shard(&self, pool: &PoolKey) -> Option<&str> {
-        match self.pools.get(pool) {
-            Some(p) => p.shard(),
-            None => self.gone_pool_shards.get(pool).map(|s| &**s),
-        }
-    }
-
-    /// Whether this manager serves the pool: it has no shard, or this manager's. A pool never known is anyone's.
+    /// Whether this manager serves the pool: it has no shard (`cluster.x-k8s.io/watch-filter` label), or this
+    /// manager's. A pool not known (gone) is anyone's.
     pub fn serves_pool(&self, pool: &PoolKey) -> bool {
-        self.pool_shard(pool).is_none_or(|shard| Some(shard) == self.shard.as_deref())
+        self.pools.get(pool).and_then(|p| p.shard()).is_none_or(|shard| Some(shard) == self.shard.as_deref())
     }
 
     /// Whether this manager watches every claim that may use the pool: it has no `--watch-filter`, or the pool is
@@ -182,7 +174,8 @@ impl State {
     /// the label, and the moves of their IPAddresses are theirs to record (the simulation's second manager found the
     /// two rewriting each other's marks and entries for ever).
     pub fn sees_claims_of(&self, pool: &PoolKey) -> bool {
-        self.shard.is_none() || self.pool_shard(pool).is_some_and(|s| Some(s) == self.shard.as_deref())
+        self.shard.is_none()
+            || self.pools.get(pool).and_then(|p| p.shard()).is_some_and(|s| Some(s) == self.shard.as_deref())
     }
 
     /// Whether the record's move stays known when the object does not say it: noticed by this manager, or, seen from

@@ -246,7 +246,6 @@ impl State {
             )
         };
         let state = state_of(&pool);
-        self.gone_pool_shards.remove(&key);
         let pool = Arc::new(pool);
         let before = self.pools.insert(key.clone(), pool).map(|p| state_of(&p));
         if !state.2 && before != Some(state) {
@@ -256,9 +255,7 @@ impl State {
     }
 
     pub fn delete_pool(&mut self, key: &PoolKey) {
-        if let Some(shard) = self.pools.remove(key).and_then(|p| p.shard().map(crate::compact::intern)) {
-            self.gone_pool_shards.insert(key.clone(), shard);
-        }
+        self.pools.remove(key);
         self.registry.remove_spec(key);
         self.notices.push(Notice::Counted(Counted::PoolForgotten(key.clone())));
         self.wake_pool_claims(key);

@@ -101,9 +101,10 @@ pub struct PoolStatusView {
 /// without one is any manager's, as in the Go provider).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Served {
-    /// This manager (or the pool is not known yet).
+    /// This manager (or the pool is not known, and the claim is labelled for no other shard).
     Here,
-    /// The manager of the pool's shard, which watches this claim too: it is left alone.
+    /// The manager of the pool's shard, which watches this claim too (or, while the pool is not known, the manager
+    /// of the claim's shard): it is left alone, but for the release of a claim of a pool gone.
     Elsewhere,
     /// No manager: the pool's shard's manager does not watch the claim (its label differs). Said in the claim's
     /// status by whoever sees it, in the same words.
@@ -228,9 +229,19 @@ impl State {
         }
     }
 
-    /// Who serves `claim`, whose pool is `pool_key` (see [`Served`]).
+    /// Who serves `claim`, whose pool is `pool_key` (see [`Served`]). While the pool is not known (not made yet, or
+    /// gone), a claim labelled for another shard is that shard's manager's: its pool may have been that shard's
+    /// (soak seed 6962: a manager without `--watch-filter`, no longer seeing a deleted pool's label, took such a claim
+    /// for its own and bound it to the IPAddress that shard's manager was letting go). The claim's label says it
+    /// alike to every manager, also after a restart; the pool's, once gone, would not.
     fn who_serves(&self, claim: &Claim, pool_key: PoolKey) -> Served {
-        let Some(pool_shard) = self.pool_shard(&pool_key) else { return Served::Here };
+        let Some(pool) = self.pools.get(&pool_key) else {
+            return match claim.watch_filter.as_deref() {
+                Some(label) if Some(label) != self.shard.as_deref() => Served::Elsewhere,
+                _ => Served::Here,
+            };
+        };
+        let Some(pool_shard) = pool.shard() else { return Served::Here };
         if Some(pool_shard) == self.shard.as_deref() {
             return Served::Here;
         }

@@ -169,6 +169,8 @@ pub fn gate(claim: &Claim, view: &ClaimView) -> Gate {
 pub fn plan(claim: &Claim, view: &ClaimView, facts: &Facts) -> Plan {
     match &view.served {
         Served::Here => {}
+        // A claim of a pool gone: whoever sees its deletion releases it, whether or not its shard's manager runs.
+        Served::Elsewhere if claim.deletion_timestamp.is_some() && view.pool.is_none() => {}
         // Its pool's shard's manager serves it (docs/operations.md, sharded managers).
         Served::Elsewhere => return Plan::end(End::Finish(Next::AwaitChange)),
         Served::Nowhere { .. } if claim.deletion_timestamp.is_some() => {}
