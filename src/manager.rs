@@ -192,7 +192,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         orphan_release_delay: Duration::from_secs(args.orphan_release_delay),
         restore_wait: Duration::from_secs(args.restore_wait),
         moved_away_max_bytes: crate::controllers::moved_away::MAX_BYTES,
-        nearly_exhausted_at: args.nearly_exhausted_at,
     };
     if args.leader_elect {
         // A replica that does not lead has no caches to wait for.

@@ -65,7 +65,7 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// A claim may ask for a specific address (docs/compatibility.md D14).
 pub const REQUESTED_ADDRESS_ANNOTATION: &str = "ipam.cluster.x-k8s.io/requested-address";
 /// When a pool is nearly exhausted: at most this many addresses free (`16`) or this share of the pool (`10%`); its
-/// `AddressesAvailable` condition says `NearlyExhausted` then. Unset: the manager's `--nearly-exhausted-at`.
+/// `AddressesAvailable` condition says `NearlyExhausted` then. Unset: 10%.
 pub const NEARLY_EXHAUSTED_AT_ANNOTATION: &str = "ipam.cluster.x-k8s.io/nearly-exhausted-at";
 /// The hub annotation carrying a v1alpha1 spec across a conversion (Cluster API's conversion-data convention).
 pub const CONVERSION_DATA_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";

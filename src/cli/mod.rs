@@ -180,12 +180,6 @@ pub struct Args {
     #[arg(long, default_value_t = 120)]
     pub restore_wait: u64,
 
-    /// When a pool is nearly exhausted (its AddressesAvailable condition says NearlyExhausted, with an Event): at most
-    /// this many free addresses (16) or this share of the pool (10%); 0 turns it off. A pool's annotation
-    /// ipam.cluster.x-k8s.io/nearly-exhausted-at overrides it.
-    #[arg(long, default_value = "10%")]
-    pub nearly_exhausted_at: crate::api::NearlyExhaustedAt,
-
     /// Reject a pool whose addresses overlap another pool of the same kind and scope (default: warn).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub reject_overlapping_pools: bool,

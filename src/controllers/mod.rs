@@ -65,8 +65,6 @@ pub struct ControllerOptions {
     pub restore_wait: Duration,
     /// The most bytes of a global pool's moved-away annotation (`moved_away::MAX_BYTES`; the simulation's is small).
     pub moved_away_max_bytes: usize,
-    /// `--nearly-exhausted-at`: when a pool without the annotation is nearly exhausted.
-    pub nearly_exhausted_at: crate::api::NearlyExhaustedAt,
 }
 
 /// Where the controllers read the time of day (condition timestamps, Events, the reuse grace period, the restore wait,
@@ -487,7 +485,9 @@ pub async fn work_pool(ctx: &Context, key: &PoolKey) -> Outcome {
         return Outcome::Done(Next::AwaitChange);
     };
     if view.pool().shard().is_some_and(|shard| Some(shard) != ctx.options.watch_filter.as_deref()) {
-        // Another shard's pool: its manager writes its finalizer and status.
+        // Another shard's pool: its manager writes its finalizer and status, and exports its gauges (ours, from
+        // before it was labelled so, would stand beside them: helper-121 F7).
+        ctx.metrics.forget_pool(key.kind, &key.namespace, &key.name);
         return Outcome::Done(Next::AwaitChange);
     }
     match pool::reconcile(key, view, ctx).await {

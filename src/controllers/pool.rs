@@ -79,16 +79,18 @@ fn stored<'p>(pool: &'p Pool, type_: &str) -> Option<&'p Condition> {
     pool.status.conditions.iter().flatten().find(|c| c.type_ == type_)
 }
 
-/// When the pool is nearly exhausted: its annotation, else the manager's flag; a wrong annotation is said in the
-/// condition's message, and the flag applies.
-pub fn nearly_exhausted_at(pool: &Pool, default: NearlyExhaustedAt) -> (NearlyExhaustedAt, Option<String>) {
+/// When the pool is nearly exhausted: its annotation, else [`NearlyExhaustedAt::DEFAULT`]; a wrong annotation is
+/// said in the condition's message, and the default applies. Not a flag of the manager: every manager that writes a
+/// pool's status (those of a pool without a shard label) must write the same one (helper-121 F5: two managers with
+/// different thresholds would rewrite each other's condition, and publish an Event each time, for ever).
+pub fn nearly_exhausted_at(pool: &Pool) -> (NearlyExhaustedAt, Option<String>) {
+    let default = NearlyExhaustedAt::DEFAULT;
     match pool.annotation(NEARLY_EXHAUSTED_AT_ANNOTATION).map(str::parse::<NearlyExhaustedAt>) {
         None => (default, None),
         Some(Ok(at)) => (at, None),
-        Some(Err(e)) => (
-            default,
-            Some(format!("annotation {NEARLY_EXHAUSTED_AT_ANNOTATION}: {e}; --nearly-exhausted-at={default} applies")),
-        ),
+        Some(Err(e)) => {
+            (default, Some(format!("annotation {NEARLY_EXHAUSTED_AT_ANNOTATION}: {e}; the default {default} applies")))
+        }
     }
 }
 
@@ -200,7 +202,7 @@ async fn reconcile_pool(key: &PoolKey, view: PoolView, ctx: &Context) -> Result<
             .await
             .map_err(Error::api("adding a finalizer"))?;
     }
-    let desired = desired_status(&view, nearly_exhausted_at(&pool, ctx.options.nearly_exhausted_at));
+    let desired = desired_status(&view, nearly_exhausted_at(&pool));
     ctx.metrics.set_pool(key.kind, &key.namespace, &key.name, view.counts);
     ctx.metrics.set_pool_duplicated(key.kind, &key.namespace, &key.name, view.duplicated_here);
     ctx.metrics.set_pool_conditions(

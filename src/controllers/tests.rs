@@ -45,7 +45,6 @@ fn test_options() -> ControllerOptions {
         orphan_release_delay: Duration::from_secs(1),
         restore_wait: Duration::from_secs(120),
         moved_away_max_bytes: moved_away::MAX_BYTES,
-        nearly_exhausted_at: crate::api::NearlyExhaustedAt::DEFAULT,
     }
 }
 
@@ -215,7 +214,7 @@ fn the_pool_says_when_it_is_nearly_exhausted_and_exhausted() {
     p.metadata.annotations = Some([(crate::api::NEARLY_EXHAUSTED_AT_ANNOTATION.to_owned(), "3".to_owned())].into());
     index.apply_pool(p.into_pool());
     let stored = index.pool(&pool_key()).expect("pool");
-    let at = || nearly_exhausted_at(&stored, NearlyExhaustedAt::DEFAULT);
+    let at = || nearly_exhausted_at(&stored);
     assert_eq!(at(), (NearlyExhaustedAt::Free(3), None));
     let said = |index: &crate::index::Index| {
         let desired = desired_status(&index.pool_status(&pool_key(), 5), at());
@@ -244,10 +243,11 @@ fn the_pool_says_when_it_is_nearly_exhausted_and_exhausted() {
     let mut wrong = pool("10.0.0.1-10.0.0.10", 2);
     wrong.metadata.annotations = Some([(crate::api::NEARLY_EXHAUSTED_AT_ANNOTATION.to_owned(), "x".to_owned())].into());
     let wrong = wrong.into_pool();
-    let (at, note) = nearly_exhausted_at(&wrong, NearlyExhaustedAt::Percent(20));
-    assert_eq!(at, NearlyExhaustedAt::Percent(20));
+    let (at, note) = nearly_exhausted_at(&wrong);
+    assert_eq!(at, NearlyExhaustedAt::DEFAULT);
     let note = note.expect("the wrong value is said");
-    assert!(note.contains("ipam.cluster.x-k8s.io/nearly-exhausted-at: \"x\" is neither") && note.contains("=20%"));
+    assert!(note.contains("ipam.cluster.x-k8s.io/nearly-exhausted-at: \"x\" is neither"), "{note}");
+    assert!(note.ends_with("the default 10% applies"), "{note}");
     index.apply_pool(pool("nope", 3).into_pool());
     let invalid = desired_status(&index.pool_status(&pool_key(), 5), (at, Some(note.clone())));
     assert_eq!((invalid.available.status, invalid.available.reason), ("Unknown", "InvalidSpec"));
@@ -537,6 +537,24 @@ async fn a_new_pools_run_writes_its_finalizer_and_its_status_and_a_deleted_one_l
     ctx.index.address_delete_watched(&key("a"), &object);
     assert!(matches!(work_pool(&ctx, &pool_key()).await, Outcome::Done(Next::AwaitChange)));
     assert_eq!(api.calls(), [format!("remove_finalizer {pool_name} {finalizer}")]);
+}
+
+/// Helper-121 F7: a pool labelled for another shard is no longer reconciled here, and its gauges go (ours, from before,
+/// would stand beside that shard's manager's, and the alerts take the max across replicas).
+#[tokio::test]
+async fn a_pool_labelled_for_another_shard_has_no_gauges_here() {
+    let api = Arc::new(RecordingApi::answering([Answer::Done, Answer::Done]));
+    let ctx = context_on(api.clone(), ControllerOptions { watch_filter: Some("a".to_owned()), ..test_options() });
+    ctx.index.apply_pool(pool("10.0.0.1-10.0.0.3", 1).into_pool());
+    assert!(matches!(work_pool(&ctx, &pool_key()).await, Outcome::Done(Next::After(_))));
+    let series = |ctx: &Context| ctx.metrics.encode().lines().filter(|l| l.starts_with("capi_ipam_pool_")).count();
+    assert_eq!(series(&ctx), 8, "{}", ctx.metrics.encode());
+    let mut labelled = pool("10.0.0.1-10.0.0.3", 1);
+    labelled.metadata.labels = Some([(crate::api::WATCH_FILTER_LABEL.to_owned(), "b".to_owned())].into());
+    ctx.index.apply_pool(labelled.into_pool());
+    assert!(matches!(work_pool(&ctx, &pool_key()).await, Outcome::Done(Next::AwaitChange)));
+    assert_eq!(series(&ctx), 0, "{}", ctx.metrics.encode());
+    assert_eq!(api.calls().len(), 2, "nothing written for another shard's pool: {:?}", api.calls());
 }
 
 #[tokio::test]

@@ -200,7 +200,7 @@ impl Metrics {
         registry.register("pool_ready", "1 while the pool's Ready condition is True, else 0", m.pool_ready.clone());
         registry.register(
             "pool_nearly_exhausted",
-            "1 while the pool's AddressesAvailable condition says NearlyExhausted (--nearly-exhausted-at), else 0",
+            "1 while the pool's AddressesAvailable condition says NearlyExhausted, else 0",
             m.pool_nearly_exhausted.clone(),
         );
         registry.register(
@@ -453,6 +453,23 @@ pub type SharedMetrics = Arc<Metrics>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A replica that stops leading stops reconciling pools: what it last exported of them goes, so that it never
+    /// stands beside the new leader's series (the alerts take the max across replicas).
+    #[test]
+    fn a_replica_that_stops_leading_drops_its_pool_gauges() {
+        let m = Metrics::new();
+        m.set_leading(true);
+        m.set_pool(PoolKind::InClusterIPPool, "ns", "p", PoolCounts::new(4, 4, 0));
+        m.set_pool_conditions(PoolKind::InClusterIPPool, "ns", "p", true, false, true);
+        let pools = |m: &Metrics| m.encode().lines().filter(|l| l.starts_with("capi_ipam_pool_")).count();
+        assert_eq!(pools(&m), 7, "{}", m.encode());
+        assert!(
+            m.encode().contains("capi_ipam_pool_exhausted{kind=\"InClusterIPPool\",namespace=\"ns\",name=\"p\"} 1")
+        );
+        m.set_leading(false);
+        assert_eq!(pools(&m), 0, "{}", m.encode());
+    }
 
     #[test]
     fn counters_are_exported_at_zero_before_anything_happens() {

@@ -56,7 +56,6 @@ impl World {
             orphan_release_delay: Duration::from_secs(1),
             restore_wait: Duration::from_secs(120),
             moved_away_max_bytes: self.swarm.moved_away_max_bytes,
-            nearly_exhausted_at: crate::api::NearlyExhaustedAt::DEFAULT,
         };
         let clock = controllers::Clock::Simulated(self.now_ms.clone());
         let ctx = Arc::new(Context::new(api, options, metrics, work.clone(), synced).with_clock(clock));
