@@ -101,7 +101,6 @@ async fn a_requested_address_the_pool_will_not_hand_out_is_said_when_the_claim_i
             "\"10.77.0.16\" differs from 10.77.0.15, which the pool's spec.preAllocations pins to this claim"
                 .to_owned(),
         ),
-        ("second", "10.77.0.12", format!("\"10.77.0.12\" is held by the IPAddress of claim {ns}/first")),
     ];
     for (name, requested, finding) in cases {
         let warnings = create_with_warnings(&env, &ask(name, requested));
@@ -109,7 +108,7 @@ async fn a_requested_address_the_pool_will_not_hand_out_is_said_when_the_claim_i
     }
     // The warnings were only words: each claim was admitted, and waits as its condition says.
     let claims = Capi::V1Beta2.claims(c, &ns);
-    for name in ["outside", "gateway", "typo", "another", "pinned", "second"] {
+    for name in ["outside", "gateway", "typo", "another", "pinned"] {
         claims.get(name).await.unwrap_or_else(|e| panic!("{name} was admitted: {e}"));
     }
     // A pool of a shard another manager serves: the claim without the pool's label is told whose it is.

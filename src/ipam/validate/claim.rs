@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::InUse;
 use crate::ipam::address::parse_ip;
 use crate::ipam::ip_pool::IpPoolConfig;
 use crate::ipam::prefix_pool::PrefixPoolConfig;
@@ -36,15 +35,15 @@ fn pin_of<'p>(global: bool, pins: &'p BTreeMap<String, String>, claim: &ClaimAsk
     named(true).or_else(|| named(false))
 }
 
-/// Why an IP pool will not hand the claim its requested address now, if it will not: the address does not parse, the
-/// pool pins another to the claim, the pool does not allocate it, pins it to another claim, or another claim's
-/// IPAddress holds it. `pins` is the pool's `spec.preAllocations`; `in_use` its IPAddresses.
+/// Why an IP pool will not hand the claim its requested address, if it will not, as its spec says: the address does
+/// not parse, the pool pins another to the claim, does not allocate it, or pins it to another claim. `pins` is the
+/// pool's `spec.preAllocations`. (Whether another claim's IPAddress holds it would take a list of the pool's
+/// IPAddresses on every claim's creation: the claim's condition says that.)
 pub fn requested_ip_finding(
     config: &IpPoolConfig,
     global: bool,
     pins: &BTreeMap<String, String>,
     claim: &ClaimAsking<'_>,
-    in_use: &[InUse<'_>],
 ) -> Option<String> {
     let Ok(ip) = parse_ip(claim.requested) else { return Some("is not an IP address".to_owned()) };
     if let Some(own) = pin_of(global, pins, claim)
@@ -61,34 +60,18 @@ pub fn requested_ip_finding(
             parse_ip(address).ok() == Some(ip) && !pin_names(global, key, claim.namespace, claim.name)
         })
         .map(|(key, _)| key);
-    if let Some(key) = pinned_to_another {
-        return Some(format!("is pinned to another claim by the pool's spec.preAllocations[{key}]"));
-    }
-    held_by_another(ip, claim, in_use)
+    pinned_to_another.map(|key| format!("is pinned to another claim by the pool's spec.preAllocations[{key}]"))
 }
 
-/// Why a prefix pool will not hand the claim the child prefix starting at its requested address now, if it will not.
-pub fn requested_prefix_finding(
-    config: &PrefixPoolConfig,
-    claim: &ClaimAsking<'_>,
-    in_use: &[InUse<'_>],
-) -> Option<String> {
+/// Why a prefix pool will not hand the claim the child prefix starting at its requested address, if it will not.
+pub fn requested_prefix_finding(config: &PrefixPoolConfig, claim: &ClaimAsking<'_>) -> Option<String> {
     let base = match parse_ip(claim.requested) {
         Ok(IpAddr::V6(base)) => base,
         _ => return Some("is not an IPv6 address".to_owned()),
     };
-    if !config.allocates_child_at(base) {
-        let len = config.allocation_length();
-        return Some(format!("is not the first address of a /{len} prefix the pool hands out"));
-    }
-    held_by_another(IpAddr::V6(base), claim, in_use)
-}
-
-fn held_by_another(ip: IpAddr, claim: &ClaimAsking<'_>, in_use: &[InUse<'_>]) -> Option<String> {
-    in_use
-        .iter()
-        .find(|a| parse_ip(a.address).ok() == Some(ip) && !(a.claim == claim.name && a.namespace == claim.namespace))
-        .map(|a| format!("is held by the IPAddress of claim {}/{}", a.namespace, a.claim))
+    let len = config.allocation_length();
+    (!config.allocates_child_at(base))
+        .then(|| format!("is not the first address of a /{len} prefix the pool hands out"))
 }
 
 #[cfg(test)]
@@ -117,33 +100,30 @@ mod tests {
     }
 
     #[test]
-    fn an_address_the_pool_hands_out_and_nobody_holds_has_no_finding() {
-        let held = [InUse { namespace: "ns", claim: "a", address: "10.0.0.5" }];
-        assert_eq!(requested_ip_finding(&pool(), false, &pins(&[("a", "10.0.0.5")]), &asking("10.0.0.5"), &held), None);
-        assert_eq!(requested_ip_finding(&pool(), false, &BTreeMap::new(), &asking("10.0.0.6"), &[]), None);
+    fn an_address_the_pool_hands_out_has_no_finding() {
+        assert_eq!(requested_ip_finding(&pool(), false, &pins(&[("a", "10.0.0.5")]), &asking("10.0.0.5")), None);
+        assert_eq!(requested_ip_finding(&pool(), false, &BTreeMap::new(), &asking("10.0.0.6")), None);
     }
 
     #[test]
     fn each_reason_the_pool_will_not_hand_it_out_is_named() {
         let none = BTreeMap::new();
-        let find = |pins: &BTreeMap<String, String>, requested: &str, in_use: &[InUse<'_>]| {
-            requested_ip_finding(&pool(), true, pins, &asking(requested), in_use).unwrap_or_default()
+        let find = |pins: &BTreeMap<String, String>, requested: &str| {
+            requested_ip_finding(&pool(), true, pins, &asking(requested)).unwrap_or_default()
         };
-        assert_eq!(find(&none, "10.0.0.300", &[]), "is not an IP address");
-        assert_eq!(find(&none, "10.0.1.5", &[]), "is not in the pool's addresses");
-        assert_eq!(find(&none, "10.0.0.205", &[]), "is in the pool's excludedAddresses");
-        assert_eq!(find(&none, "10.0.0.1", &[]), "is the pool's gateway");
-        assert_eq!(find(&none, "fd00::5", &[]), "is of the other IP family than the pool");
+        assert_eq!(find(&none, "10.0.0.300"), "is not an IP address");
+        assert_eq!(find(&none, "10.0.1.5"), "is not in the pool's addresses");
+        assert_eq!(find(&none, "10.0.0.205"), "is in the pool's excludedAddresses");
+        assert_eq!(find(&none, "10.0.0.1"), "is the pool's gateway");
+        assert_eq!(find(&none, "fd00::5"), "is of the other IP family than the pool");
         assert_eq!(
-            find(&pins(&[("other/a", "10.0.0.9")]), "10.0.0.9", &[]),
+            find(&pins(&[("other/a", "10.0.0.9")]), "10.0.0.9"),
             "is pinned to another claim by the pool's spec.preAllocations[other/a]"
         );
         assert_eq!(
-            find(&pins(&[("ns/a", "10.0.0.7"), ("a", "10.0.0.9")]), "10.0.0.9", &[]),
+            find(&pins(&[("ns/a", "10.0.0.7"), ("a", "10.0.0.9")]), "10.0.0.9"),
             "differs from 10.0.0.7, which the pool's spec.preAllocations pins to this claim"
         );
-        let held = [InUse { namespace: "other", claim: "a", address: "10.0.0.5" }];
-        assert_eq!(find(&none, "10.0.0.5", &held), "is held by the IPAddress of claim other/a");
     }
 
     #[test]
@@ -163,14 +143,10 @@ mod tests {
             ..Default::default()
         })
         .expect("valid");
-        let find = |requested: &str, in_use: &[InUse<'_>]| {
-            requested_prefix_finding(&config, &asking(requested), in_use).unwrap_or_default()
-        };
-        assert_eq!(find("2001:db8:0:1::", &[]), "");
-        assert_eq!(find("2001:db8:0:1::5", &[]), "is not the first address of a /64 prefix the pool hands out");
-        assert_eq!(find("2001:db9::", &[]), "is not the first address of a /64 prefix the pool hands out");
-        assert_eq!(find("10.0.0.1", &[]), "is not an IPv6 address");
-        let held = [InUse { namespace: "ns", claim: "b", address: "2001:db8:0:1::" }];
-        assert_eq!(find("2001:db8:0:1::", &held), "is held by the IPAddress of claim ns/b");
+        let find = |requested: &str| requested_prefix_finding(&config, &asking(requested)).unwrap_or_default();
+        assert_eq!(find("2001:db8:0:1::"), "");
+        assert_eq!(find("2001:db8:0:1::5"), "is not the first address of a /64 prefix the pool hands out");
+        assert_eq!(find("2001:db9::"), "is not the first address of a /64 prefix the pool hands out");
+        assert_eq!(find("10.0.0.1"), "is not an IPv6 address");
     }
 }

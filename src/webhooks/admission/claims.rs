@@ -1,6 +1,7 @@
 //! Warnings when an IPAddressClaim of one of our pool kinds is created (docs/compatibility.md D17): its pool does not
 //! exist or is being deleted, belongs to a manager that does not watch the claim, or will not hand it the address
 //! it asks for. Every answer admits the claim: the webhook only says now what the claim's condition would say later.
+//! One read per claim, the pool's GET.
 
 use kube::api::DynamicObject;
 use kube::core::admission::Operation;
@@ -10,7 +11,7 @@ use super::{AdmissionContext, Outcome, Request};
 use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
 use crate::api::{PoolKind, REQUESTED_ADDRESS_ANNOTATION, WATCH_FILTER_LABEL};
 use crate::capi::PoolRef;
-use crate::ipam::validate::{ClaimAsking, InUse, requested_ip_finding, requested_prefix_finding};
+use crate::ipam::validate::{ClaimAsking, requested_ip_finding, requested_prefix_finding};
 use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
 
 /// Admits the claim, with what its pool will make of it as warnings.
@@ -61,55 +62,33 @@ async fn claim_warnings(ctx: &AdmissionContext, request: &Request, claim: &Dynam
     let requested = claim.metadata.annotations.as_ref().and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION));
     if let Some(requested) = requested.filter(|r| !r.is_empty()) {
         let asking = ClaimAsking { namespace, name, requested };
-        let field = format!("metadata.annotations[{REQUESTED_ADDRESS_ANNOTATION}]: {requested:?}");
-        match requested_finding(ctx, kind, &pool, pool_namespace, &asking).await {
-            Ok(None) => {}
-            Ok(Some(finding)) => {
-                warnings.push(format!("{field} {finding}; the claim waits until {named} can hand it out"));
-            }
-            Err(unread) => warnings.push(format!("{field} could not be checked: {unread}")),
+        if let Some(finding) = requested_finding(kind, &pool, &asking) {
+            warnings.push(format!(
+                "metadata.annotations[{REQUESTED_ADDRESS_ANNOTATION}]: {requested:?} {finding}; the claim waits until \
+                 {named} can hand it out"
+            ));
         }
     }
     warnings
 }
 
-/// Why the pool will not hand the claim the address it asks for, if it will not (a pool whose spec does not parse
-/// says so: its claims wait with `PoolNotReady`); an error when the pool's IPAddresses could not be read.
-async fn requested_finding(
-    ctx: &AdmissionContext,
-    kind: PoolKind,
-    pool: &DynamicObject,
-    pool_namespace: Option<&str>,
-    asking: &ClaimAsking<'_>,
-) -> Result<Option<String>, String> {
+/// Why the pool will not hand the claim the address it asks for, as its spec says, if it will not (a pool whose spec
+/// does not parse says so: its claims wait with `PoolNotReady`). Its IPAddresses are not listed: a burst of claims
+/// (a restore, a move) would list them all once per claim (helper-121 F8); the claim's condition says it if another
+/// claim holds the address.
+fn requested_finding(kind: PoolKind, pool: &DynamicObject, asking: &ClaimAsking<'_>) -> Option<String> {
     let spec = pool.data.get("spec").cloned().unwrap_or(Value::Null);
-    let pool_name = pool.metadata.name.as_deref().unwrap_or_default();
-    // Only what the spec says is read first: the pool's IPAddresses are listed when nothing else is found.
-    let judge_in_use = |in_use: &[InUse<'_>]| -> Result<Option<String>, String> {
-        if kind.is_prefix_pool() {
-            let spec: PrefixPoolSpec = serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
-            let config = PrefixPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?;
-            Ok(requested_prefix_finding(&config, asking, in_use))
-        } else {
-            let spec: IPPoolSpec = serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
+    let judged = if kind.is_prefix_pool() {
+        serde_json::from_value::<PrefixPoolSpec>(spec)
+            .map_err(|e| e.to_string())
+            .and_then(|spec| PrefixPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string()))
+            .map(|config| requested_prefix_finding(&config, asking))
+    } else {
+        serde_json::from_value::<IPPoolSpec>(spec).map_err(|e| e.to_string()).and_then(|spec| {
             let config = IpPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?;
             let pins = spec.pre_allocations.unwrap_or_default();
-            Ok(requested_ip_finding(&config, kind.is_global(), &pins, asking, in_use))
-        }
+            Ok(requested_ip_finding(&config, kind.is_global(), &pins, asking))
+        })
     };
-    match judge_in_use(&[]) {
-        Err(e) => return Ok(Some(format!("cannot be judged: the pool's spec is invalid ({e})"))),
-        Ok(Some(finding)) => return Ok(Some(finding)),
-        Ok(None) => {}
-    }
-    let addresses = ctx
-        .reads
-        .pool_addresses(kind, pool_name, pool_namespace)
-        .await
-        .map_err(|e| format!("listing the pool's IPAddresses failed: {e}"))?;
-    let in_use: Vec<InUse<'_>> = addresses
-        .iter()
-        .map(|a| InUse { namespace: &a.namespace, claim: &a.spec.claim_ref.name, address: &a.spec.address })
-        .collect();
-    Ok(judge_in_use(&in_use).ok().flatten())
+    judged.unwrap_or_else(|e| Some(format!("cannot be judged: the pool's spec is invalid ({e})")))
 }
