@@ -92,6 +92,17 @@ pub struct LiveReads {
     pub capi: CapiVersion,
 }
 
+impl LiveReads {
+    /// The pools of `kind` in `namespace` (all namespaces, or the global pools, for none).
+    fn pool_api(&self, kind: PoolKind, namespace: Option<&str>) -> Api<DynamicObject> {
+        let resource = kind.api_resource();
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        }
+    }
+}
+
 impl ClusterReads for LiveReads {
     fn pool_addresses<'a>(
         &'a self,
@@ -111,12 +122,7 @@ impl ClusterReads for LiveReads {
         namespace: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<(String, Value)>, kube::Error>> {
         Box::pin(async move {
-            let resource = kind.api_resource();
-            let api: Api<DynamicObject> = match namespace {
-                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
-                None => Api::all_with(self.client.clone(), &resource),
-            };
-            let list = api.list(&ListParams::default()).await?;
+            let list = self.pool_api(kind, namespace).list(&ListParams::default()).await?;
             Ok(list.items.into_iter().filter_map(|p| Some((p.metadata.name?, p.data.get("spec")?.clone()))).collect())
         })
     }
@@ -127,14 +133,7 @@ impl ClusterReads for LiveReads {
         name: &'a str,
         namespace: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<DynamicObject>, kube::Error>> {
-        Box::pin(async move {
-            let resource = kind.api_resource();
-            let api: Api<DynamicObject> = match namespace {
-                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
-                None => Api::all_with(self.client.clone(), &resource),
-            };
-            api.get_opt(name).await
-        })
+        Box::pin(async move { self.pool_api(kind, namespace).get_opt(name).await })
     }
 }
 
