@@ -5,11 +5,9 @@
 
 use kube::api::DynamicObject;
 use kube::core::admission::Operation;
-use serde_json::Value;
 
 use super::{AdmissionContext, Outcome, Request};
-use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
-use crate::api::{PoolKind, REQUESTED_ADDRESS_ANNOTATION, WATCH_FILTER_LABEL};
+use crate::api::{Pool, PoolSpec, REQUESTED_ADDRESS_ANNOTATION, WATCH_FILTER_LABEL};
 use crate::capi::PoolRef;
 use crate::ipam::validate::{ClaimAsking, requested_ip_finding, requested_prefix_finding};
 use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
@@ -35,7 +33,10 @@ async fn claim_warnings(ctx: &AdmissionContext, request: &Request, claim: &Dynam
         Some(ns) => format!("{} {pool_name:?} in namespace {ns:?}", kind.kind()),
         None => format!("{} {pool_name:?}", kind.kind()),
     };
-    let pool = match ctx.reads.pool(kind, pool_name, pool_namespace).await {
+    // The pool as the controllers keep it: its shard, its deletion and its spec are read the same way.
+    let typed = |o: DynamicObject| Pool::from_object(kind, serde_json::to_value(o).unwrap_or_default());
+    let read = ctx.reads.pool(kind, pool_name, pool_namespace).await.map_err(|e| e.to_string());
+    let pool = match read.and_then(|o| o.map(typed).transpose()) {
         Ok(Some(pool)) => pool,
         Ok(None) => {
             return vec![format!(
@@ -45,24 +46,23 @@ async fn claim_warnings(ctx: &AdmissionContext, request: &Request, claim: &Dynam
         Err(e) => return vec![format!("spec.poolRef: {named} could not be read to check the claim against it: {e}")],
     };
     let mut warnings = Vec::new();
-    if pool.metadata.deletion_timestamp.is_some() {
+    if pool.is_deleting() {
         warnings.push(format!("spec.poolRef: {named} is being deleted; it hands out no address"));
     }
-    let label =
-        |o: &DynamicObject| o.metadata.labels.as_ref()?.get(WATCH_FILTER_LABEL).filter(|v| !v.is_empty()).cloned();
-    if let Some(shard) = label(&pool)
-        && label(claim).as_ref() != Some(&shard)
+    let claim_shard = claim.metadata.labels.as_ref().and_then(|l| l.get(WATCH_FILTER_LABEL)).map(String::as_str);
+    if let Some(shard) = pool.shard()
+        && claim_shard != Some(shard)
     {
         warnings.push(format!(
-            "metadata.labels[{WATCH_FILTER_LABEL}]: {named} belongs to the manager started with --watch-filter={shard}, \
-             which does not watch this claim: label the claim {WATCH_FILTER_LABEL}={shard}, or use a pool of its own \
-             manager"
+            "metadata.labels[{WATCH_FILTER_LABEL}]: {named} belongs to the manager started with \
+             --watch-filter={shard}, which does not watch this claim: label the claim {WATCH_FILTER_LABEL}={shard}, or \
+             use a pool of its own manager"
         ));
     }
     let requested = claim.metadata.annotations.as_ref().and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION));
     if let Some(requested) = requested.filter(|r| !r.is_empty()) {
         let asking = ClaimAsking { namespace, name, requested };
-        if let Some(finding) = requested_finding(kind, &pool, &asking) {
+        if let Some(finding) = requested_finding(&pool, &asking) {
             warnings.push(format!(
                 "metadata.annotations[{REQUESTED_ADDRESS_ANNOTATION}]: {requested:?} {finding}; the claim waits until \
                  {named} can hand it out"
@@ -76,19 +76,15 @@ async fn claim_warnings(ctx: &AdmissionContext, request: &Request, claim: &Dynam
 /// does not parse says so: its claims wait with `PoolNotReady`). Its IPAddresses are not listed: a burst of claims
 /// (a restore, a move) would list them all once per claim (helper-121 F8); the claim's condition says it if another
 /// claim holds the address.
-fn requested_finding(kind: PoolKind, pool: &DynamicObject, asking: &ClaimAsking<'_>) -> Option<String> {
-    let spec = pool.data.get("spec").cloned().unwrap_or(Value::Null);
-    let judged = if kind.is_prefix_pool() {
-        serde_json::from_value::<PrefixPoolSpec>(spec)
-            .map_err(|e| e.to_string())
-            .and_then(|spec| PrefixPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string()))
+fn requested_finding(pool: &Pool, asking: &ClaimAsking<'_>) -> Option<String> {
+    let judged = match &pool.spec {
+        PoolSpec::Prefix(spec) => PrefixPoolConfig::new(&spec.to_ipam())
             .map(|config| requested_prefix_finding(&config, asking))
-    } else {
-        serde_json::from_value::<IPPoolSpec>(spec).map_err(|e| e.to_string()).and_then(|spec| {
-            let config = IpPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?;
-            let pins = spec.pre_allocations.unwrap_or_default();
-            Ok(requested_ip_finding(&config, kind.is_global(), &pins, asking))
-        })
+            .map_err(|e| e.to_string()),
+        PoolSpec::Ip(spec) => IpPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string()).map(|config| {
+            let pins = spec.pre_allocations.as_ref();
+            requested_ip_finding(&config, pool.kind.is_global(), pins.unwrap_or(&Default::default()), asking)
+        }),
     };
     judged.unwrap_or_else(|e| Some(format!("cannot be judged: the pool's spec is invalid ({e})")))
 }
