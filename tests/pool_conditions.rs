@@ -15,11 +15,23 @@ const NEARLY_EXHAUSTED_AT: &str = "ipam.cluster.x-k8s.io/nearly-exhausted-at";
 
 /// Waits until the pool's condition `type_` has `reason`, and returns it.
 async fn wait_condition(env: &TestEnv, kind: &str, name: &str, type_: &str, reason: &str) -> Value {
+    wait_condition_where(env, kind, name, &format!("{type_} {reason}"), |c| c["type"] == type_ && c["reason"] == reason)
+        .await
+}
+
+/// Waits until one of the pool's conditions is as `wanted` says (`what`, for the timeout's message), and returns it.
+async fn wait_condition_where(
+    env: &TestEnv,
+    kind: &str,
+    name: &str,
+    what: &str,
+    wanted: impl Fn(&Value) -> bool,
+) -> Value {
     let api = pools(&env.client, kind, &env.namespace);
-    eventually(Duration::from_secs(30), &format!("{kind} {name}: {type_} {reason}"), || async {
+    eventually(Duration::from_secs(30), &format!("{kind} {name}: {what}"), || async {
         let pool = api.get(name).await.ok()?;
         let conditions = pool.data.pointer("/status/conditions")?.as_array()?.clone();
-        conditions.into_iter().find(|c| c["type"] == type_ && c["reason"] == reason)
+        conditions.into_iter().find(|c| wanted(c))
     })
     .await
 }
@@ -116,13 +128,8 @@ async fn a_wrong_threshold_is_said_and_the_default_applies() {
     let kind = "InClusterIPPool";
     create_pool(c, kind, &ns, "p", json!({"addresses": ["10.68.0.1-10.68.0.2"], "prefix": 24})).await;
     annotate(&pools(c, kind, &ns), "p", NEARLY_EXHAUSTED_AT, Some("ten")).await;
-    let api = pools(c, kind, &ns);
-    let condition = eventually(Duration::from_secs(30), "the wrong annotation said", || async {
-        let pool = api.get("p").await.ok()?;
-        let conditions = pool.data.pointer("/status/conditions")?.as_array()?.clone();
-        conditions
-            .into_iter()
-            .find(|c| c["type"] == "AddressesAvailable" && c["message"].as_str().is_some_and(|m| m.contains("ten")))
+    let condition = wait_condition_where(&env, kind, "p", "the wrong annotation said", |c| {
+        c["type"] == "AddressesAvailable" && c["message"].as_str().is_some_and(|m| m.contains("ten"))
     })
     .await;
     let message = condition["message"].as_str().unwrap_or_default();
