@@ -154,9 +154,9 @@ impl std::fmt::Display for Pool {
 }
 
 /// When a pool counts as nearly exhausted (annotation [`super::NEARLY_EXHAUSTED_AT_ANNOTATION`], else
-/// [`NearlyExhaustedAt::DEFAULT`]): at most a count of free addresses (child prefixes in prefix pools), or at most a share of
-/// the pool's total (never below one address, so that a small pool says it before its last one goes). `0` and `0%`
-/// turn the state off: such a pool is only ever available or exhausted.
+/// [`NearlyExhaustedAt::DEFAULT`]): at most a count of free addresses (child prefixes in prefix pools), or at most a
+/// share of the pool's total (never below one address, so that a small pool says it before its last one goes). `0`
+/// and `0%` turn the state off: such a pool is only ever available or exhausted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NearlyExhaustedAt {
     Free(u64),

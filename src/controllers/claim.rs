@@ -118,8 +118,8 @@ async fn execute(claim: &Claim, ctx: &Context, view: &ClaimView, end: End) -> Re
         }
         End::LetGo { judged, why } => let_go(ctx, key, view, judged, why).await,
         End::LetGoLeftBehind { judged } => match &view.record {
-            // Of the claim's pool (`plan::adoption`), which the view shows as the index knows it: while the live pool is
-            // another, not even deleted (the read after the DELETE guards the reservation: `finish_left_behind`).
+            // Of the claim's pool (`plan::adoption`), which the view shows as the index knows it: while the live pool
+            // is another, not even deleted (the read after the DELETE guards the reservation: `finish_left_behind`).
             Some(record) if ipaddress::pool_known_as_it_is(ctx, record, view.pool.as_deref()).await => {
                 let_go(ctx, key, view, judged, LetGo::LeftBehind).await
             }

@@ -1,5 +1,5 @@
-//! Kubernetes Events on claims and pools, one per transition (docs/compatibility.md D5). Best effort: a failed Event is logged,
-//! never retried, and never fails a reconcile.
+//! Kubernetes Events on claims and pools, one per transition (docs/compatibility.md D5, D18). Best effort: a failed
+//! Event is logged, never retried, and never fails a reconcile.
 //!
 //! Not kube's `Recorder`: it keeps every Event it published for six minutes (to turn repeats into series) and scans
 //! them all on every publish, under one lock. A burst of 10,000 allocations would keep 10,000 Events in memory and
