@@ -1,6 +1,7 @@
 //! Property tests: the allocator against a naive model (sorted sets of integers) for random pools, exclusions,
 //! gateways, reserved-address settings, allocations, reservations, releases and pool edits. The same addresses must
-//! come out in the same order and the counts must agree after every step.
+//! come out in the same order and the counts must agree after every step. Pools of several subnets (docs/compatibility.md
+//! D19) against the same model, which takes the lowest free address of the first subnet that has one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv6Addr};
@@ -8,8 +9,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use capi_ipam::ipam::address::{Family, block, to_u128};
 use capi_ipam::ipam::prefix_pool::PrefixReserveError;
 use capi_ipam::ipam::{
-    Allocation, IpPoolAllocator, IpPoolConfig, IpPoolSpec, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig,
-    PrefixPoolSpec, ReserveError,
+    Allocation, IpPoolAllocator, IpPoolConfig, IpPoolSpec, IpSubnetSpec, PoolCounts, PrefixPoolAllocator,
+    PrefixPoolConfig, PrefixPoolSpec, ReserveError,
 };
 use proptest::prelude::*;
 
@@ -65,7 +66,14 @@ fn entry(sp: Space) -> impl Strategy<Value = (String, Vec<u128>)> {
 #[derive(Clone, Debug)]
 struct PoolCase {
     spec: IpPoolSpec,
-    allocatable: BTreeSet<u128>,
+    /// The allocatable set of each subnet, in the order they are used.
+    subnets: Vec<BTreeSet<u128>>,
+}
+
+impl PoolCase {
+    fn allocatable(&self) -> BTreeSet<u128> {
+        self.subnets.iter().flatten().copied().collect()
+    }
 }
 
 fn pool(sp: Space) -> impl Strategy<Value = PoolCase> {
@@ -103,10 +111,92 @@ fn pool(sp: Space) -> impl Strategy<Value = PoolCase> {
                     gateway: gateway.map(|g| sp.addr(g).to_string()),
                     excluded_addresses: excluded.into_iter().map(|(t, _)| t).collect(),
                     allocate_reserved_ip_addresses: reserved,
+                    subnets: Vec::new(),
                 },
-                allocatable: set,
+                subnets: vec![set],
             }
         })
+}
+
+/// The width of the window each subnet of a several-subnet pool lives in (its own /24 or /120).
+const SUBNET_STRIDE: u128 = 256;
+
+/// One subnet in the window at `sp.base + window·256`: its entries, exclusions, gateway (anywhere in `windows`
+/// windows: a gateway of one subnet is never handed out by another) and prefix (its block stays in its window).
+#[allow(clippy::type_complexity)]
+fn subnet(
+    sp: Space,
+    window: u128,
+    windows: u128,
+) -> impl Strategy<Value = (Vec<(String, Vec<u128>)>, Vec<(String, Vec<u128>)>, Option<u128>, u8)> {
+    let bits = sp.family.bits();
+    let own = Space { family: sp.family, base: sp.base + window * SUBNET_STRIDE };
+    (
+        prop::collection::vec(entry(own.clone()), 1..3),
+        prop::collection::vec(entry(own), 0..2),
+        prop::option::of((0..windows, 0..WINDOW).prop_map(|(w, o)| w * SUBNET_STRIDE + o)),
+        (bits - 6)..=bits,
+    )
+}
+
+/// A pool of two to four subnets in distinct windows, listed in any order, with pool-wide exclusions over every window.
+fn multi_pool(sp: Space) -> impl Strategy<Value = PoolCase> {
+    let windows = Just(vec![0u128, 1, 2, 3]).prop_shuffle();
+    (windows, 2usize..=4, any::<bool>()).prop_flat_map(move |(order, n, reserved)| {
+        let sp = sp.clone();
+        let subnets: Vec<_> = order[..n].iter().map(|w| subnet(sp.clone(), *w, 4)).collect();
+        let pool_excluded = prop::collection::vec((0..4u128, 0..WINDOW).prop_map(|(w, o)| w * SUBNET_STRIDE + o), 0..4);
+        (subnets, pool_excluded).prop_map(move |(subnets, pool_excluded)| {
+            let gateways: Vec<u128> = subnets.iter().filter_map(|s| s.2).map(|g| sp.base + g).collect();
+            let sets = subnets
+                .iter()
+                .map(|(addresses, excluded, _, prefix)| {
+                    let mut set: BTreeSet<u128> = addresses.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+                    let (net, bcast) = block(sp.family, *set.iter().next().expect("an entry"), *prefix);
+                    let rfc3021 = sp.family == Family::V4 && *prefix >= 31;
+                    let pool_wide = pool_excluded.iter().map(|o| sp.base + o);
+                    for v in
+                        excluded.iter().flat_map(|(_, v)| v.iter().copied()).chain(pool_wide).chain(gateways.clone())
+                    {
+                        set.remove(&v);
+                    }
+                    if !(reserved || rfc3021) {
+                        set.remove(&net);
+                        if sp.family == Family::V4 {
+                            set.remove(&bcast);
+                        }
+                    }
+                    set
+                })
+                .collect();
+            let fields: Vec<IpSubnetSpec> = subnets
+                .iter()
+                .map(|(addresses, excluded, gateway, prefix)| IpSubnetSpec {
+                    addresses: addresses.iter().map(|(t, _)| t.clone()).collect(),
+                    prefix: i64::from(*prefix),
+                    gateway: gateway.map(|g| sp.addr(g).to_string()),
+                    excluded_addresses: excluded.iter().map(|(t, _)| t.clone()).collect(),
+                })
+                .collect();
+            let top = fields[0].clone();
+            PoolCase {
+                spec: IpPoolSpec {
+                    addresses: top.addresses,
+                    prefix: top.prefix,
+                    gateway: top.gateway,
+                    // The top-level exclusions are the pool's: its own and the pool-wide ones.
+                    excluded_addresses: top
+                        .excluded_addresses
+                        .into_iter()
+                        .chain(pool_excluded.iter().map(|o| sp.addr(*o).to_string()))
+                        .collect(),
+                    allocate_reserved_ip_addresses: reserved,
+                    subnets: fields[1..].to_vec(),
+                },
+                subnets: sets,
+            }
+        })
+    })
 }
 
 #[derive(Clone, Debug)]
@@ -130,8 +220,9 @@ fn ops(sp: Space) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op, 1..80)
 }
 
-/// The naive model: the allocatable set and a multiset of held addresses.
+/// The naive model: the allocatable set of each subnet and a multiset of held addresses.
 struct Model {
+    subnets: Vec<BTreeSet<u128>>,
     allocatable: BTreeSet<u128>,
     held: Vec<Option<u128>>,
 }
@@ -145,9 +236,15 @@ impl Model {
         m
     }
 
+    fn set(&mut self, case: &PoolCase) {
+        self.subnets = case.subnets.clone();
+        self.allocatable = case.allocatable();
+    }
+
+    /// The lowest free address of the first subnet that has one.
     fn first_free(&self) -> Option<u128> {
         let in_use = self.in_use();
-        self.allocatable.iter().copied().find(|v| !in_use.contains_key(v))
+        self.subnets.iter().find_map(|s| s.iter().copied().find(|v| !in_use.contains_key(v)))
     }
 
     fn counts(&self) -> PoolCounts {
@@ -157,8 +254,10 @@ impl Model {
 }
 
 fn value_in(sp: &Space, offset: u128) -> u128 {
-    // Offsets past the window wrap around to the window's start, staying inside the family.
-    sp.base + offset % WINDOW
+    // Offsets past a window wrap around to the window's start, staying inside the family (several-subnet pools give
+    // `window·256 + offset`).
+    let window = offset / SUBNET_STRIDE * SUBNET_STRIDE;
+    sp.base + window + offset % SUBNET_STRIDE % WINDOW
 }
 
 proptest! {
@@ -166,52 +265,94 @@ proptest! {
 
     #[test]
     fn ip_pools_agree_with_the_naive_model((sp, case, ops) in space().prop_flat_map(|sp| (Just(sp.clone()), pool(sp.clone()), ops(sp)))) {
-        let mut model = Model { allocatable: case.allocatable.clone(), held: Vec::new() };
-        let mut real = IpPoolAllocator::new(IpPoolConfig::new(&case.spec).expect("generated specs parse"));
-        prop_assert_eq!(real.config().total(), model.allocatable.len() as u128);
-        for op in ops {
-            match op {
-                Op::Allocate => {
-                    let expected = model.first_free();
-                    let got = real.allocate().ok().map(to_u128);
-                    prop_assert_eq!(got, expected);
-                    if let Some(v) = expected { model.held.push(Some(v)); }
-                }
-                Op::Reserve(o) => {
-                    let v = value_in(&sp, o);
-                    let got = real.reserve(sp.family.addr(v));
-                    let expected_ok = model.allocatable.contains(&v) && !model.in_use().contains_key(&v);
-                    match got {
-                        Ok(()) => { prop_assert!(expected_ok); model.held.push(Some(v)); }
-                        Err(ReserveError::Taken(_)) => prop_assert!(model.allocatable.contains(&v) && !expected_ok),
-                        Err(ReserveError::NotAllocatable { .. }) => prop_assert!(!model.allocatable.contains(&v)),
-                    }
-                }
-                Op::Record(o) => {
-                    let v = o.map(|o| value_in(&sp, o));
-                    real.record(v.map(|v| sp.family.addr(v)));
-                    model.held.push(v);
-                }
-                Op::Release(i) => {
-                    if !model.held.is_empty() {
-                        let v = model.held.remove(i % model.held.len());
-                        real.release(v.map(|v| sp.family.addr(v)));
-                    }
-                }
-                Op::Edit(new) => {
-                    real.apply_config(IpPoolConfig::new(&new.spec).expect("generated specs parse"))
-                        .expect("generated edits keep the family");
-                    model.allocatable = new.allocatable;
+        agree(&sp, &case, ops)?;
+    }
+
+    #[test]
+    fn pools_of_several_subnets_agree_with_the_naive_model(
+        (sp, case, ops) in middle_space().prop_flat_map(|sp| (Just(sp.clone()), multi_pool(sp.clone()), multi_ops(sp)))
+    ) {
+        agree(&sp, &case, ops)?;
+    }
+}
+
+/// The middle of each family's space, where four windows of subnets fit.
+fn middle_space() -> impl Strategy<Value = Space> {
+    prop_oneof![
+        Just(Space { family: Family::V4, base: to_u128("10.0.0.0".parse().unwrap()) }),
+        Just(Space { family: Family::V6, base: to_u128("fd00::".parse().unwrap()) }),
+    ]
+}
+
+/// The operations of [`ops`] over four windows, with edits to other several-subnet pools.
+fn multi_ops(sp: Space) -> impl Strategy<Value = Vec<Op>> {
+    let value = (0..4u128, 0..WINDOW + 8).prop_map(|(w, o)| w * SUBNET_STRIDE + o);
+    let op = prop_oneof![
+        6 => Just(Op::Allocate),
+        2 => value.clone().prop_map(Op::Reserve),
+        1 => prop::option::of(value).prop_map(Op::Record),
+        3 => any::<usize>().prop_map(Op::Release),
+        1 => multi_pool(sp.clone()).prop_map(Op::Edit),
+        1 => pool(sp).prop_map(Op::Edit),
+    ];
+    prop::collection::vec(op, 1..80)
+}
+
+/// Runs `ops` on the allocator and the model, comparing every answer and the counts after every step.
+fn agree(sp: &Space, case: &PoolCase, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut model = Model { subnets: Vec::new(), allocatable: BTreeSet::new(), held: Vec::new() };
+    model.set(case);
+    let mut real = IpPoolAllocator::new(IpPoolConfig::new(&case.spec).expect("generated specs parse"));
+    prop_assert_eq!(real.config().total(), model.allocatable.len() as u128);
+    for op in ops {
+        match op {
+            Op::Allocate => {
+                let expected = model.first_free();
+                let got = real.allocate().ok().map(to_u128);
+                prop_assert_eq!(got, expected);
+                if let Some(v) = expected {
+                    model.held.push(Some(v));
                 }
             }
-            prop_assert_eq!(real.counts(), model.counts());
-            prop_assert_eq!(real.is_exhausted(), model.first_free().is_none());
+            Op::Reserve(o) => {
+                let v = value_in(sp, o);
+                let got = real.reserve(sp.family.addr(v));
+                let expected_ok = model.allocatable.contains(&v) && !model.in_use().contains_key(&v);
+                match got {
+                    Ok(()) => {
+                        prop_assert!(expected_ok);
+                        model.held.push(Some(v));
+                    }
+                    Err(ReserveError::Taken(_)) => prop_assert!(model.allocatable.contains(&v) && !expected_ok),
+                    Err(ReserveError::NotAllocatable { .. }) => prop_assert!(!model.allocatable.contains(&v)),
+                }
+            }
+            Op::Record(o) => {
+                let v = o.map(|o| value_in(sp, o));
+                real.record(v.map(|v| sp.family.addr(v)));
+                model.held.push(v);
+            }
+            Op::Release(i) => {
+                if !model.held.is_empty() {
+                    let v = model.held.remove(i % model.held.len());
+                    real.release(v.map(|v| sp.family.addr(v)));
+                }
+            }
+            Op::Edit(new) => {
+                real.apply_config(IpPoolConfig::new(&new.spec).expect("generated specs parse"))
+                    .expect("generated edits keep the family");
+                model.set(&new);
+            }
         }
-        // Rebuilding from the list of addresses gives the same state.
-        let rebuilt = IpPoolAllocator::rebuild(real.config().clone(), model.held.iter().map(|v| v.map(|v| sp.family.addr(v))));
-        prop_assert_eq!(rebuilt.counts(), real.counts());
-        prop_assert_eq!(rebuilt.free(), real.free());
+        prop_assert_eq!(real.counts(), model.counts());
+        prop_assert_eq!(real.is_exhausted(), model.first_free().is_none());
     }
+    // Rebuilding from the list of addresses gives the same state.
+    let rebuilt =
+        IpPoolAllocator::rebuild(real.config().clone(), model.held.iter().map(|v| v.map(|v| sp.family.addr(v))));
+    prop_assert_eq!(rebuilt.counts(), real.counts());
+    prop_assert_eq!(rebuilt.free(), real.free());
+    Ok(())
 }
 
 // ---- prefix pools ----------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@
 //!
 //! v1alpha2 → v1alpha1 restores that v1alpha1 spec when it still converts to the hub's `addresses`, `prefix` and
 //! `gateway` (for both kinds; the Go provider restores stale specs for global pools). The hub fields v1alpha1 cannot
-//! express (`allocateReservedIPAddresses`, `excludedAddresses`, `addressReuseGracePeriodSeconds`, `preAllocations`)
-//! travel in the same annotation on the v1alpha1 object, as the hub spec, and come back on the way up.
+//! express (`allocateReservedIPAddresses`, `excludedAddresses`, `addressReuseGracePeriodSeconds`, `preAllocations`,
+//! `subnets`) travel in the same annotation on the v1alpha1 object, as the hub spec, and come back on the way up.
 
 use serde_json::{Map, Value, json};
 
@@ -168,6 +168,7 @@ fn to_hub(object: &Value) -> Result<Value, ConversionError> {
         hub.excluded_addresses = stored_spec.excluded_addresses;
         hub.address_reuse_grace_period_seconds = stored_spec.address_reuse_grace_period_seconds;
         hub.pre_allocations = stored_spec.pre_allocations;
+        hub.subnets = stored_spec.subnets;
     }
 
     // The v1alpha1 spec cannot be rebuilt from the hub when it used subnet/start/end: keep it for v1alpha1 readers.
@@ -210,7 +211,8 @@ fn from_hub(object: &Value) -> Result<Value, ConversionError> {
     let hub_only = hub.allocate_reserved_ip_addresses.is_some()
         || hub.excluded_addresses.is_some()
         || hub.address_reuse_grace_period_seconds.is_some()
-        || hub.pre_allocations.is_some();
+        || hub.pre_allocations.is_some()
+        || hub.subnets.is_some();
     if hub_only {
         let data = json!({"apiVersion": V1ALPHA2, "kind": kind, "spec": to_value(&hub)});
         annotations(&mut metadata).insert(CONVERSION_DATA_ANNOTATION.into(), json!(data.to_string()));
@@ -293,7 +295,9 @@ mod tests {
         let spec = json!({
             "addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1",
             "allocateReservedIPAddresses": true, "excludedAddresses": ["10.0.0.15"],
-            "addressReuseGracePeriodSeconds": 30, "preAllocations": {"claim-a": "10.0.0.12"}
+            "addressReuseGracePeriodSeconds": 30, "preAllocations": {"claim-a": "10.0.0.12"},
+            "subnets": [{"addresses": ["10.0.1.10-10.0.1.20"], "prefix": 25, "gateway": "10.0.1.1",
+                         "excludedAddresses": ["10.0.1.15"]}]
         });
         for kind in KINDS {
             let hub = v2(kind, spec.clone());

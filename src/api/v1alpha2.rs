@@ -51,6 +51,48 @@ pub struct IPPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("maxProperties" = 4096))]
     pub pre_allocations: Option<BTreeMap<String, String>>,
+
+    /// Subnets are further subnets of the pool, each with its own addresses, prefix and gateway. The top-level
+    /// addresses, prefix and gateway are the first subnet; an address is handed out from the first subnet, in that
+    /// order, that has a free one, and its IPAddress carries the prefix and gateway of that subnet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub subnets: Option<Vec<IPPoolSubnet>>,
+}
+
+/// One more subnet of an IP pool, with its own addresses, prefix and gateway (docs/compatibility.md D19).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IPPoolSubnet {
+    /// Addresses of this subnet that can be assigned: single IPs, inclusive ranges or CIDRs, as in spec.addresses.
+    /// No address may be in another subnet of the pool.
+    #[schemars(length(min = 1, max = 1024), inner(length(max = 128)))]
+    pub addresses: Vec<String>,
+
+    /// Prefix is the network prefix of this subnet.
+    #[schemars(range(min = 0, max = 128))]
+    pub prefix: i32,
+
+    /// Gateway of this subnet. It is never allocated (from any subnet of the pool) and is copied to every IPAddress
+    /// whose address comes from this subnet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+
+    /// ExcludedAddresses are excluded from this subnet (spec.excludedAddresses are excluded from every subnet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), inner(length(max = 128)))]
+    pub excluded_addresses: Option<Vec<String>>,
+}
+
+impl IPPoolSubnet {
+    fn to_ipam(&self) -> ipam::IpSubnetSpec {
+        ipam::IpSubnetSpec {
+            addresses: self.addresses.clone(),
+            prefix: i64::from(self.prefix),
+            gateway: self.gateway.clone(),
+            excluded_addresses: self.excluded_addresses.clone().unwrap_or_default(),
+        }
+    }
 }
 
 impl IPPoolSpec {
@@ -62,6 +104,7 @@ impl IPPoolSpec {
             gateway: self.gateway.clone(),
             excluded_addresses: self.excluded_addresses.clone().unwrap_or_default(),
             allocate_reserved_ip_addresses: self.allocate_reserved_ip_addresses.unwrap_or(false),
+            subnets: self.subnets.iter().flatten().map(IPPoolSubnet::to_ipam).collect(),
         }
     }
 }

@@ -1,10 +1,16 @@
 //! IP pools (`InClusterIPPool`, `GlobalInClusterIPPool`): the allocatable set of a spec, and the allocator state
-//! (addresses in use, free addresses, counts) that hands out the lowest free address in O(log n).
+//! (addresses in use, free addresses, counts) that hands out the lowest free address of the first subnet that has one,
+//! in O(log n).
+//!
+//! A pool is one or more subnets (docs/compatibility.md D19): the top-level `addresses`, `prefix` and `gateway` are the
+//! first, `spec.subnets[]` the others, used in that order once the ones before them are full. Subnets never share an
+//! address, and two of them are either the same network or disjoint ones, so every address has one subnet, whose
+//! prefix and gateway its IPAddress carries.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use super::address::{Family, block, parse_ip, parse_list, to_u128};
+use super::address::{AddressList, Family, block, parse_ip, parse_list, to_u128};
 use super::{PoolCounts, RangeSet};
 
 /// The fields of an IP pool spec the allocator needs, as written by the user.
@@ -13,21 +19,39 @@ pub struct IpPoolSpec {
     pub addresses: Vec<String>,
     pub prefix: i64,
     pub gateway: Option<String>,
+    /// Excluded from every subnet of the pool.
     pub excluded_addresses: Vec<String>,
     pub allocate_reserved_ip_addresses: bool,
+    /// `spec.subnets[]`: the subnets after the top-level one, in the order they are used.
+    pub subnets: Vec<IpSubnetSpec>,
 }
 
-/// Why a spec has no allocatable set (the admission webhook rejects such specs with field-level messages).
+/// One entry of `spec.subnets[]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IpSubnetSpec {
+    pub addresses: Vec<String>,
+    pub prefix: i64,
+    pub gateway: Option<String>,
+    /// Excluded from this subnet only.
+    pub excluded_addresses: Vec<String>,
+}
+
+/// The most entries of `spec.subnets` (the CRD schema says so too).
+pub const MAX_SUBNETS: usize = 32;
+
+/// Why a spec has no allocatable set (the admission webhook rejects such specs with field-level messages): the field
+/// (`spec.addresses`, `spec.subnets[1].gateway`) and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum IpPoolSpecError {
-    #[error("spec.addresses: {0}")]
-    Addresses(String),
-    #[error("spec.excludedAddresses: {0}")]
-    Excluded(String),
-    #[error("spec.gateway: {0}")]
-    Gateway(String),
-    #[error("spec.prefix: {0}")]
-    Prefix(String),
+#[error("{field}: {detail}")]
+pub struct IpPoolSpecError {
+    pub field: String,
+    pub detail: String,
+}
+
+impl IpPoolSpecError {
+    fn new(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self { field: field.into(), detail: detail.into() }
+    }
 }
 
 /// Why one address is not allocatable in a pool.
@@ -55,91 +79,168 @@ impl NotAllocatable {
     }
 }
 
-/// A valid IP pool spec, parsed: the allocatable set is `addresses − excluded − gateway − reserved`.
+/// One subnet of a pool, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IpPoolConfig {
-    family: Family,
+struct Subnet {
     prefix: u8,
     gateway: Option<u128>,
     addresses: RangeSet,
+    /// Its own exclusions (the pool's are in [`IpPoolConfig::excluded`]).
     excluded: RangeSet,
-    /// The subnet `<lowest address>/<prefix>`, as a value range.
-    subnet: (u128, u128),
+    /// `<lowest address>/<prefix>`, as a value range.
+    block: (u128, u128),
     network: Option<u128>,
     broadcast: Option<u128>,
+    allocatable: RangeSet,
+}
+
+/// A valid IP pool spec, parsed: each subnet's allocatable set is `addresses − excluded − every gateway − reserved`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpPoolConfig {
+    family: Family,
+    /// The top-level subnet first, then `spec.subnets[]` in order.
+    subnets: Vec<Subnet>,
+    /// `spec.excludedAddresses`: excluded from every subnet.
+    excluded: RangeSet,
+    /// The addresses of every subnet, as `start → (end, subnet)`: which subnet a value belongs to, in O(log n).
+    owners: BTreeMap<u128, (u128, usize)>,
     allocatable: RangeSet,
     total: u128,
 }
 
+/// One subnet's fields, as written, with the path they are reported under.
+struct SubnetFields<'a> {
+    path: String,
+    addresses: &'a [String],
+    prefix: i64,
+    gateway: Option<&'a str>,
+    excluded: &'a [String],
+}
+
 impl IpPoolConfig {
     pub fn new(spec: &IpPoolSpec) -> Result<Self, IpPoolSpecError> {
-        let list = parse_list(&spec.addresses).map_err(|e| IpPoolSpecError::Addresses(e.to_string()))?;
-        let family = match list.family() {
-            Ok(Some(f)) => f,
-            Ok(None) => return Err(IpPoolSpecError::Addresses("addresses is required".into())),
-            Err(()) => return Err(IpPoolSpecError::Addresses("provided addresses are of mixed IP families".into())),
-        };
-        let excluded = parse_list(&spec.excluded_addresses).map_err(|e| IpPoolSpecError::Excluded(e.to_string()))?;
-        if excluded.entries.iter().any(|e| e.family != family) {
-            return Err(IpPoolSpecError::Excluded("addresses and excluded addresses are of mixed IP families".into()));
+        if spec.subnets.len() > MAX_SUBNETS {
+            return Err(IpPoolSpecError::new("spec.subnets", format!("must have at most {MAX_SUBNETS} items")));
         }
-        let gateway = match spec.gateway.as_deref().filter(|g| !g.is_empty()) {
-            None => None,
-            Some(g) => {
-                let ip = parse_ip(g).map_err(IpPoolSpecError::Gateway)?;
-                if Family::of(&ip) != family {
-                    return Err(IpPoolSpecError::Gateway(
-                        "provided gateway and addresses are of mixed IP families".into(),
+        let top = SubnetFields {
+            path: "spec".into(),
+            addresses: &spec.addresses,
+            prefix: spec.prefix,
+            gateway: spec.gateway.as_deref(),
+            excluded: &spec.excluded_addresses,
+        };
+        let fields: Vec<SubnetFields<'_>> = std::iter::once(top)
+            .chain(spec.subnets.iter().enumerate().map(|(i, s)| SubnetFields {
+                path: format!("spec.subnets[{i}]"),
+                addresses: &s.addresses,
+                prefix: s.prefix,
+                gateway: s.gateway.as_deref(),
+                excluded: &s.excluded_addresses,
+            }))
+            .collect();
+        let mut family = None;
+        let mut parsed = Vec::with_capacity(fields.len());
+        for f in &fields {
+            let (list, excluded, gateway, prefix) = parse_subnet(f, &mut family)?;
+            parsed.push((list, excluded, gateway, prefix));
+        }
+        let family = family.expect("the top-level subnet has addresses");
+        let pool_excluded = parsed[0].1.set.clone();
+        let gateways: Vec<u128> = parsed.iter().filter_map(|p| p.2).collect();
+        let mut subnets: Vec<Subnet> = Vec::with_capacity(parsed.len());
+        let mut owners = BTreeMap::new();
+        for (i, (list, excluded, gateway, prefix)) in parsed.into_iter().enumerate() {
+            let path = &fields[i].path;
+            let lowest = list.set.first().unwrap_or_default();
+            let block = block(family, lowest, prefix);
+            for (j, other) in subnets.iter().enumerate() {
+                let shared = other.addresses.intersection(&list.set);
+                if let Some((s, _)) = shared.iter().next() {
+                    return Err(IpPoolSpecError::new(
+                        format!("{path}.addresses"),
+                        format!("address {} is in {} too", family.addr(s), subnet_name(j)),
                     ));
                 }
-                Some(to_u128(ip))
+                let disjoint = block.1 < other.block.0 || other.block.1 < block.0;
+                if !disjoint && (block, prefix) != (other.block, other.prefix) {
+                    return Err(IpPoolSpecError::new(
+                        format!("{path}.prefix"),
+                        format!(
+                            "subnet {}/{prefix} overlaps subnet {}/{} of {}: subnets must be the same network or \
+                             disjoint ones",
+                            family.addr(block.0),
+                            family.addr(other.block.0),
+                            other.prefix,
+                            subnet_name(j)
+                        ),
+                    ));
+                }
             }
-        };
-        let prefix = u8::try_from(spec.prefix)
-            .ok()
-            .filter(|p| *p <= family.bits())
-            .ok_or_else(|| IpPoolSpecError::Prefix("provided prefix is not valid".into()))?;
-        let lowest = list.set.first().unwrap_or_default();
-        let subnet = block(family, lowest, prefix);
-        // RFC 3021 (docs/compatibility.md D13): IPv4 /31 and /32 subnets have no network or broadcast address.
-        let rfc3021 = family == Family::V4 && prefix >= 31;
-        let reserves = !(spec.allocate_reserved_ip_addresses || rfc3021);
-        let network = reserves.then_some(subnet.0);
-        let broadcast = (reserves && family == Family::V4).then_some(subnet.1);
-        let mut allocatable = list.set.difference(&excluded.set);
-        for v in [network, broadcast, gateway].into_iter().flatten() {
-            allocatable.remove(v);
+            // RFC 3021 (docs/compatibility.md D13): IPv4 /31 and /32 subnets have no network or broadcast address.
+            let rfc3021 = family == Family::V4 && prefix >= 31;
+            let reserves = !(spec.allocate_reserved_ip_addresses || rfc3021);
+            let network = reserves.then_some(block.0);
+            let broadcast = (reserves && family == Family::V4).then_some(block.1);
+            let mut allocatable = list.set.difference(&pool_excluded).difference(&excluded.set);
+            for v in [network, broadcast].into_iter().flatten().chain(gateways.iter().copied()) {
+                allocatable.remove(v);
+            }
+            for (s, e) in list.set.iter() {
+                owners.insert(s, (e, i));
+            }
+            subnets.push(Subnet {
+                prefix,
+                gateway,
+                addresses: list.set,
+                excluded: if i == 0 { RangeSet::new() } else { excluded.set },
+                block,
+                network,
+                broadcast,
+                allocatable,
+            });
         }
-        let total = allocatable.len();
-        Ok(Self {
-            family,
-            prefix,
-            gateway,
-            addresses: list.set,
-            excluded: excluded.set,
-            subnet,
-            network,
-            broadcast,
-            allocatable,
-            total,
-        })
+        let allocatable = subnets.iter().fold(RangeSet::new(), |all, s| all.union(&s.allocatable));
+        let total = subnets.iter().fold(0u128, |n, s| n.saturating_add(s.allocatable.len()));
+        Ok(Self { family, subnets, excluded: pool_excluded, owners, allocatable, total })
     }
 
     pub fn family(&self) -> Family {
         self.family
     }
 
+    /// The prefix of the top-level subnet.
     pub fn prefix(&self) -> u8 {
-        self.prefix
+        self.subnets[0].prefix
     }
 
+    /// The gateway of the top-level subnet.
     pub fn gateway(&self) -> Option<IpAddr> {
-        self.gateway.map(|g| self.family.addr(g))
+        self.subnets[0].gateway.map(|g| self.family.addr(g))
     }
 
-    /// The inferred subnet `<lowest address>/<prefix>` as its first and last address.
+    /// The inferred subnet `<lowest address>/<prefix>` of the top-level fields, as its first and last address.
     pub fn subnet(&self) -> (IpAddr, IpAddr) {
-        (self.family.addr(self.subnet.0), self.family.addr(self.subnet.1))
+        let (s, e) = self.subnets[0].block;
+        (self.family.addr(s), self.family.addr(e))
+    }
+
+    /// The number of subnets: 1 + the entries of `spec.subnets`.
+    pub fn subnet_count(&self) -> usize {
+        self.subnets.len()
+    }
+
+    /// The subnet whose addresses hold `ip` (0 is the top-level one), allocatable or not.
+    pub fn subnet_of(&self, ip: IpAddr) -> Option<usize> {
+        self.value(ip).and_then(|v| self.subnet_of_value(v))
+    }
+
+    fn subnet_of_value(&self, v: u128) -> Option<usize> {
+        self.owners.range(..=v).next_back().filter(|(_, (end, _))| *end >= v).map(|(_, (_, i))| *i)
+    }
+
+    /// The prefix of subnet `index` (see [`IpPoolConfig::subnet_of`]).
+    pub fn subnet_prefix(&self, index: usize) -> Option<u8> {
+        self.subnets.get(index).map(|s| s.prefix)
     }
 
     /// All addresses the pool may hand out.
@@ -161,13 +262,14 @@ impl IpPoolConfig {
         if self.allocatable.contains(v) {
             return Ok(());
         }
-        Err(if !self.addresses.contains(v) {
-            NotAllocatable::OutsidePool
-        } else if self.excluded.contains(v) {
+        let Some(subnet) = self.subnet_of_value(v).map(|i| &self.subnets[i]) else {
+            return Err(NotAllocatable::OutsidePool);
+        };
+        Err(if self.excluded.contains(v) || subnet.excluded.contains(v) {
             NotAllocatable::Excluded
-        } else if self.gateway == Some(v) {
+        } else if self.subnets.iter().any(|s| s.gateway == Some(v)) {
             NotAllocatable::Gateway
-        } else if self.network == Some(v) {
+        } else if subnet.network == Some(v) {
             NotAllocatable::NetworkAddress
         } else {
             NotAllocatable::BroadcastAddress
@@ -177,6 +279,57 @@ impl IpPoolConfig {
     fn value(&self, ip: IpAddr) -> Option<u128> {
         (Family::of(&ip) == self.family).then(|| to_u128(ip))
     }
+}
+
+/// How a subnet is named in a message: the top-level fields or an entry of `spec.subnets`.
+fn subnet_name(index: usize) -> String {
+    if index == 0 { "spec.addresses".to_owned() } else { format!("spec.subnets[{}]", index - 1) }
+}
+
+/// One subnet's addresses, exclusions, gateway and prefix, each checked against the family of the ones before it.
+fn parse_subnet(
+    f: &SubnetFields<'_>,
+    family: &mut Option<Family>,
+) -> Result<(AddressList, AddressList, Option<u128>, u8), IpPoolSpecError> {
+    let field = |name: &str| format!("{}.{name}", f.path);
+    let list = parse_list(f.addresses).map_err(|e| IpPoolSpecError::new(field("addresses"), e.to_string()))?;
+    let own = match list.family() {
+        Ok(Some(own)) => own,
+        Ok(None) => return Err(IpPoolSpecError::new(field("addresses"), "addresses is required")),
+        Err(()) => {
+            return Err(IpPoolSpecError::new(field("addresses"), "provided addresses are of mixed IP families"));
+        }
+    };
+    if family.is_some_and(|f| f != own) {
+        return Err(IpPoolSpecError::new(field("addresses"), "every subnet of a pool is of the pool's IP family"));
+    }
+    *family = Some(own);
+    let excluded =
+        parse_list(f.excluded).map_err(|e| IpPoolSpecError::new(field("excludedAddresses"), e.to_string()))?;
+    if excluded.entries.iter().any(|e| e.family != own) {
+        return Err(IpPoolSpecError::new(
+            field("excludedAddresses"),
+            "addresses and excluded addresses are of mixed IP families",
+        ));
+    }
+    let gateway = match f.gateway.filter(|g| !g.is_empty()) {
+        None => None,
+        Some(g) => {
+            let ip = parse_ip(g).map_err(|e| IpPoolSpecError::new(field("gateway"), e))?;
+            if Family::of(&ip) != own {
+                return Err(IpPoolSpecError::new(
+                    field("gateway"),
+                    "provided gateway and addresses are of mixed IP families",
+                ));
+            }
+            Some(to_u128(ip))
+        }
+    };
+    let prefix = u8::try_from(f.prefix)
+        .ok()
+        .filter(|p| *p <= own.bits())
+        .ok_or_else(|| IpPoolSpecError::new(field("prefix"), "provided prefix is not valid"))?;
+    Ok((list, excluded, gateway, prefix))
 }
 
 /// Why a specific address could not be reserved.
@@ -198,13 +351,16 @@ pub struct FamilyChanged;
 #[error("no address available")]
 pub struct Exhausted;
 
-/// The state of one IP pool: its config, the addresses in use (wherever they are) and the free set.
+/// The state of one IP pool: its config, the addresses in use (wherever they are) and the free sets.
 ///
-/// `free = allocatable − in_use` is kept up to date on every change, so allocation takes its first element.
+/// `free[i] = allocatable(subnet i) − in_use` is kept up to date on every change, and `with_free` names the subnets
+/// whose free set is not empty, so allocation takes the first element of the first of them.
 #[derive(Clone, Debug)]
 pub struct IpPoolAllocator {
     config: IpPoolConfig,
-    free: RangeSet,
+    /// One free set per subnet, in the config's order.
+    free: Vec<RangeSet>,
+    with_free: BTreeSet<usize>,
     in_use: RangeSet,
     /// Extra holders of an address already in `in_use` (two IPAddresses with one address: never made by us, but
     /// possible after a restore); releasing one holder must not free the address.
@@ -217,8 +373,17 @@ pub struct IpPoolAllocator {
 
 impl IpPoolAllocator {
     pub fn new(config: IpPoolConfig) -> Self {
-        let free = config.allocatable.clone();
-        Self { config, free, in_use: RangeSet::new(), duplicates: HashMap::new(), used: 0, out_of_range: 0 }
+        let mut s = Self {
+            free: Vec::new(),
+            with_free: BTreeSet::new(),
+            config,
+            in_use: RangeSet::new(),
+            duplicates: HashMap::new(),
+            used: 0,
+            out_of_range: 0,
+        };
+        s.compute_free();
+        s
     }
 
     /// The state after loading every address in use (`None` for an address that does not parse).
@@ -239,17 +404,24 @@ impl IpPoolAllocator {
             }
         }
         let in_use_set = RangeSet::from_ranges(values.iter().map(|v| (*v, *v)));
+        let out_of_range = unparsable + values.iter().filter(|v| !config.allocatable.contains(**v)).count() as u64;
         let mut s = Self {
-            free: RangeSet::new(),
+            free: Vec::new(),
+            with_free: BTreeSet::new(),
             in_use: in_use_set,
             duplicates,
             used: values.len() as u64 + unparsable,
-            out_of_range: unparsable,
-            config: config.clone(),
+            out_of_range,
+            config,
         };
-        s.out_of_range += values.iter().filter(|v| !config.allocatable.contains(**v)).count() as u64;
-        s.free = config.allocatable.difference(&s.in_use);
+        s.compute_free();
         s
+    }
+
+    /// `free` and `with_free` from the config and `in_use`.
+    fn compute_free(&mut self) {
+        self.free = self.config.subnets.iter().map(|s| s.allocatable.difference(&self.in_use)).collect();
+        self.with_free = (0..self.free.len()).filter(|i| !self.free[*i].is_empty()).collect();
     }
 
     pub fn config(&self) -> &IpPoolConfig {
@@ -268,8 +440,8 @@ impl IpPoolAllocator {
         }
         let unparsable_or_foreign = self.out_of_range - self.count_out_of_range(&self.config);
         self.out_of_range = unparsable_or_foreign + self.count_out_of_range(&config);
-        self.free = config.allocatable.difference(&self.in_use);
         self.config = config;
+        self.compute_free();
         Ok(())
     }
 
@@ -284,19 +456,35 @@ impl IpPoolAllocator {
         n
     }
 
-    /// Hands out the lowest free address.
+    /// Hands out the lowest free address of the first subnet that has one.
     pub fn allocate(&mut self) -> Result<IpAddr, Exhausted> {
-        let v = self.free.pop_first().ok_or(Exhausted)?;
+        let subnet = *self.with_free.first().ok_or(Exhausted)?;
+        let v = self.free[subnet].pop_first().ok_or(Exhausted)?;
+        if self.free[subnet].is_empty() {
+            self.with_free.remove(&subnet);
+        }
         self.in_use.insert(v);
         self.used += 1;
         Ok(self.config.family.addr(v))
+    }
+
+    /// Takes `v` out of its subnet's free set; false when it was not free.
+    fn take_free(&mut self, v: u128) -> bool {
+        let Some(subnet) = self.config.subnet_of_value(v) else { return false };
+        if !self.free[subnet].remove(v) {
+            return false;
+        }
+        if self.free[subnet].is_empty() {
+            self.with_free.remove(&subnet);
+        }
+        true
     }
 
     /// Hands out a specific address (requested or pre-allocated) if it is allocatable and free.
     pub fn reserve(&mut self, ip: IpAddr) -> Result<(), ReserveError> {
         self.config.check(ip).map_err(|reason| ReserveError::NotAllocatable { address: ip, reason })?;
         let v = to_u128(ip);
-        if !self.free.remove(v) {
+        if !self.take_free(v) {
             return Err(ReserveError::Taken(ip));
         }
         self.in_use.insert(v);
@@ -317,7 +505,7 @@ impl IpPoolAllocator {
         if !self.in_use.insert(v) {
             *self.duplicates.entry(v).or_default() += 1;
         }
-        self.free.remove(v);
+        self.take_free(v);
     }
 
     /// Releases one holder of an address (the inverse of `allocate`, `reserve` or `record`).
@@ -337,8 +525,12 @@ impl IpPoolAllocator {
             }
             return;
         }
-        if self.in_use.remove(v) && self.config.allocatable.contains(v) {
-            self.free.insert(v);
+        if self.in_use.remove(v)
+            && self.config.allocatable.contains(v)
+            && let Some(subnet) = self.config.subnet_of_value(v)
+        {
+            self.free[subnet].insert(v);
+            self.with_free.insert(subnet);
         }
     }
 
@@ -348,7 +540,7 @@ impl IpPoolAllocator {
 
     /// Whether nothing is free (the next `allocate` would fail).
     pub fn is_exhausted(&self) -> bool {
-        self.free.is_empty()
+        self.with_free.is_empty()
     }
 
     /// The counts of docs/compatibility.md D4.
@@ -356,8 +548,8 @@ impl IpPoolAllocator {
         PoolCounts::new(self.config.total, self.used, self.out_of_range)
     }
 
-    /// The free set (for tests and diagnostics).
-    pub fn free(&self) -> &RangeSet {
-        &self.free
+    /// The free addresses of every subnet (for tests and diagnostics).
+    pub fn free(&self) -> RangeSet {
+        self.free.iter().fold(RangeSet::new(), |all, f| all.union(f))
     }
 }

@@ -9,7 +9,9 @@ mod rangeset;
 pub mod validate;
 
 pub use address::{Family, format_ranges, parse_entry, parse_list};
-pub use ip_pool::{Exhausted, FamilyChanged, IpPoolAllocator, IpPoolConfig, IpPoolSpec, NotAllocatable, ReserveError};
+pub use ip_pool::{
+    Exhausted, FamilyChanged, IpPoolAllocator, IpPoolConfig, IpPoolSpec, IpSubnetSpec, NotAllocatable, ReserveError,
+};
 pub use prefix_pool::{Allocation, PrefixExhausted, PrefixPoolAllocator, PrefixPoolConfig, PrefixPoolSpec};
 pub use rangeset::RangeSet;
 

@@ -13,8 +13,10 @@ use super::prefix_pool::{Allocation, PrefixPoolConfig, PrefixPoolSpec, effective
 
 mod claim;
 mod prefix;
+mod subnets;
 pub use claim::{ClaimAsking, pin_names, requested_ip_finding, requested_prefix_finding};
 pub use prefix::{prefix_pool_non_allocatable, prefix_pool_warnings, validate_prefix_pool};
+pub use subnets::subnet_gateway_findings;
 
 /// How a field is wrong, as in Kubernetes' `field.Error` types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,6 +215,11 @@ pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<Fie
     if !errs.is_empty() {
         return errs;
     }
+    // docs/compatibility.md D19; nothing for a pool without subnets, which the Go provider's rules alone judge.
+    errs.extend(subnets::validate_subnets(spec, family));
+    if !errs.is_empty() {
+        return errs;
+    }
     if let Some(pre) = extras.pre_allocations {
         match IpPoolConfig::new(spec) {
             Ok(config) => validate_pre_allocations(&config, pre, &mut errs),
@@ -228,22 +235,29 @@ pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<Fie
 /// provider admits both and copies the gateway to every IPAddress; so do we, with this as a warning. `None` for a
 /// spec [`validate_ip_pool`] refuses.
 pub fn ip_pool_gateway_finding(spec: &IpPoolSpec) -> Option<FieldError> {
-    let gateway = spec.gateway.as_deref().filter(|g| !g.is_empty())?;
+    subnet_finding("spec.gateway", spec.gateway.as_deref()?, &spec.addresses, spec.prefix)
+}
+
+/// The finding of D12 about one subnet's gateway (the top-level one or an entry of `spec.subnets`).
+fn subnet_finding(field: &str, gateway: &str, addresses: &[String], prefix: i64) -> Option<FieldError> {
+    if gateway.is_empty() {
+        return None;
+    }
     let ip = parse_ip(gateway).ok()?;
     if ip.is_unspecified() {
         return Some(FieldError::invalid(
-            "spec.gateway",
+            field,
             quote(gateway),
             "is the unspecified address; every IPAddress of the pool carries it as its gateway",
         ));
     }
     let family = Family::of(&ip);
-    let lowest = spec.addresses.iter().filter_map(|a| parse_entry(a).ok()).map(|r| r.start).min()?;
-    let prefix = u8::try_from(spec.prefix).ok().filter(|p| *p <= family.bits())?;
+    let lowest = addresses.iter().filter_map(|a| parse_entry(a).ok()).map(|r| r.start).min()?;
+    let prefix = u8::try_from(prefix).ok().filter(|p| *p <= family.bits())?;
     let (net_start, net_end) = block(family, lowest, prefix);
     (family == Family::V4 && !(net_start..=net_end).contains(&to_u128(ip))).then(|| {
         FieldError::invalid(
-            "spec.gateway",
+            field,
             quote(gateway),
             format!("is not in the pool's subnet {}/{prefix}", family.addr(net_start)),
         )

@@ -33,7 +33,8 @@ enum Allocator {
 /// The configuration a pool spec parses to.
 #[derive(Clone, Debug, PartialEq)]
 enum Config {
-    Ip(IpPoolConfig, Option<String>),
+    /// With the gateway of each subnet, as written (top-level first).
+    Ip(IpPoolConfig, Vec<Option<String>>),
     Prefix(PrefixPoolConfig, Option<String>),
 }
 
@@ -50,8 +51,10 @@ struct PoolState {
     spec: Option<PoolSpec>,
     config_error: Option<String>,
     allocator: Option<Allocator>,
+    /// The top-level prefix of an IP pool, or the allocation length of a prefix pool.
     prefix: i64,
-    gateway: Option<String>,
+    /// The gateway of each subnet as written (docs/compatibility.md D19), top-level first; one for a prefix pool.
+    gateways: Vec<Option<String>>,
     holders: HashMap<ObjectKey, Holding>,
     /// Claims that found the pool exhausted, oldest first: one is woken for each address that frees up.
     waiters: VecDeque<ObjectKey>,
@@ -130,19 +133,19 @@ impl Registry {
             Ok(config) => {
                 state.config_error = None;
                 match (&mut state.allocator, config) {
-                    (Some(Allocator::Ip(a)), Config::Ip(c, gateway)) => {
+                    (Some(Allocator::Ip(a)), Config::Ip(c, gateways)) => {
                         if a.apply_config(c.clone()).is_ok() {
                             state.prefix = i64::from(c.prefix());
-                            state.gateway = gateway;
+                            state.gateways = gateways;
                         } else {
                             // The other family: the addresses in use are rebuilt from the holders, never dropped.
-                            state.rebuild(Config::Ip(c, gateway));
+                            state.rebuild(Config::Ip(c, gateways));
                         }
                     }
                     (Some(Allocator::Prefix(a)), Config::Prefix(c, gateway)) => {
                         state.prefix = i64::from(c.allocation_length());
                         a.apply_config(c);
-                        state.gateway = gateway;
+                        state.gateways = vec![gateway];
                     }
                     (_, config) => state.rebuild(config),
                 }

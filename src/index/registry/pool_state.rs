@@ -14,9 +14,9 @@ impl PoolState {
         let held: Vec<Held> = self.holders.values().map(|h| h.held).collect();
         self.find_duplicates();
         self.allocator = Some(match config {
-            Config::Ip(c, gateway) => {
+            Config::Ip(c, gateways) => {
                 self.prefix = i64::from(c.prefix());
-                self.gateway = gateway;
+                self.gateways = gateways;
                 Allocator::Ip(IpPoolAllocator::rebuild(
                     c,
                     held.iter().map(|h| match h {
@@ -27,7 +27,7 @@ impl PoolState {
             }
             Config::Prefix(c, gateway) => {
                 self.prefix = i64::from(c.allocation_length());
-                self.gateway = gateway;
+                self.gateways = vec![gateway];
                 Allocator::Prefix(PrefixPoolAllocator::rebuild(
                     c,
                     held.iter().map(|h| match h {
@@ -230,8 +230,18 @@ fn sort_key(held: Held) -> (bool, u128, u8) {
     }
 }
 
+/// What an IPAddress holding `held` says: its address, and the prefix and gateway of the subnet it is in (an address no
+/// subnet holds, which only an edit strands, gets the top-level ones).
 pub(super) fn assigned(state: &PoolState, held: Held) -> Option<Assigned> {
-    Some(Assigned { address: held.address()?, prefix: state.prefix, gateway: state.gateway.clone() })
+    let address = held.address()?;
+    let subnet = match (&state.allocator, held) {
+        (Some(Allocator::Ip(a)), Held::Ip(Some(ip))) => {
+            a.config().subnet_of(ip).and_then(|i| Some((i, a.config().subnet_prefix(i)?)))
+        }
+        _ => None,
+    };
+    let (index, prefix) = subnet.map_or((0, state.prefix), |(i, prefix)| (i, i64::from(prefix)));
+    Some(Assigned { address, prefix, gateway: state.gateways.get(index).cloned().flatten() })
 }
 
 /// An IPv6 address as [`parse_ip`] reads it.
@@ -243,12 +253,18 @@ pub(super) fn parse_ipv6(s: &str) -> Option<Ipv6Addr> {
 }
 
 pub(super) fn parse_config(spec: &PoolSpec) -> Result<Config, String> {
-    let gateway = spec.gateway().filter(|g| !g.is_empty()).map(str::to_owned);
+    let written = |g: Option<&String>| g.filter(|g| !g.is_empty()).cloned();
     match spec {
         PoolSpec::Prefix(spec) => {
+            let gateway = written(spec.gateway.as_ref());
             Ok(Config::Prefix(PrefixPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?, gateway))
         }
-        PoolSpec::Ip(spec) => Ok(Config::Ip(IpPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?, gateway)),
+        PoolSpec::Ip(spec) => {
+            let gateways = std::iter::once(written(spec.gateway.as_ref()))
+                .chain(spec.subnets.iter().flatten().map(|s| written(s.gateway.as_ref())))
+                .collect();
+            Ok(Config::Ip(IpPoolConfig::new(&spec.to_ipam()).map_err(|e| e.to_string())?, gateways))
+        }
     }
 }
 

@@ -477,3 +477,28 @@ fn duplicates_without_a_hold_are_grouped_again() {
     assert_eq!(left.iter().map(|d| d.holders.clone()).collect::<Vec<_>>(), [vec![obj("a"), obj("c")]]);
     assert_eq!(left[0].held, prefix("fd00::", 64), "named by the widest hold left");
 }
+
+#[test]
+fn an_address_of_a_later_subnet_carries_that_subnets_prefix_and_gateway_also_when_asked_for_again() {
+    let mut r = Registry::new();
+    let subnets = json!({
+        "addresses": ["10.0.0.1"], "prefix": 24, "gateway": "10.0.0.254",
+        "subnets": [
+            {"addresses": ["10.0.1.1"], "prefix": 25, "gateway": "10.0.1.126"},
+            {"addresses": ["10.0.2.1"], "prefix": 26}
+        ]
+    });
+    r.apply_spec(&pool(), &spec(pool().kind, subnets));
+    let got = |r: &mut Registry, n: &str| {
+        let a = r.allocate(&pool(), &obj(n), None).unwrap();
+        (a.address.to_string(), a.prefix, a.gateway)
+    };
+    assert_eq!(got(&mut r, "a"), ("10.0.0.1".to_owned(), 24, Some("10.0.0.254".to_owned())));
+    assert_eq!(got(&mut r, "b"), ("10.0.1.1".to_owned(), 25, Some("10.0.1.126".to_owned())));
+    assert_eq!(got(&mut r, "c"), ("10.0.2.1".to_owned(), 26, None));
+    // A retry (the hold is kept) and a requested address read their subnet too.
+    assert_eq!(got(&mut r, "b"), ("10.0.1.1".to_owned(), 25, Some("10.0.1.126".to_owned())));
+    r.forget(&pool(), &obj("b"));
+    let asked = r.allocate(&pool(), &obj("d"), Some("10.0.1.1")).unwrap();
+    assert_eq!((asked.prefix, asked.gateway.as_deref()), (25, Some("10.0.1.126")));
+}

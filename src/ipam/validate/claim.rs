@@ -86,7 +86,7 @@ mod tests {
             prefix: 24,
             gateway: Some("10.0.0.1".to_owned()),
             excluded_addresses: vec!["10.0.0.200-10.0.0.210".to_owned()],
-            allocate_reserved_ip_addresses: false,
+            ..Default::default()
         })
         .expect("valid")
     }

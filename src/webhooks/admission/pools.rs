@@ -9,7 +9,8 @@ use crate::ipam::address::Family;
 use crate::ipam::prefix_pool::effective_allocation_length;
 use crate::ipam::validate::{
     FieldError, InUse, IpPoolExtras, first_overlap, ip_pool_gateway_finding, ip_pool_stranded_addresses, pin_warnings,
-    pins_in_use, prefix_pool_non_allocatable, prefix_pool_warnings, quote_list, validate_ip_pool, validate_prefix_pool,
+    pins_in_use, prefix_pool_non_allocatable, prefix_pool_warnings, quote_list, subnet_gateway_findings,
+    validate_ip_pool, validate_prefix_pool,
 };
 use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
 
@@ -33,10 +34,16 @@ pub(super) async fn validate_ip(
     if !errs.is_empty() {
         return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
     }
-    // On create, and on update when the gateway changed: a pool admitted before stays admissible.
-    let gateway_finding =
-        ip_pool_gateway_finding(&new.to_ipam()).filter(|_| old.as_ref().is_none_or(|o| o.gateway != new.gateway));
-    if let Some(finding) = &gateway_finding
+    // On create, and on update when the gateway (or a subnet) changed: a pool admitted before stays admissible.
+    let ipam_spec = new.to_ipam();
+    let mut gateway_findings: Vec<FieldError> = ip_pool_gateway_finding(&ipam_spec)
+        .filter(|_| old.as_ref().is_none_or(|o| o.gateway != new.gateway))
+        .into_iter()
+        .collect();
+    if old.as_ref().is_none_or(|o| o.subnets != new.subnets) {
+        gateway_findings.extend(subnet_gateway_findings(&ipam_spec));
+    }
+    if let Some(finding) = gateway_findings.first()
         && ctx.reject_gateway_outside_subnet
     {
         let refused = FieldError {
@@ -79,7 +86,7 @@ pub(super) async fn validate_ip(
     }
     let mut outcome = Outcome::allow();
     outcome.warnings.extend(pin_warnings(kind.is_global(), new.pre_allocations.as_ref()));
-    outcome.warnings.extend(gateway_finding.map(|f| {
+    outcome.warnings.extend(gateway_findings.iter().map(|f| {
         format!(
             "{}: {} {} (admitted as the Go provider admits it; --reject-gateway-outside-subnet refuses it)",
             f.field, f.value, f.detail
