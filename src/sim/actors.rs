@@ -195,6 +195,18 @@ impl World {
         if bound {
             return Ok(());
         }
+        // A new address is one its pool hands out, so it has a subnet, whose prefix and gateway it carries (D19).
+        if term_pool != PoolId::Prefix {
+            let (prefix, gateway) = Shape::addressing(term_pool, held.address());
+            let carried = (object.pointer("/spec/prefix").and_then(Value::as_i64), object.pointer("/spec/gateway"));
+            if carried != (Some(prefix), Some(&json!(gateway))) {
+                return Err(format!(
+                    "WRONG SUBNET: IPAddress {claim} is created holding {held} with prefix {:?} and gateway {:?}, not \
+                     its subnet's {prefix} and {gateway}",
+                    carried.0, carried.1
+                ));
+            }
+        }
         let Some(pool) = self.live_index().and_then(|index| index.peek(|s| s.pool(&term_pool.pool_key()))) else {
             return Ok(());
         };

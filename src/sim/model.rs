@@ -85,13 +85,21 @@ impl PoolId {
     }
 }
 
-/// The spec of a pool, small: `size` consecutive addresses (IPv4 or IPv6) after `offset`, or for the prefix pool
-/// the first `size` /64s of fd10::/62 (size 2 or 4).
+/// The spec of a pool, small: `size` consecutive addresses (IPv4 or IPv6) after `offset`, and an IP pool's `second`
+/// addresses in a second subnet (docs/compatibility.md D19) of its own prefix and gateway; or for the prefix pool the
+/// first `size` /64s of fd10::/62 (size 2 or 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub v6: bool,
     pub offset: u8,
     pub size: u8,
+    pub second: u8,
+}
+
+/// Where an IP pool's second subnet starts above its base: the /25 (IPv4) or /96 (IPv6) after the first subnet's /24
+/// or /64.
+fn second_subnet(v6: bool) -> u128 {
+    if v6 { 1 << 64 } else { 256 }
 }
 
 impl Shape {
@@ -104,12 +112,33 @@ impl Shape {
             _ => {
                 let (first, last) = (self.first(), self.first() + u128::from(self.size) - 1);
                 let range = format!("{}-{}", self.ip(pool, first), self.ip(pool, last));
-                if self.v6 {
-                    json!({"addresses": [range], "prefix": 64, "gateway": self.ip(pool, 0xff).to_string()})
-                } else {
-                    json!({"addresses": [range], "prefix": 24, "gateway": self.ip(pool, 254).to_string()})
+                let (prefix, gateway) = Shape::addressing(pool, self.ip(pool, first));
+                // `subnets: null` takes a second subnet away in the merge patch of an edit.
+                let mut spec = json!({"addresses": [range], "prefix": prefix, "gateway": gateway, "subnets": null});
+                if self.second > 0 {
+                    let at = second_subnet(self.v6);
+                    let range = format!("{}-{}", self.ip(pool, at + 1), self.ip(pool, at + u128::from(self.second)));
+                    let (prefix, gateway) = Shape::addressing(pool, self.ip(pool, at + 1));
+                    spec["subnets"] = json!([{"addresses": [range], "prefix": prefix, "gateway": gateway}]);
                 }
+                spec
             }
+        }
+    }
+
+    /// The prefix and gateway of the subnet of an IP pool that `address` is in, whatever the pool's shape: the pool's
+    /// /24 (gateway .254) or /64 (gateway ::ff), or the /25 (gateway .126) or /96 (gateway ::ff) of its second subnet.
+    pub fn addressing(pool: PoolId, address: IpAddr) -> (i64, String) {
+        let v6 = address.is_ipv6();
+        let shape = Shape { v6, offset: 0, size: 0, second: 0 };
+        let at = second_subnet(v6);
+        let second = Held::of_address(pool, &json!({"spec": {"address": address.to_string()}}))
+            .is_some_and(|h| h.start >= shape.base(pool) + at);
+        match (v6, second) {
+            (false, false) => (24, shape.ip(pool, 254).to_string()),
+            (false, true) => (25, shape.ip(pool, at + 126).to_string()),
+            (true, false) => (64, shape.ip(pool, 0xff).to_string()),
+            (true, true) => (96, shape.ip(pool, at + 0xff).to_string()),
         }
     }
 
@@ -141,8 +170,12 @@ impl Shape {
             }
             _ => {
                 let base = self.base(pool);
+                let len = if self.v6 { 128 } else { 32 };
+                let second = base + second_subnet(self.v6) + 1;
                 (0..u128::from(self.size))
-                    .map(|i| Held { v6: self.v6, start: base + self.first() + i, len: if self.v6 { 128 } else { 32 } })
+                    .map(|i| base + self.first() + i)
+                    .chain((0..u128::from(self.second)).map(|i| second + i))
+                    .map(|start| Held { v6: self.v6, start, len })
                     .collect()
             }
         }
@@ -224,12 +257,24 @@ mod tests {
 
     #[test]
     fn shapes_list_what_the_allocator_hands_out() {
-        let shape = Shape { v6: false, offset: 1, size: 3 };
+        let shape = Shape { v6: false, offset: 1, size: 3, second: 2 };
         assert_eq!(shape.spec(PoolId::Ip(0))["addresses"], json!(["10.0.0.2-10.0.0.4"]));
+        assert_eq!(
+            shape.spec(PoolId::Global)["subnets"],
+            json!([{"addresses": ["10.1.1.1-10.1.1.2"], "prefix": 25, "gateway": "10.1.1.126"}])
+        );
         let held: Vec<String> = shape.allocatable(PoolId::Global).iter().map(ToString::to_string).collect();
-        assert_eq!(held, ["10.1.0.2", "10.1.0.3", "10.1.0.4"]);
-        let v6 = Shape { v6: true, offset: 0, size: 2 };
+        assert_eq!(held, ["10.1.0.2", "10.1.0.3", "10.1.0.4", "10.1.1.1", "10.1.1.2"]);
+        let v6 = Shape { v6: true, offset: 0, size: 2, second: 1 };
         assert_eq!(v6.spec(PoolId::Ip(1))["addresses"], json!(["fd00::1-fd00::2"]));
+        assert_eq!(
+            v6.spec(PoolId::Ip(1))["subnets"],
+            json!([{"addresses": ["fd00:0:0:1::1-fd00:0:0:1::1"], "prefix": 96, "gateway": "fd00:0:0:1::ff"}])
+        );
+        let ip = |s: &str| s.parse().unwrap();
+        assert_eq!(Shape::addressing(PoolId::Ip(0), ip("10.0.0.3")), (24, "10.0.0.254".to_owned()));
+        assert_eq!(Shape::addressing(PoolId::Global, ip("10.1.1.2")), (25, "10.1.1.126".to_owned()));
+        assert_eq!(Shape::addressing(PoolId::Ip(0), ip("fd00::2")), (64, "fd00::ff".to_owned()));
         let prefixes: Vec<String> = v6.allocatable(PoolId::Prefix).iter().map(ToString::to_string).collect();
         assert_eq!(prefixes, ["fd10::/64", "fd10:0:0:1::/64"]);
         let a = Held::of_entry(PoolId::Prefix, "fd10:0:0:1::/64").unwrap();

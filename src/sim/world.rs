@@ -568,7 +568,10 @@ impl World {
             Some(s) => s.v6 != self.rng.chance(15),
             None => self.rng.chance(20),
         };
-        Shape { v6, offset: self.rng.below(3) as u8, size: 1 + self.rng.below(4) as u8 }
+        let (offset, size) = (self.rng.below(3) as u8, 1 + self.rng.below(4) as u8);
+        // Now and then an IP pool of two subnets (docs/compatibility.md D19), which an edit may add or take away.
+        let second = if pool != PoolId::Prefix && self.rng.chance(30) { 1 + self.rng.below(2) as u8 } else { 0 };
+        Shape { v6, offset, size, second }
     }
 
     fn create_pool(&mut self, pool: PoolId) {
