@@ -471,9 +471,14 @@ spec:
         .await
     }
 
-    /// Waits until both claims of machine `m-<i>` are bound and its network data holds both addresses; returns
-    /// (IPv4, IPv6).
+    /// Waits until both claims of machine `m-<i>` are bound and its network data holds both addresses, with the
+    /// first subnet's netmask and gateway; returns (IPv4, IPv6).
     async fn wait_machine_addresses(site: &Site, i: usize) -> (String, String) {
+        wait_machine_addresses_in(site, i, ("255.255.255.0", "10.40.0.1")).await
+    }
+
+    /// [`wait_machine_addresses`], for an IPv4 address of the subnet of `(netmask, gateway)`.
+    async fn wait_machine_addresses_in(site: &Site, i: usize, subnet: (&str, &str)) -> (String, String) {
         let data = data_of(site, i).await;
         let c = &site.client;
         let within = Duration::from_secs(90);
@@ -481,8 +486,12 @@ spec:
         let v6 = address_of(&CAPI.wait_bound_within(c, NS, &format!("{data}-{V6_POOL}"), within).await);
         let network = wait_network_data(site, i, &v4).await;
         assert!(network.contains(&format!("ip_address: {v6}\n")), "{network}");
-        // The pool's prefix and gateway reach the host too.
-        assert!(network.contains("netmask: 255.255.255.0\n") && network.contains("gateway: 10.40.0.1\n"), "{network}");
+        // The prefix and gateway of the address's subnet reach the host too.
+        let (netmask, gateway) = subnet;
+        assert!(
+            network.contains(&format!("netmask: {netmask}\n")) && network.contains(&format!("gateway: {gateway}\n")),
+            "{network}"
+        );
         assert!(network.contains("netmask: 'ffff:ffff:ffff:ffff::'"), "{network}");
         (v4, v6)
     }
@@ -577,6 +586,24 @@ spec:
         assert_eq!(support::claims::names(&claims.items), expected, "only m-2's claims are left");
         // Each address was allocated once: two per machine, and m-2's IPv4 address once it was freed.
         assert_eq!(site.plane.audited_writes("create", "ipaddresses", NS, OUR_AGENT), 6);
+
+        // The pool gets a second subnet (docs/compatibility.md D19). Its first subnet has one free address, which
+        // m-3 gets; m-4 then gets the second subnet's, and CAPM3 renders that subnet's netmask and gateway.
+        site.apply(
+            Some(NS),
+            &format!(
+                "apiVersion: ipam.cluster.x-k8s.io/v1alpha2\nkind: InClusterIPPool\nmetadata: {{name: {V4_POOL}}}\n\
+                 spec: {{addresses: [10.40.0.10-10.40.0.11], prefix: 24, gateway: 10.40.0.1,\n\
+                 subnets: [{{addresses: [10.41.0.10], prefix: 25, gateway: 10.41.0.1}}]}}\n"
+            ),
+        );
+        add_machine(&site, 3);
+        let (a3, _) = wait_machine_addresses(&site, 3).await;
+        add_machine(&site, 4);
+        let (a4, _) = wait_machine_addresses_in(&site, 4, ("255.255.255.128", "10.41.0.1")).await;
+        assert_eq!((a3.as_str(), a4.as_str()), (a1.as_str(), "10.41.0.10"), "the first subnet first, then the second");
+        wait_pool_counts(c, "InClusterIPPool", NS, V4_POOL, (3, 3, 0, 0)).await;
+        assert_no_duplicates(&addresses(c, NS).await);
         assert_eq!(site.our_complaints(), Vec::<String>::new());
         assert!(site.consumer.is_running(), "{}", site.consumer.log_tail(40));
     }

@@ -313,6 +313,89 @@ async fn the_update_guard_keeps_allocated_addresses_allocatable() {
     }
 }
 
+/// docs/compatibility.md D19 through the real API server and our webhook over TLS: each entry of `spec.subnets` is
+/// judged with its own field path, an edit may reorder subnets but not take away one whose address is in use, and a
+/// subnet's gateway outside its network is a warning naming the entry.
+#[tokio::test]
+async fn a_pool_of_several_subnets_is_judged_entry_by_entry_and_keeps_its_addresses_in_use() {
+    let env = TestEnv::with_manager("subnets").await;
+    let first = json!({"addresses": ["10.8.0.10-10.8.0.20"], "prefix": 24, "gateway": "10.8.0.1"});
+    let with = |subnets: Value| {
+        let mut spec = first.clone();
+        spec["subnets"] = subnets;
+        spec
+    };
+    let second = json!({"addresses": ["10.8.1.10-10.8.1.20"], "prefix": 25, "gateway": "10.8.1.1"});
+    let third = json!({"addresses": ["10.8.2.10"], "prefix": 24});
+    for kind in IP_KINDS {
+        let name = unique_name("subnets");
+        let sharing = with(json!([{"addresses": ["10.8.0.20-10.8.0.21"], "prefix": 24}]));
+        assert_rejected(
+            create(&env, kind, &name, sharing).await,
+            422,
+            "spec.subnets[0].addresses",
+            "address 10.8.0.20 is in spec.addresses too",
+        );
+        let bad_gateway = with(json!([second, {"addresses": ["10.8.2.10"], "prefix": 24, "gateway": "fd00::1"}]));
+        assert_rejected(
+            create(&env, kind, &name, bad_gateway).await,
+            422,
+            "spec.subnets[1].gateway",
+            "provided gateway and addresses are of mixed IP families",
+        );
+        create(&env, kind, &name, with(json!([second, third]))).await.expect("a pool of three subnets");
+        let addr = ip_address(&env.namespace, &unique_name("addr"), kind, &name, "10.8.1.10", 25);
+        addresses_api(&env).create(&PostParams::default(), &addr).await.expect("IPAddress");
+        assert_rejected(
+            update_spec(&env, kind, &name, with(json!([third]))).await,
+            400,
+            "spec.addresses",
+            "pool addresses do not contain allocated addresses: [10.8.1.10-10.8.1.10]",
+        );
+        update_spec(&env, kind, &name, with(json!([third, second]))).await.expect("reordered");
+        let namespace = format!("--namespace={}", env.namespace);
+        let resource = kind.to_lowercase();
+        let mut args = vec!["patch", &resource, &name, "--type=json", "-p"];
+        let patch = r#"[{"op": "add", "path": "/spec/subnets/0/gateway", "value": "10.9.9.1"}]"#;
+        args.push(patch);
+        if !is_global(kind) {
+            args.push(&namespace);
+        }
+        let out = env.plane.kubectl_output(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("Warning: spec.subnets[0].gateway: \"10.9.9.1\" is not in the pool's subnet 10.8.2.0/24"),
+            "{stderr}"
+        );
+    }
+}
+
+/// Claims of a pool of two subnets: the first subnet's one address, then the second's, each IPAddress with its own
+/// subnet's prefix and gateway, which Cluster API's webhook takes.
+#[tokio::test]
+async fn claims_get_the_second_subnet_with_its_prefix_and_gateway_once_the_first_is_full() {
+    let env = TestEnv::with_manager("subnets-claims").await;
+    let name = unique_name("two");
+    let spec = json!({
+        "addresses": ["10.8.3.10"], "prefix": 24, "gateway": "10.8.3.1",
+        "subnets": [{"addresses": ["10.8.4.10"], "prefix": 26, "gateway": "10.8.4.1"}]
+    });
+    create(&env, "GlobalInClusterIPPool", &name, spec).await.expect("pool");
+    let capi = support::claims::Capi::V1Beta2;
+    let mut got = Vec::new();
+    for claim in ["first", "second"] {
+        capi.create_claim(&env.client, &env.namespace, claim, "GlobalInClusterIPPool", &name).await;
+        let address = capi.wait_bound(&env.client, &env.namespace, claim).await;
+        let spec = &address.data["spec"];
+        got.push((spec["address"].clone(), spec["prefix"].clone(), spec["gateway"].clone()));
+    }
+    assert_eq!(
+        got,
+        [(json!("10.8.3.10"), json!(24), json!("10.8.3.1")), (json!("10.8.4.10"), json!(26), json!("10.8.4.1")),]
+    );
+}
+
 #[tokio::test]
 async fn the_delete_guard_honours_both_skip_annotations() {
     let env = TestEnv::with_manager("delete").await;
@@ -497,7 +580,8 @@ async fn a_v1alpha2_pool_survives_a_v1alpha1_read_modify_write() {
         let spec = json!({
             "addresses": ["10.7.0.10-10.7.0.20"], "prefix": 24, "gateway": "10.7.0.1",
             "excludedAddresses": ["10.7.0.15"], "allocateReservedIPAddresses": true,
-            "addressReuseGracePeriodSeconds": 45
+            "addressReuseGracePeriodSeconds": 45,
+            "subnets": [{"addresses": ["10.7.1.10-10.7.1.20"], "prefix": 25, "gateway": "10.7.1.1"}]
         });
         let before = create(&env, kind, &name, spec.clone()).await.expect("create v1alpha2");
         // A v1alpha1 client writes back what it read, with a label of its own (reading again when the controller
@@ -507,6 +591,7 @@ async fn a_v1alpha2_pool_survives_a_v1alpha1_read_modify_write() {
             let mut v1 = v1_api.get(&name).await.expect("read as v1alpha1");
             assert_eq!(v1.data["spec"]["addresses"], json!(["10.7.0.10-10.7.0.20"]));
             assert!(v1.data["spec"].get("excludedAddresses").is_none(), "v1alpha1 has no such field");
+            assert!(v1.data["spec"].get("subnets").is_none(), "v1alpha1 has no such field");
             v1.metadata.labels.get_or_insert_with(Default::default).insert("touched".into(), "yes".into());
             match v1_api.replace(&name, &PostParams::default(), &v1).await {
                 Ok(_) => break,
@@ -692,7 +777,7 @@ async fn v1beta1_reviews_and_the_defaulting_patch() {
 }
 
 /// What `make run` applies (the example Cluster, pools of every shape and CAPV/CAPM3-style claims) passes the real
-/// Cluster API schema and webhooks and ours, as a server-side dry run; the invalid example is refused, fields named.
+/// Cluster API schema and webhooks and ours, as a server-side dry run; the invalid examples are refused, fields named.
 #[tokio::test]
 async fn the_examples_pass_cluster_api_and_our_admission() {
     let env = TestEnv::with_manager("examples").await;
@@ -711,4 +796,5 @@ async fn the_examples_pass_cluster_api_and_our_admission() {
         !invalid.status.success() && stderr.contains("spec.addresses") && stderr.contains("mixed IP families"),
         "{stderr}"
     );
+    assert!(stderr.contains("spec.subnets[0].addresses: Invalid value") && stderr.contains("is in spec.addresses too"));
 }

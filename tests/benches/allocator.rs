@@ -11,13 +11,27 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
 use capi_ipam::ipam::{
-    Allocation, IpPoolAllocator, IpPoolConfig, IpPoolSpec, PrefixPoolAllocator, PrefixPoolConfig, PrefixPoolSpec,
+    Allocation, IpPoolAllocator, IpPoolConfig, IpPoolSpec, IpSubnetSpec, PrefixPoolAllocator, PrefixPoolConfig,
+    PrefixPoolSpec,
 };
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 fn pool_10_0_0_0_8() -> IpPoolConfig {
     IpPoolConfig::new(&IpPoolSpec { addresses: vec!["10.0.0.0/8".into()], prefix: 8, ..Default::default() })
         .expect("valid pool")
+}
+
+/// A pool of 32 subnets: 31 of one address each (11.0.0.0 to 11.0.0.30, /32), then 10.0.0.0/8; with the 31 addresses.
+fn pool_of_32_subnets() -> (IpPoolConfig, Vec<IpAddr>) {
+    let tiny: Vec<String> = (0..31).map(|i| format!("11.0.0.{i}")).collect();
+    let subnets = tiny[1..]
+        .iter()
+        .map(|a| IpSubnetSpec { addresses: vec![a.clone()], prefix: 32, ..Default::default() })
+        .chain(std::iter::once(IpSubnetSpec { addresses: vec!["10.0.0.0/8".into()], prefix: 8, ..Default::default() }))
+        .collect();
+    let spec = IpPoolSpec { addresses: vec![tiny[0].clone()], prefix: 32, subnets, ..Default::default() };
+    let full = tiny.iter().map(|a| a.parse().expect("address")).collect();
+    (IpPoolConfig::new(&spec).expect("valid pool"), full)
 }
 
 /// The first `n` allocatable addresses of the pool: what lowest-first allocation leaves behind.
@@ -68,6 +82,18 @@ fn allocation(c: &mut Criterion) {
             b.iter(|| {
                 let ip = ours_fragmented.allocate().expect("free address");
                 ours_fragmented.release(Some(black_box(ip)));
+            })
+        });
+
+        // Ours, a pool of 32 subnets (D19) whose first 31 (one address each) are full: the same /8 as the last
+        // subnet, with the same addresses in use; the full subnets are skipped in O(log subnets).
+        let (subnets, full) = pool_of_32_subnets();
+        let in_all = full.into_iter().chain(in_use.iter().map(|v| family.addr(*v))).map(Some);
+        let mut ours_subnets = IpPoolAllocator::rebuild(subnets, in_all);
+        group.bench_function(BenchmarkId::new("ours-32-subnets", label), |b| {
+            b.iter(|| {
+                let ip = ours_subnets.allocate().expect("free address");
+                ours_subnets.release(Some(black_box(ip)));
             })
         });
 

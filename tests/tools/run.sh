@@ -75,7 +75,7 @@ sleep 0.6 # one pool status flush
 echo
 k get inclusterippools,inclusterprefixpools -n default
 echo
-k get globalinclusterippools shared-vips
+k get globalinclusterippools shared-vips racks
 echo
 k get globalinclusterprefixpools tenant-prefixes
 echo

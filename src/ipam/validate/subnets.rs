@@ -4,7 +4,7 @@
 
 use super::{FieldError, MIXED_FAMILIES, parse_entries, quote, quote_list, single_family, subnet_finding, too_large};
 use crate::ipam::address::{Family, block, parse_ip};
-use crate::ipam::ip_pool::{IpPoolConfig, IpPoolSpec, MAX_SUBNETS};
+use crate::ipam::ip_pool::{IpPoolConfig, IpPoolSpec, IpSubnetSpec, MAX_SUBNETS};
 
 /// The findings about `spec.subnets`, for a spec whose top-level fields are valid and of `family`.
 pub(super) fn validate_subnets(spec: &IpPoolSpec, family: Family) -> Vec<FieldError> {
@@ -104,11 +104,13 @@ fn value_of(spec: &IpPoolSpec, field: &str) -> String {
 }
 
 /// The gateway findings of D12 for each entry of `spec.subnets` (the top-level one is
-/// [`super::ip_pool_gateway_finding`]'s).
-pub fn subnet_gateway_findings(spec: &IpPoolSpec) -> Vec<FieldError> {
+/// [`super::ip_pool_gateway_finding`]'s) that is not in `before` as it is now: an entry admitted before stays
+/// admissible, wherever an edit moves it.
+pub fn subnet_gateway_findings(spec: &IpPoolSpec, before: &[IpSubnetSpec]) -> Vec<FieldError> {
     spec.subnets
         .iter()
         .enumerate()
+        .filter(|(_, s)| !before.contains(s))
         .filter_map(|(i, s)| {
             subnet_finding(&format!("spec.subnets[{i}].gateway"), s.gateway.as_deref()?, &s.addresses, s.prefix)
         })
@@ -119,7 +121,7 @@ pub fn subnet_gateway_findings(spec: &IpPoolSpec) -> Vec<FieldError> {
 mod tests {
     use super::super::{IpPoolExtras, validate_ip_pool};
     use super::*;
-    use crate::ipam::ip_pool::{IpPoolAllocator, IpSubnetSpec, NotAllocatable};
+    use crate::ipam::ip_pool::{IpPoolAllocator, NotAllocatable};
 
     fn subnet(addresses: &[&str], prefix: i64, gateway: Option<&str>) -> IpSubnetSpec {
         IpSubnetSpec {
@@ -256,10 +258,14 @@ mod tests {
     fn a_subnets_gateway_outside_its_network_is_a_warning_naming_it() {
         let spec =
             pool(vec![subnet(&["10.0.1.1"], 24, Some("10.0.1.254")), subnet(&["10.0.2.1"], 24, Some("10.0.9.1"))]);
-        let findings: Vec<String> = subnet_gateway_findings(&spec).iter().map(ToString::to_string).collect();
+        let findings: Vec<String> = subnet_gateway_findings(&spec, &[]).iter().map(ToString::to_string).collect();
         assert_eq!(
             findings,
             ["spec.subnets[1].gateway: Invalid value: \"10.0.9.1\": is not in the pool's subnet 10.0.2.0/24"]
         );
+        // Admitted before (here as the first entry), it is not judged again when the edit moves it.
+        let mut moved = spec.clone();
+        moved.subnets.reverse();
+        assert_eq!(subnet_gateway_findings(&moved, &spec.subnets[1..]), Vec::new());
     }
 }

@@ -34,15 +34,15 @@ pub(super) async fn validate_ip(
     if !errs.is_empty() {
         return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
     }
-    // On create, and on update when the gateway (or a subnet) changed: a pool admitted before stays admissible.
+    // On create, and on update when the gateway (or a subnet) is new or changed: a pool admitted before stays
+    // admissible.
     let ipam_spec = new.to_ipam();
     let mut gateway_findings: Vec<FieldError> = ip_pool_gateway_finding(&ipam_spec)
         .filter(|_| old.as_ref().is_none_or(|o| o.gateway != new.gateway))
         .into_iter()
         .collect();
-    if old.as_ref().is_none_or(|o| o.subnets != new.subnets) {
-        gateway_findings.extend(subnet_gateway_findings(&ipam_spec));
-    }
+    let before = old.as_ref().map(|o| o.to_ipam().subnets).unwrap_or_default();
+    gateway_findings.extend(subnet_gateway_findings(&ipam_spec, &before));
     if let Some(finding) = gateway_findings.first()
         && ctx.reject_gateway_outside_subnet
     {
