@@ -212,6 +212,12 @@ mod tests {
             err(pool(vec![subnet(&["fd00::1"], 64, None)])),
             "spec.subnets[0].addresses: every subnet of a pool is of the pool's IP family"
         );
+        // The same base is not the same network when the prefix differs.
+        assert_eq!(
+            err(pool(vec![subnet(&["10.0.0.100-10.0.0.110"], 25, None)])),
+            "spec.subnets[0].prefix: subnet 10.0.0.0/25 overlaps subnet 10.0.0.0/24 of spec.addresses: subnets \
+             must be the same network or disjoint ones"
+        );
         // The same network split in two is one network.
         IpPoolConfig::new(&pool(vec![subnet(&["10.0.0.100-10.0.0.110"], 24, Some("10.0.0.1"))])).expect("valid");
     }
