@@ -202,16 +202,7 @@ pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<Fie
         errs.push(FieldError::invalid("spec.prefix", spec.prefix.to_string(), "provided prefix is not valid"));
         return errs;
     };
-    let (net_start, net_end) = block(family, lowest, prefix);
-    for (i, r) in &addresses {
-        if r.start < net_start || r.end > net_end {
-            errs.push(FieldError::invalid(
-                format!("spec.addresses[{i}]"),
-                quote(&spec.addresses[*i]),
-                "provided address belongs to a different subnet than others",
-            ));
-        }
-    }
+    errs.extend(outside_subnet("spec.addresses", &spec.addresses, &addresses, block(family, lowest, prefix)));
     if !errs.is_empty() {
         return errs;
     }
@@ -227,6 +218,27 @@ pub fn validate_ip_pool(spec: &IpPoolSpec, extras: &IpPoolExtras<'_>) -> Vec<Fie
         }
     }
     errs
+}
+
+/// The entries of `field` (parsed as `parsed`) outside the subnet `block` of the lowest of them: the Go provider's
+/// "different subnet" rule.
+fn outside_subnet(
+    field: &str,
+    texts: &[String],
+    parsed: &[(usize, super::address::AddressRange)],
+    (net_start, net_end): (u128, u128),
+) -> Vec<FieldError> {
+    parsed
+        .iter()
+        .filter(|(_, r)| r.start < net_start || r.end > net_end)
+        .map(|(i, _)| {
+            FieldError::invalid(
+                format!("{field}[{i}]"),
+                quote(&texts[*i]),
+                "provided address belongs to a different subnet than others",
+            )
+        })
+        .collect()
 }
 
 /// A gateway that cannot be the gateway of the pool's hosts (docs/compatibility.md D12): the unspecified address

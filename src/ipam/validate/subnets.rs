@@ -2,7 +2,10 @@
 //! messages that name `spec.subnets[i].…`, then what holds between subnets (one family, no shared address, the same
 //! network or disjoint ones), which [`IpPoolConfig::new`] decides for the allocator and the webhook alike.
 
-use super::{FieldError, MIXED_FAMILIES, parse_entries, quote, quote_list, single_family, subnet_finding, too_large};
+use super::{
+    FieldError, MIXED_FAMILIES, outside_subnet, parse_entries, quote, quote_list, single_family, subnet_finding,
+    too_large,
+};
 use crate::ipam::address::{Family, block, parse_ip};
 use crate::ipam::ip_pool::{IpPoolConfig, IpPoolSpec, IpSubnetSpec, MAX_SUBNETS};
 
@@ -70,16 +73,7 @@ pub(super) fn validate_subnets(spec: &IpPoolSpec, family: Family) -> Vec<FieldEr
             continue;
         }
         let lowest = addresses.iter().map(|(_, r)| r.start).min().unwrap_or_default();
-        let (net_start, net_end) = block(family, lowest, prefix);
-        for (j, r) in &addresses {
-            if r.start < net_start || r.end > net_end {
-                errs.push(FieldError::invalid(
-                    format!("{addresses_field}[{j}]"),
-                    quote(&subnet.addresses[*j]),
-                    "provided address belongs to a different subnet than others",
-                ));
-            }
-        }
+        errs.extend(outside_subnet(&addresses_field, &subnet.addresses, &addresses, block(family, lowest, prefix)));
     }
     if !errs.is_empty() {
         return errs;
