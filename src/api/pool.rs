@@ -17,13 +17,6 @@ pub enum PoolSpec {
 }
 
 impl PoolSpec {
-    pub fn gateway(&self) -> Option<&str> {
-        match self {
-            PoolSpec::Ip(s) => s.gateway.as_deref(),
-            PoolSpec::Prefix(s) => s.gateway.as_deref(),
-        }
-    }
-
     /// `spec.preAllocations[claim]` (IP pools only).
     pub fn pre_allocation(&self, claim: &str) -> Option<&str> {
         match self {

@@ -213,17 +213,6 @@ impl IpPoolConfig {
         self.subnets[0].prefix
     }
 
-    /// The gateway of the top-level subnet.
-    pub fn gateway(&self) -> Option<IpAddr> {
-        self.subnets[0].gateway.map(|g| self.family.addr(g))
-    }
-
-    /// The inferred subnet `<lowest address>/<prefix>` of the top-level fields, as its first and last address.
-    pub fn subnet(&self) -> (IpAddr, IpAddr) {
-        let (s, e) = self.subnets[0].block;
-        (self.family.addr(s), self.family.addr(e))
-    }
-
     /// The number of subnets: 1 + the entries of `spec.subnets`.
     pub fn subnet_count(&self) -> usize {
         self.subnets.len()
