@@ -141,8 +141,7 @@ impl IpPoolConfig {
         let mut family = None;
         let mut parsed = Vec::with_capacity(fields.len());
         for f in &fields {
-            let (list, excluded, gateway, prefix) = parse_subnet(f, &mut family)?;
-            parsed.push((list, excluded, gateway, prefix));
+            parsed.push(parse_subnet(f, &mut family)?);
         }
         let family = family.expect("the top-level subnet has addresses");
         let pool_excluded = parsed[0].1.set.clone();

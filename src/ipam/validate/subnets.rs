@@ -11,6 +11,9 @@ use crate::ipam::ip_pool::{IpPoolConfig, IpPoolSpec, IpSubnetSpec, MAX_SUBNETS};
 
 /// The findings about `spec.subnets`, for a spec whose top-level fields are valid and of `family`.
 pub(super) fn validate_subnets(spec: &IpPoolSpec, family: Family) -> Vec<FieldError> {
+    if spec.subnets.is_empty() {
+        return Vec::new();
+    }
     if spec.subnets.len() > MAX_SUBNETS {
         return vec![FieldError::too_many("spec.subnets", spec.subnets.len(), MAX_SUBNETS)];
     }

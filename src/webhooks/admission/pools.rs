@@ -30,19 +30,20 @@ pub(super) async fn validate_ip(
         address_reuse_grace_period_seconds: new.address_reuse_grace_period_seconds.map(i64::from),
         pre_allocations: new.pre_allocations.as_ref(),
     };
-    let errs = validate_ip_pool(&new.to_ipam(), &extras);
+    let ipam_spec = new.to_ipam();
+    let old_ipam_spec = old.as_ref().map(IPPoolSpec::to_ipam);
+    let errs = validate_ip_pool(&ipam_spec, &extras);
     if !errs.is_empty() {
         return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
     }
     // On create, and on update when the gateway (or a subnet) is new or changed: a pool admitted before stays
     // admissible.
-    let ipam_spec = new.to_ipam();
     let mut gateway_findings: Vec<FieldError> = ip_pool_gateway_finding(&ipam_spec)
         .filter(|_| old.as_ref().is_none_or(|o| o.gateway != new.gateway))
         .into_iter()
         .collect();
-    let before = old.as_ref().map(|o| o.to_ipam().subnets).unwrap_or_default();
-    gateway_findings.extend(subnet_gateway_findings(&ipam_spec, &before));
+    let before = old_ipam_spec.as_ref().map_or(&[][..], |o| o.subnets.as_slice());
+    gateway_findings.extend(subnet_gateway_findings(&ipam_spec, before));
     if let Some(finding) = gateway_findings.first()
         && ctx.reject_gateway_outside_subnet
     {
@@ -52,11 +53,11 @@ pub(super) async fn validate_ip(
         };
         return Outcome::deny(invalid(kind.kind(), &request.name, &[refused]));
     }
-    let config = match IpPoolConfig::new(&new.to_ipam()) {
+    let config = match IpPoolConfig::new(&ipam_spec) {
         Ok(c) => c,
         Err(e) => return deny_spec(kind, &request.name, e),
     };
-    let changed = old.as_ref().is_none_or(|o| o.to_ipam() != new.to_ipam());
+    let changed = old_ipam_spec.as_ref() != Some(&ipam_spec);
     let old_pins = old.as_ref().and_then(|o| o.pre_allocations.as_ref());
     let pins_changed = new.pre_allocations.as_ref().is_some_and(|pins| Some(pins) != old_pins);
     // Only a spec change can strand an allocated address: an update of the metadata alone (our finalizer, the
