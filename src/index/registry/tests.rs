@@ -502,3 +502,29 @@ fn an_address_of_a_later_subnet_carries_that_subnets_prefix_and_gateway_also_whe
     let asked = r.allocate(&pool(), &obj("d"), Some("10.0.1.1")).unwrap();
     assert_eq!((asked.prefix, asked.gateway.as_deref()), (25, Some("10.0.1.126")));
 }
+
+/// helper-123 F1, helper-125 F1 (docs/testing.md, orders left): a hold whose subnet the spec lost (a pool made again by
+/// GitOps from a manifest without it, while the claim's IPAddress is gone) keeps its address, counted out of range, and
+/// its IPAddress made again carries the top-level prefix and gateway. Changing that is a decision, not an accident.
+#[test]
+fn a_hold_whose_subnet_the_spec_lost_keeps_its_address_with_the_top_level_prefix_and_gateway() {
+    let mut r = Registry::new();
+    let two = json!({
+        "addresses": ["10.0.0.1"], "prefix": 24, "gateway": "10.0.0.254",
+        "subnets": [{"addresses": ["10.0.1.1"], "prefix": 25, "gateway": "10.0.1.126"}]
+    });
+    r.apply_spec(&pool(), &spec(pool().kind, two));
+    r.record(&pool(), &obj("a"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
+    r.record(&pool(), &obj("b"), Held::Ip(Some("10.0.1.1".parse().unwrap())));
+    r.remove_spec(&pool());
+    let one = json!({"addresses": ["10.0.0.1"], "prefix": 24, "gateway": "10.0.0.254"});
+    r.apply_spec(&pool(), &spec(pool().kind, one));
+    r.unconfirm(&pool(), &obj("b"));
+    let again = r.allocate(&pool(), &obj("b"), None).unwrap();
+    assert_eq!(
+        (again.address.to_string(), again.prefix, again.gateway.as_deref()),
+        ("10.0.1.1".to_owned(), 24, Some("10.0.0.254"))
+    );
+    let (counts, _) = r.counts(&pool());
+    assert_eq!((counts.total, counts.used, counts.free, counts.out_of_range), (1, 2, 0, 1));
+}
