@@ -130,17 +130,20 @@ async fn a_sigkill_in_the_middle_of_a_burst_hands_out_no_address_twice() {
     let mut manager = Manager::started(Plane::shared(), Launch::default(), &["--insecure-diagnostics"]).await;
     create_pool(c, "InClusterIPPool", ns, "pool", json!({"addresses": ["10.60.0.0/23"], "prefix": 23})).await;
     let total = 300;
-    CAPI.create_claims(c, ns, total, "InClusterIPPool", "pool").await;
     let claims = CAPI.claims(c, ns);
-    // Kill it once some, not all, claims are bound: counted from a list of one item and the rest's count, so each
-    // look is cheap and quick (a full list of hundreds, on a busy machine, let the burst finish between two looks).
-    eventually(Duration::from_secs(60), "some claims bound", || async {
+    // Kill it once some, not all, claims are bound, while the burst is still being created: counted from a list of
+    // one item and the rest's count, so each look is cheap. (Looking only once every claim was created let a busy
+    // machine's manager bind them all first.)
+    let some_bound = eventually(Duration::from_secs(60), "some claims bound", || async {
         let page = CAPI.addresses(c, ns).list(&ListParams::default().limit(1)).await.ok()?;
         let n = page.items.len() as i64 + page.metadata.remaining_item_count.unwrap_or(0);
         (n >= 40).then_some(())
-    })
-    .await;
-    manager.kill();
+    });
+    let kill = async {
+        some_bound.await;
+        manager.kill();
+    };
+    tokio::join!(CAPI.create_claims(c, ns, total, "InClusterIPPool", "pool"), kill);
     let bound_at_kill = CAPI.addresses(c, ns).list(&Default::default()).await.expect("list").items.len();
     assert!(bound_at_kill < total, "the kill came mid-burst ({bound_at_kill} of {total} bound)");
     let _restarted = tokio::task::spawn_blocking(move || {
