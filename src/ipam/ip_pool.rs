@@ -1,6 +1,6 @@
 //! IP pools (`InClusterIPPool`, `GlobalInClusterIPPool`): the allocatable set of a spec, and the allocator state
-//! (addresses in use, free addresses, counts) that hands out the lowest free address of the first subnet that has one,
-//! in O(log n).
+//! (addresses in use, free addresses, counts) that hands out a free address of the first subnet that has one: the
+//! lowest in O(log n), or as the pool's allocation strategy orders them ([`super::strategy`]).
 //!
 //! A pool is one or more subnets (docs/compatibility.md D19): the top-level `addresses`, `prefix` and `gateway` are the
 //! first, `spec.subnets[]` the others, used in that order once the ones before them are full. Subnets never share an
@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use super::address::{AddressList, Family, block, parse_ip, parse_list, to_u128};
+use super::strategy::{AllocationStrategy, Order};
 use super::{PoolCounts, RangeSet};
 
 /// The fields of an IP pool spec the allocator needs, as written by the user.
@@ -24,6 +25,7 @@ pub struct IpPoolSpec {
     pub allocate_reserved_ip_addresses: bool,
     /// `spec.subnets[]`: the subnets after the top-level one, in the order they are used.
     pub subnets: Vec<IpSubnetSpec>,
+    pub allocation_strategy: AllocationStrategy,
 }
 
 /// One entry of `spec.subnets[]`.
@@ -106,6 +108,7 @@ pub struct IpPoolConfig {
     owners: BTreeMap<u128, (u128, usize)>,
     allocatable: RangeSet,
     total: u128,
+    strategy: AllocationStrategy,
 }
 
 /// One subnet's fields, as written, with the path they are reported under.
@@ -200,7 +203,15 @@ impl IpPoolConfig {
         }
         let allocatable = subnets.iter().fold(RangeSet::new(), |all, s| all.union(&s.allocatable));
         let total = subnets.iter().fold(0u128, |n, s| n.saturating_add(s.allocatable.len()));
-        Ok(Self { family, subnets, excluded: pool_excluded, owners, allocatable, total })
+        Ok(Self {
+            family,
+            subnets,
+            excluded: pool_excluded,
+            owners,
+            allocatable,
+            total,
+            strategy: spec.allocation_strategy,
+        })
     }
 
     pub fn family(&self) -> Family {
@@ -210,6 +221,15 @@ impl IpPoolConfig {
     /// The prefix of the top-level subnet.
     pub fn prefix(&self) -> u8 {
         self.subnets[0].prefix
+    }
+
+    pub fn strategy(&self) -> AllocationStrategy {
+        self.strategy
+    }
+
+    /// The allocatable addresses of each subnet, the top-level one first.
+    pub fn subnet_allocatable(&self) -> impl Iterator<Item = &RangeSet> {
+        self.subnets.iter().map(|s| &s.allocatable)
     }
 
     /// The number of subnets: 1 + the entries of `spec.subnets`.
@@ -342,7 +362,7 @@ pub struct Exhausted;
 /// The state of one IP pool: its config, the addresses in use (wherever they are) and the free sets.
 ///
 /// `free[i] = allocatable(subnet i) − in_use` is kept up to date on every change, and `with_free` names the subnets
-/// whose free set is not empty, so allocation takes the first element of the first of them.
+/// whose free set is not empty, so allocation takes the element `order` picks of the first of them.
 #[derive(Clone, Debug)]
 pub struct IpPoolAllocator {
     config: IpPoolConfig,
@@ -357,6 +377,8 @@ pub struct IpPoolAllocator {
     used: u64,
     /// Records that are not allocatable under the current config.
     out_of_range: u64,
+    /// The allocation strategy's state: which free address comes next.
+    order: Order,
 }
 
 impl IpPoolAllocator {
@@ -369,6 +391,7 @@ impl IpPoolAllocator {
             duplicates: HashMap::new(),
             used: 0,
             out_of_range: 0,
+            order: Order::Sequential,
         };
         s.compute_free();
         s
@@ -401,15 +424,32 @@ impl IpPoolAllocator {
             used: values.len() as u64 + unparsable,
             out_of_range,
             config,
+            order: Order::Sequential,
         };
         s.compute_free();
         s
     }
 
-    /// `free` and `with_free` from the config and `in_use`.
+    /// `free`, `with_free` and the strategy's state from the config and `in_use`, keeping what the strategy knew.
     fn compute_free(&mut self) {
         self.free = self.config.subnets.iter().map(|s| s.allocatable.difference(&self.in_use)).collect();
         self.with_free = (0..self.free.len()).filter(|i| !self.free[*i].is_empty()).collect();
+        let previous = std::mem::replace(&mut self.order, Order::Sequential);
+        let subnets = &self.config.subnets;
+        let highest_used = |s: usize| {
+            let a: &RangeSet = &subnets[s].allocatable;
+            self.in_use.clipped(a.first()?, a.last()?).last()
+        };
+        // A new random stream for each state of the pool: a restart does not replay the draws of the last run.
+        let seed = self.in_use.iter().fold(self.used, |h, (s, e)| h.rotate_left(5) ^ (s as u64) ^ ((e >> 64) as u64));
+        self.order = Order::new(
+            self.config.strategy,
+            previous,
+            &self.free,
+            |v| self.config.subnet_of_value(v),
+            highest_used,
+            seed,
+        );
     }
 
     pub fn config(&self) -> &IpPoolConfig {
@@ -444,12 +484,14 @@ impl IpPoolAllocator {
         n
     }
 
-    /// Hands out the lowest free address of the first subnet that has one.
+    /// Hands out a free address of the first subnet that has one: the one the strategy picks (the lowest by default).
     pub fn allocate(&mut self) -> Result<IpAddr, Exhausted> {
         let subnet = *self.with_free.first().ok_or(Exhausted)?;
-        let v = self.free[subnet].pop_first().ok_or(Exhausted)?;
-        if self.free[subnet].is_empty() {
-            self.with_free.remove(&subnet);
+        let v = self.order.pick(subnet, &self.free[subnet]).ok_or(Exhausted)?;
+        if !self.take_free(v) {
+            // The strategy's state and the free set disagree: never hand out what is not free (the tests compare the
+            // two after every step, so this is not reached).
+            return Err(Exhausted);
         }
         self.in_use.insert(v);
         self.used += 1;
@@ -465,6 +507,7 @@ impl IpPoolAllocator {
         if self.free[subnet].is_empty() {
             self.with_free.remove(&subnet);
         }
+        self.order.taken(subnet, v);
         true
     }
 
@@ -519,6 +562,7 @@ impl IpPoolAllocator {
         {
             self.free[subnet].insert(v);
             self.with_free.insert(subnet);
+            self.order.released(subnet, v);
         }
     }
 
@@ -539,5 +583,12 @@ impl IpPoolAllocator {
     /// The free addresses of every subnet (for tests and diagnostics).
     pub fn free(&self) -> RangeSet {
         self.free.iter().fold(RangeSet::new(), |all, f| all.union(f))
+    }
+
+    /// `LeastRecentlyReleased`'s partition of each subnet's free set: never used, released before the window, the
+    /// window oldest first (for tests).
+    #[cfg(test)]
+    pub(crate) fn recency(&self) -> Option<Vec<(RangeSet, RangeSet, Vec<u128>)>> {
+        self.order.recency()
     }
 }

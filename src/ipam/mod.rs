@@ -6,6 +6,7 @@ pub mod address;
 pub mod ip_pool;
 pub mod prefix_pool;
 mod rangeset;
+pub mod strategy;
 pub mod validate;
 
 pub use address::{Family, format_ranges, parse_entry, parse_list};
@@ -14,6 +15,7 @@ pub use ip_pool::{
 };
 pub use prefix_pool::{Allocation, PrefixExhausted, PrefixPoolAllocator, PrefixPoolConfig, PrefixPoolSpec};
 pub use rangeset::RangeSet;
+pub use strategy::{AllocationStrategy, SplitMix64};
 
 /// The largest count a pool status can show: the CRD fields are int64.
 pub const STATUS_COUNT_CAP: u128 = i64::MAX as u128;

@@ -87,6 +87,23 @@ impl RangeSet {
         self.ranges.first_key_value().map(|(s, _)| *s)
     }
 
+    /// The highest value in the set.
+    pub fn last(&self) -> Option<u128> {
+        self.ranges.last_key_value().map(|(_, e)| *e)
+    }
+
+    /// The `k`-th lowest value (from 0), counting through the ranges: O(ranges).
+    pub fn nth(&self, mut k: u128) -> Option<u128> {
+        for (s, e) in self.iter() {
+            let size = e - s;
+            if k <= size {
+                return Some(s + k);
+            }
+            k -= size + 1;
+        }
+        None
+    }
+
     /// The lowest value in the set that is `>= v`.
     pub fn first_at_or_above(&self, v: u128) -> Option<u128> {
         if self.contains(v) {
@@ -305,6 +322,8 @@ mod tests {
         assert_eq!(s.first_at_or_above(15), Some(15));
         assert_eq!(s.first_at_or_above(21), Some(30));
         assert_eq!(s.first_at_or_above(41), None);
+        assert_eq!(s.last(), Some(40));
+        assert_eq!([0, 10, 11, 21, 22].map(|k| s.nth(k)), [Some(10), Some(20), Some(30), Some(40), None]);
     }
 
     #[test]

@@ -8,6 +8,8 @@ use super::prefix_pool::effective_allocation_length;
 use super::validate::*;
 use super::*;
 
+mod strategies;
+
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("test address")
 }

@@ -1,20 +1,18 @@
 //! A small deterministic random number generator (SplitMix64): one seed fixes every choice of a run, and the same
-//! code gives the same numbers on every machine.
+//! code gives the same numbers on every machine. The generator is the allocator's (`Random` pools draw from it too).
+
+use crate::ipam::SplitMix64;
 
 #[derive(Clone, Debug, Default)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed ^ 0x5851_f42d_4c95_7f2d)
+        Rng(SplitMix64::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A number in `0..n` (`n` > 0).
