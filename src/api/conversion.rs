@@ -10,7 +10,8 @@
 //! v1alpha2 → v1alpha1 restores that v1alpha1 spec when it still converts to the hub's `addresses`, `prefix` and
 //! `gateway` (for both kinds; the Go provider restores stale specs for global pools). The hub fields v1alpha1 cannot
 //! express (`allocateReservedIPAddresses`, `excludedAddresses`, `addressReuseGracePeriodSeconds`, `preAllocations`,
-//! `subnets`) travel in the same annotation on the v1alpha1 object, as the hub spec, and come back on the way up.
+//! `subnets`, `allocationStrategy`) travel in the same annotation on the v1alpha1 object, as the hub spec, and come
+//! back on the way up.
 
 use serde_json::{Map, Value, json};
 
@@ -169,6 +170,7 @@ fn to_hub(object: &Value) -> Result<Value, ConversionError> {
         hub.address_reuse_grace_period_seconds = stored_spec.address_reuse_grace_period_seconds;
         hub.pre_allocations = stored_spec.pre_allocations;
         hub.subnets = stored_spec.subnets;
+        hub.allocation_strategy = stored_spec.allocation_strategy;
     }
 
     // The v1alpha1 spec cannot be rebuilt from the hub when it used subnet/start/end: keep it for v1alpha1 readers.
@@ -212,7 +214,8 @@ fn from_hub(object: &Value) -> Result<Value, ConversionError> {
         || hub.excluded_addresses.is_some()
         || hub.address_reuse_grace_period_seconds.is_some()
         || hub.pre_allocations.is_some()
-        || hub.subnets.is_some();
+        || hub.subnets.is_some()
+        || hub.allocation_strategy.is_some();
     if hub_only {
         let data = json!({"apiVersion": V1ALPHA2, "kind": kind, "spec": to_value(&hub)});
         annotations(&mut metadata).insert(CONVERSION_DATA_ANNOTATION.into(), json!(data.to_string()));

@@ -58,6 +58,42 @@ pub struct IPPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub subnets: Option<Vec<IPPoolSubnet>>,
+
+    /// AllocationStrategy is the order in which a subnet's free addresses are handed out: Sequential (the default,
+    /// the lowest free address), Random (a free address chosen uniformly; not for a subnet of more than 2^63 - 1
+    /// addresses, and cannot be changed to or from after creation) or LeastRecentlyReleased (never-used addresses
+    /// first, then those released longest ago).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "allocation_strategy_schema")]
+    pub allocation_strategy: Option<AllocationStrategy>,
+}
+
+/// A string of the strategies' names: schemars would list `null` among them for the `Option`, which a CRD's enum
+/// cannot hold (an absent field is the default, Sequential).
+fn allocation_strategy_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["Sequential", "Random", "LeastRecentlyReleased"],
+    })
+}
+
+/// `spec.allocationStrategy` of an IP pool (docs/compatibility.md D20).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AllocationStrategy {
+    #[default]
+    Sequential,
+    Random,
+    LeastRecentlyReleased,
+}
+
+impl AllocationStrategy {
+    fn to_ipam(self) -> ipam::AllocationStrategy {
+        match self {
+            AllocationStrategy::Sequential => ipam::AllocationStrategy::Sequential,
+            AllocationStrategy::Random => ipam::AllocationStrategy::Random,
+            AllocationStrategy::LeastRecentlyReleased => ipam::AllocationStrategy::LeastRecentlyReleased,
+        }
+    }
 }
 
 /// One more subnet of an IP pool, with its own addresses, prefix and gateway (docs/compatibility.md D19).
@@ -105,6 +141,7 @@ impl IPPoolSpec {
             excluded_addresses: self.excluded_addresses.clone().unwrap_or_default(),
             allocate_reserved_ip_addresses: self.allocate_reserved_ip_addresses.unwrap_or(false),
             subnets: self.subnets.iter().flatten().map(IPPoolSubnet::to_ipam).collect(),
+            allocation_strategy: self.allocation_strategy.unwrap_or_default().to_ipam(),
         }
     }
 }
