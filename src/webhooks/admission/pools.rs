@@ -8,9 +8,9 @@ use crate::api::v1alpha2::{IPPoolSpec, PrefixPoolSpec};
 use crate::ipam::address::Family;
 use crate::ipam::prefix_pool::effective_allocation_length;
 use crate::ipam::validate::{
-    FieldError, InUse, IpPoolExtras, first_overlap, ip_pool_gateway_finding, ip_pool_stranded_addresses, pin_warnings,
-    pins_in_use, prefix_pool_non_allocatable, prefix_pool_warnings, quote_list, subnet_gateway_findings,
-    validate_ip_pool, validate_prefix_pool,
+    FieldError, InUse, IpPoolExtras, allocation_strategy_findings, first_overlap, ip_pool_gateway_finding,
+    ip_pool_stranded_addresses, pin_warnings, pins_in_use, prefix_pool_non_allocatable, prefix_pool_warnings,
+    quote_list, subnet_gateway_findings, validate_ip_pool, validate_prefix_pool,
 };
 use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
 
@@ -57,6 +57,10 @@ pub(super) async fn validate_ip(
         Ok(c) => c,
         Err(e) => return deny_spec(kind, &request.name, e),
     };
+    let strategy_errs = allocation_strategy_findings(&config, old_ipam_spec.as_ref().map(|o| o.allocation_strategy));
+    if !strategy_errs.is_empty() {
+        return Outcome::deny(invalid(kind.kind(), &request.name, &strategy_errs));
+    }
     let changed = old_ipam_spec.as_ref() != Some(&ipam_spec);
     let old_pins = old.as_ref().and_then(|o| o.pre_allocations.as_ref());
     let pins_changed = new.pre_allocations.as_ref().is_some_and(|pins| Some(pins) != old_pins);
