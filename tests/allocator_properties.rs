@@ -1,7 +1,8 @@
 //! Property tests: the allocator against a naive model (sorted sets of integers) for random pools, exclusions,
 //! gateways, reserved-address settings, allocations, reservations, releases and pool edits. The same addresses must
 //! come out in the same order and the counts must agree after every step. Pools of several subnets (docs/compatibility.md
-//! D19) against the same model, which takes the lowest free address of the first subnet that has one.
+//! D19) against the same model, which takes the lowest free address of the first subnet that has one; and with the
+//! other allocation strategies (D20), which must take a free address of that subnet.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv6Addr};
@@ -9,8 +10,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use capi_ipam::ipam::address::{Family, block, to_u128};
 use capi_ipam::ipam::prefix_pool::PrefixReserveError;
 use capi_ipam::ipam::{
-    Allocation, IpPoolAllocator, IpPoolConfig, IpPoolSpec, IpSubnetSpec, PoolCounts, PrefixPoolAllocator,
-    PrefixPoolConfig, PrefixPoolSpec, ReserveError,
+    Allocation, AllocationStrategy, IpPoolAllocator, IpPoolConfig, IpPoolSpec, IpSubnetSpec, PoolCounts,
+    PrefixPoolAllocator, PrefixPoolConfig, PrefixPoolSpec, ReserveError,
 };
 use proptest::prelude::*;
 
@@ -112,6 +113,7 @@ fn pool(sp: Space) -> impl Strategy<Value = PoolCase> {
                     excluded_addresses: excluded.into_iter().map(|(t, _)| t).collect(),
                     allocate_reserved_ip_addresses: reserved,
                     subnets: Vec::new(),
+                    allocation_strategy: AllocationStrategy::Sequential,
                 },
                 subnets: vec![set],
             }
@@ -192,6 +194,7 @@ fn multi_pool(sp: Space) -> impl Strategy<Value = PoolCase> {
                         .collect(),
                     allocate_reserved_ip_addresses: reserved,
                     subnets: fields[1..].to_vec(),
+                    allocation_strategy: AllocationStrategy::Sequential,
                 },
                 subnets: sets,
             }
@@ -243,8 +246,16 @@ impl Model {
 
     /// The lowest free address of the first subnet that has one.
     fn first_free(&self) -> Option<u128> {
+        self.first_subnet_free().and_then(|free| free.first().copied())
+    }
+
+    /// The free addresses of the first subnet that has one.
+    fn first_subnet_free(&self) -> Option<BTreeSet<u128>> {
         let in_use = self.in_use();
-        self.subnets.iter().find_map(|s| s.iter().copied().find(|v| !in_use.contains_key(v)))
+        self.subnets
+            .iter()
+            .map(|s| s.iter().copied().filter(|v| !in_use.contains_key(v)).collect::<BTreeSet<u128>>())
+            .find(|free| !free.is_empty())
     }
 
     fn counts(&self) -> PoolCounts {
@@ -265,14 +276,24 @@ proptest! {
 
     #[test]
     fn ip_pools_agree_with_the_naive_model((sp, case, ops) in space().prop_flat_map(|sp| (Just(sp.clone()), pool(sp.clone()), ops(sp)))) {
-        agree(&sp, &case, ops)?;
+        agree(&sp, &case, ops, AllocationStrategy::Sequential)?;
     }
 
     #[test]
     fn pools_of_several_subnets_agree_with_the_naive_model(
         (sp, case, ops) in middle_space().prop_flat_map(|sp| (Just(sp.clone()), multi_pool(sp.clone()), multi_ops(sp)))
     ) {
-        agree(&sp, &case, ops)?;
+        agree(&sp, &case, ops, AllocationStrategy::Sequential)?;
+    }
+
+    /// docs/compatibility.md D20: whatever the order, only a free address of the first subnet that has one, and none
+    /// only when every subnet is full, through edits, reservations and records.
+    #[test]
+    fn random_and_least_recently_released_pools_hand_out_only_free_addresses_of_the_first_subnet_with_one(
+        (sp, case, ops) in middle_space().prop_flat_map(|sp| (Just(sp.clone()), multi_pool(sp.clone()), multi_ops(sp))),
+        strategy in prop_oneof![Just(AllocationStrategy::Random), Just(AllocationStrategy::LeastRecentlyReleased)],
+    ) {
+        agree(&sp, &case, ops, strategy)?;
     }
 }
 
@@ -298,19 +319,29 @@ fn multi_ops(sp: Space) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op, 1..80)
 }
 
-/// Runs `ops` on the allocator and the model, comparing every answer and the counts after every step.
-fn agree(sp: &Space, case: &PoolCase, ops: Vec<Op>) -> Result<(), TestCaseError> {
+/// Runs `ops` on the allocator and the model, comparing every answer and the counts after every step. Every spec gets
+/// `strategy`; a `Sequential` pool's addresses must be the model's, another's must be free ones of the same subnet.
+fn agree(sp: &Space, case: &PoolCase, ops: Vec<Op>, strategy: AllocationStrategy) -> Result<(), TestCaseError> {
+    let config = |case: &PoolCase| {
+        IpPoolConfig::new(&IpPoolSpec { allocation_strategy: strategy, ..case.spec.clone() })
+            .expect("generated specs parse")
+    };
     let mut model = Model { subnets: Vec::new(), allocatable: BTreeSet::new(), held: Vec::new() };
     model.set(case);
-    let mut real = IpPoolAllocator::new(IpPoolConfig::new(&case.spec).expect("generated specs parse"));
+    let mut real = IpPoolAllocator::new(config(case));
     prop_assert_eq!(real.config().total(), model.allocatable.len() as u128);
     for op in ops {
         match op {
             Op::Allocate => {
-                let expected = model.first_free();
+                let free = model.first_subnet_free();
                 let got = real.allocate().ok().map(to_u128);
-                prop_assert_eq!(got, expected);
-                if let Some(v) = expected {
+                if strategy == AllocationStrategy::Sequential {
+                    prop_assert_eq!(got, model.first_free());
+                } else {
+                    prop_assert_eq!(got.is_some(), free.is_some());
+                    prop_assert!(got.is_none_or(|v| free.is_some_and(|f| f.contains(&v))), "{:?} is not free", got);
+                }
+                if let Some(v) = got {
                     model.held.push(Some(v));
                 }
             }
@@ -339,8 +370,7 @@ fn agree(sp: &Space, case: &PoolCase, ops: Vec<Op>) -> Result<(), TestCaseError>
                 }
             }
             Op::Edit(new) => {
-                real.apply_config(IpPoolConfig::new(&new.spec).expect("generated specs parse"))
-                    .expect("generated edits keep the family");
+                real.apply_config(config(&new)).expect("generated edits keep the family");
                 model.set(&new);
             }
         }

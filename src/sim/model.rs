@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::server::Kind;
 use crate::api::PoolKind;
 use crate::index::{ObjectKey, PoolKey};
+use crate::ipam::AllocationStrategy;
 
 pub const NAMESPACES: [&str; 2] = ["a", "b"];
 /// Few names, so that claims are deleted and created again under the same name all the time.
@@ -88,12 +89,16 @@ impl PoolId {
 /// The spec of a pool, small: `size` consecutive addresses (IPv4 or IPv6) after `offset`, and an IP pool's `second`
 /// addresses in a second subnet (docs/compatibility.md D19) of its own prefix and gateway; or for the prefix pool the
 /// first `size` /64s of fd10::/62 (size 2 or 4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// `Sequential` is written as no `allocationStrategy` at all (its default), `null` in the merge patch of an edit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Shape {
     pub v6: bool,
     pub offset: u8,
     pub size: u8,
     pub second: u8,
+    /// An IP pool's `spec.allocationStrategy` (docs/compatibility.md D20).
+    pub strategy: AllocationStrategy,
 }
 
 /// Where an IP pool's second subnet starts above its base: the /25 (IPv4) or /96 (IPv6) after the first subnet's /24
@@ -114,7 +119,11 @@ impl Shape {
                 let range = format!("{}-{}", self.ip(pool, first), self.ip(pool, last));
                 let (prefix, gateway) = Shape::addressing(pool, self.ip(pool, first));
                 // `subnets: null` takes a second subnet away in the merge patch of an edit.
-                let mut spec = json!({"addresses": [range], "prefix": prefix, "gateway": gateway, "subnets": null});
+                let mut spec = json!({"addresses": [range], "prefix": prefix, "gateway": gateway, "subnets": null,
+                    "allocationStrategy": null});
+                if self.strategy != AllocationStrategy::Sequential {
+                    spec["allocationStrategy"] = json!(self.strategy.name());
+                }
                 if self.second > 0 {
                     let at = second_subnet(self.v6);
                     let range = format!("{}-{}", self.ip(pool, at + 1), self.ip(pool, at + u128::from(self.second)));
@@ -130,7 +139,7 @@ impl Shape {
     /// /24 (gateway .254) or /64 (gateway ::ff), or the /25 (gateway .126) or /96 (gateway ::ff) of its second subnet.
     pub fn addressing(pool: PoolId, address: IpAddr) -> (i64, String) {
         let v6 = address.is_ipv6();
-        let shape = Shape { v6, offset: 0, size: 0, second: 0 };
+        let shape = Shape { v6, offset: 0, size: 0, ..Shape::default() };
         let at = second_subnet(v6);
         let second = Held::of_address(pool, &json!({"spec": {"address": address.to_string()}}))
             .is_some_and(|h| h.start >= shape.base(pool) + at);
@@ -257,7 +266,7 @@ mod tests {
 
     #[test]
     fn shapes_list_what_the_allocator_hands_out() {
-        let shape = Shape { v6: false, offset: 1, size: 3, second: 2 };
+        let shape = Shape { v6: false, offset: 1, size: 3, second: 2, ..Shape::default() };
         assert_eq!(shape.spec(PoolId::Ip(0))["addresses"], json!(["10.0.0.2-10.0.0.4"]));
         assert_eq!(
             shape.spec(PoolId::Global)["subnets"],
@@ -265,7 +274,7 @@ mod tests {
         );
         let held: Vec<String> = shape.allocatable(PoolId::Global).iter().map(ToString::to_string).collect();
         assert_eq!(held, ["10.1.0.2", "10.1.0.3", "10.1.0.4", "10.1.1.1", "10.1.1.2"]);
-        let v6 = Shape { v6: true, offset: 0, size: 2, second: 1 };
+        let v6 = Shape { v6: true, offset: 0, size: 2, second: 1, ..Shape::default() };
         assert_eq!(v6.spec(PoolId::Ip(1))["addresses"], json!(["fd00::1-fd00::2"]));
         assert_eq!(
             v6.spec(PoolId::Ip(1))["subnets"],

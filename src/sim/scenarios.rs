@@ -17,7 +17,7 @@ use crate::index::ObjectKey;
 fn bound_claim_of_a_pool_of_two() -> (World, PoolId, ObjectKey) {
     let mut w = World::scripted();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", ip);
     w.begin_term();
     w.deliver_all(&[]);
@@ -28,7 +28,7 @@ fn bound_claim_of_a_pool_of_two() -> (World, PoolId, ObjectKey) {
 /// A pool of two addresses and two claims (namespace index and name) bound in it in turn, the first to the first.
 fn two_claims_bound_in(pool: PoolId, first: (usize, &str), second: (usize, &str)) -> (World, ObjectKey, ObjectKey) {
     let mut w = World::scripted();
-    w.create_pool_shaped(pool, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(pool, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let a = w.create_claim_named(first.0, first.1, pool);
     let b = w.create_claim_named(second.0, second.1, pool);
     w.begin_term();
@@ -72,7 +72,7 @@ fn settles_with_ipaddress_made_again(w: &mut World, key: &ObjectKey, address: &V
 #[test]
 fn a_retried_create_that_meets_its_own_ipaddress_keeps_the_address_held_while_it_reads() {
     let mut w = World::scripted();
-    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", PoolId::Ip(0));
     let m1 = w.create_claim_named(0, "m1", PoolId::Ip(0));
     w.begin_term();
@@ -100,7 +100,7 @@ fn a_retried_create_that_meets_its_own_ipaddress_keeps_the_address_held_while_it
 #[test]
 fn an_orphan_whose_release_was_interrupted_is_released_later() {
     let mut w = World::scripted();
-    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", PoolId::Ip(0));
     w.begin_term();
     w.deliver_all(&[]);
@@ -123,7 +123,7 @@ fn an_orphan_whose_release_was_interrupted_is_released_later() {
 #[test]
 fn the_hold_of_an_uncertain_create_goes_with_its_claim() {
     let mut w = World::scripted();
-    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 1, second: 0 });
+    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 1, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", PoolId::Ip(0));
     w.begin_term();
     w.deliver_all(&[]);
@@ -144,7 +144,7 @@ fn the_hold_of_an_uncertain_create_goes_with_its_claim() {
 #[test]
 fn an_orphan_release_leaves_an_ipaddress_adopted_meanwhile_alone() {
     let mut w = World::scripted();
-    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", PoolId::Ip(0));
     w.begin_term();
     w.deliver_all(&[]);
@@ -244,7 +244,7 @@ fn a_release_deletes_its_ipaddress_made_for_an_earlier_claim_of_its_name() {
 fn claim_with_another_controllers_condition() -> (World, ObjectKey, Value) {
     let mut w = World::scripted();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", ip);
     let theirs = json!({"type": "MachineReady", "status": "True", "reason": "Provisioned", "message": "",
                         "lastTransitionTime": "2023-11-14T22:13:20Z"});
@@ -306,7 +306,7 @@ fn a_status_write_read_live_never_lands_on_another_providers_claim_of_the_name()
 #[test]
 fn an_address_that_comes_back_is_adopted_even_when_read_before_the_watch_shows_it() {
     let mut w = World::scripted();
-    w.create_pool_shaped(PoolId::Global, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(PoolId::Global, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let gip = PoolId::Global;
     w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"annotations": { MOVED_AWAY_ANNOTATION: "10.1.0.1" }}}));
     w.create(
@@ -372,7 +372,7 @@ fn moved_away_entries(w: &World) -> String {
 fn claim_of_a_cluster_bound_in_the_global_pool() -> (World, PoolId, ObjectKey, ObjectKey, serde_json::Value) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
@@ -427,7 +427,7 @@ fn the_pool_made_again_reserves_it_across_a_restart(w: &mut World, moved: Value)
 #[test]
 fn an_orphan_whose_claim_owner_the_garbage_collector_took_off_is_released() {
     let mut w = World::scripted();
-    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", PoolId::Ip(0));
     w.begin_term();
     w.deliver_all(&[]);
@@ -452,7 +452,7 @@ fn an_orphan_whose_claim_owner_the_garbage_collector_took_off_is_released() {
 fn an_ipaddress_a_move_left_behind_is_not_adopted_by_a_new_claim_of_its_name() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
@@ -492,7 +492,7 @@ fn an_ipaddress_a_move_left_behind_is_not_adopted_by_a_new_claim_of_its_name() {
 fn an_ipaddress_a_move_left_behind_and_let_go_by_a_new_claim_of_its_name_keeps_its_address_reserved() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
@@ -527,7 +527,7 @@ fn an_ipaddress_a_move_left_behind_and_let_go_by_a_new_claim_of_its_name_keeps_i
 fn a_claim_that_came_back_and_is_deleted_before_it_is_bound_ends_its_reservation() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"annotations": { MOVED_AWAY_ANNOTATION: "10.1.0.1" }}}));
     let cl = cluster(&mut w, true);
     w.begin_term();
@@ -553,7 +553,7 @@ fn a_claim_that_came_back_and_is_deleted_before_it_is_bound_ends_its_reservation
 fn a_new_claim_lets_a_duplicate_being_deleted_under_its_name_go() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let a = w.create_claim_named(0, "m0", gip);
     w.begin_term();
     w.deliver_all(&[]);
@@ -583,7 +583,7 @@ fn a_new_claim_lets_a_duplicate_being_deleted_under_its_name_go() {
 fn a_relist_that_brings_a_newer_ipaddress_of_a_recorded_name_indexes_it() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
@@ -621,7 +621,7 @@ fn a_relist_that_brings_a_newer_ipaddress_of_a_recorded_name_indexes_it() {
 fn a_late_ipaddress_holding_a_reserved_address_under_another_name_is_not_adopted() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let (m3, _) = claim_of_cluster(&mut w, "m3");
     let m4 = w.create_claim_named(1, "m4", gip);
@@ -663,7 +663,7 @@ fn a_late_ipaddress_holding_a_reserved_address_under_another_name_is_not_adopted
 fn a_late_ipaddress_holding_a_reserved_address_is_not_adopted_when_listed_before_its_pool() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, ..Shape::default() });
     w.patch(
         gip.server_kind(),
         &gip.key(),
@@ -738,7 +738,7 @@ fn global_ipaddress(namespace: &str, name: &str, owner_uid: &Value, address: &Va
 fn came_back_beside_a_late_ipaddress() -> (World, PoolId, ObjectKey, ObjectKey, Value) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     let m1 = w.create_claim_named(1, "m1", gip);
@@ -878,8 +878,8 @@ fn a_late_duplicate_is_released_while_the_bound_claim_of_its_address_is_being_de
 fn late_duplicate_of_a_bound_address_under_a_pause(bound_one_deleting: bool) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, second: 0 });
-    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, ..Shape::default() });
+    w.create_pool_shaped(PoolId::Ip(0), Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let m0 = if bound_one_deleting { claim_of_cluster(&mut w, "m0").0 } else { w.create_claim_named(0, "m0", gip) };
     w.begin_term();
@@ -959,7 +959,7 @@ fn a_claim_adopts_only_the_ipaddress_it_judged() {
 fn a_move_too_large_for_the_annotation_loses_nothing_across_a_restart() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3, ..Shape::default() });
     // Room for one entry in the annotation; an API server that refuses two.
     w.limit_annotations(14, 50);
     let cl = cluster(&mut w, false);
@@ -1015,14 +1015,14 @@ fn a_move_too_large_for_the_annotation_loses_nothing_across_a_restart() {
 fn an_address_the_pool_stops_allocating_while_it_is_created_is_not_handed_out() {
     let mut w = World::scripted();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", ip);
     w.begin_term();
     w.deliver_all(&[]);
     w.run_job(Job::Claim(m0.clone()));
     assert!(w.answer_where(is_claim_patch("m0"), Fate::Answered), "the finalizer");
     // The create of 10.0.0.1 is in flight; the edit keeps 10.0.0.2 only, and the pool's watch shows it first.
-    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1, second: 0 });
+    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1, ..Shape::default() });
     w.deliver_all(&[Kind::Pool(ip.kind())]);
     assert!(w.answer_where(is_create, Fate::Answered), "the create");
     w.answer_everything();
@@ -1071,7 +1071,7 @@ fn the_reuse_grace_period_holds_an_address_whether_or_not_its_claim_went_through
     for stripped in [false, true] {
         let mut w = World::scripted();
         let ip = PoolId::Ip(0);
-        w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+        w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
         w.patch(ip.server_kind(), &ip.key(), json!({"spec": {"addressReuseGracePeriodSeconds": 60}}));
         let m0 = w.create_claim_named(0, "m0", ip);
         w.begin_term();
@@ -1139,14 +1139,14 @@ fn a_bound_claim_whose_ipaddress_a_person_deleted_keeps_its_address_across_a_lea
 fn an_uncertain_create_of_an_address_the_pool_stopped_allocating_is_found_out_before_it_is_made_again() {
     let mut w = World::scripted();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", ip);
     w.begin_term();
     w.deliver_all(&[]);
     w.run_job(Job::Claim(m0.clone()));
     assert!(w.answer_where(is_claim_patch("m0"), Fate::Answered), "the finalizer");
     assert!(w.answer_where(is_create, Fate::ServerError), "the create fails, not applied");
-    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1, second: 0 });
+    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1, ..Shape::default() });
     w.deliver_all(&[]);
     w.run_to_rest(Job::Claim(m0.clone()));
     let result = w.finish();
@@ -1180,7 +1180,7 @@ enum Collected {
 fn left_behind_in_a_pool_made_again(collected: Collected) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    let shape = Shape { v6: false, offset: 0, size: 3, second: 0 };
+    let shape = Shape { v6: false, offset: 0, size: 3, ..Shape::default() };
     w.create_pool_shaped(gip, shape);
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
@@ -1290,7 +1290,7 @@ fn new_claims_get_none_of(w: &mut World, moved: &[Value]) {
 fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
     let mut w = World::scripted();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", ip);
     w.begin_term();
     w.deliver_all(&[]);
@@ -1591,7 +1591,7 @@ fn a_late_create_under_a_bound_claim_whose_ipaddress_a_person_deleted_frees_not_
 fn a_claim_bound_again_then_paused_ends_the_reservation_a_leader_change_kept() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     w.patch(gip.server_kind(), &gip.key(), json!({"metadata": {"annotations": { MOVED_AWAY_ANNOTATION: "10.1.0.1" }}}));
     let cl = cluster(&mut w, false);
     w.begin_term();
@@ -1625,12 +1625,12 @@ fn a_claim_bound_again_then_paused_ends_the_reservation_a_leader_change_kept() {
 fn an_ipaddress_made_again_for_a_claim_the_cache_shows_unbound_is_kept_when_it_is_bound_to_it() {
     let mut w = World::scripted();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", ip);
     let held = bound_behind_its_claim_watch(&mut w, &m0);
     assert_eq!(held, "10.0.0.1");
     w.strip_ipaddress_of(m0.clone());
-    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1, second: 0 });
+    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1, ..Shape::default() });
     w.deliver_all(&[Kind::Address]);
     w.deliver_all(&[Kind::Pool(ip.kind())]);
     w.run_to_rest(Job::Claim(m0.clone()));
@@ -1663,7 +1663,7 @@ fn a_late_create_of_a_free_address_under_a_bound_claim_whose_ipaddress_a_person_
     for withdrawal in [Fate::Answered, Fate::AppliedAnswerLost] {
         let mut w = World::scripted();
         let gip = PoolId::Global;
-        w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3, second: 0 });
+        w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3, ..Shape::default() });
         let b = w.create_claim_named(1, "m1", gip);
         w.begin_term();
         w.deliver_all(&[]);
@@ -1837,7 +1837,7 @@ fn an_entry_queued_for_a_pool_deleted_since_is_not_written_into_the_pool_made_ag
     assert!(w.is_pending_moved_away(&gip), "the entry is queued, not written yet\n{}", w.trace_text());
     // GitOps deletes the pool (its finalizer stripped by hand) and makes it again.
     a_person_deletes_the_pool(&mut w, gip);
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     w.deliver_all(&[]);
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     let entries = moved_away_entries(&w);
@@ -1856,7 +1856,7 @@ fn an_entry_queued_for_a_pool_deleted_since_is_not_written_into_the_pool_made_ag
 fn a_restored_claim_that_wins_its_duplicate_does_not_bind_beside_a_binding_in_flight() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m3 = w.create_claim_named(0, "m3", gip);
     w.begin_term();
     w.deliver_all(&[]);
@@ -1902,7 +1902,7 @@ fn a_restored_claim_that_wins_its_duplicate_does_not_bind_beside_a_binding_in_fl
 fn a_restored_ipaddress_is_not_withdrawn_for_a_late_orphan_a_pause_keeps() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, ..Shape::default() });
     w.create(
         Kind::Cluster,
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
@@ -1974,7 +1974,7 @@ fn a_stale_restored_ipaddress_does_not_get_a_paused_moves_left_behind_address() 
 fn a_record_a_relist_did_not_show_is_not_counted_in_a_status_two_managers_write() {
     let mut w = World::scripted_sharded();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", ip);
     w.begin_term();
     w.deliver_all(&[]);
@@ -2081,7 +2081,7 @@ fn a_claim_moved_away_while_the_answer_to_its_create_was_lost_keeps_its_address_
 fn a_create_of_a_cluster_claim_in_flight(size: u8) -> (World, PoolId, ObjectKey, ObjectKey) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
@@ -2098,7 +2098,7 @@ fn a_create_of_a_cluster_claim_in_flight(size: u8) -> (World, PoolId, ObjectKey,
 /// withdrawal of it is in flight. Returns the world, the pool, the Cluster, the claim and the address.
 fn a_withdrawal_of_a_create_put_out_of_range_in_flight() -> (World, PoolId, ObjectKey, ObjectKey, Value) {
     let (mut w, gip, cl, m0) = a_create_of_a_cluster_claim_in_flight(3);
-    w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 2, second: 0 });
+    w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 2, ..Shape::default() });
     w.deliver_all(&[Kind::Pool(gip.kind())]);
     assert!(w.answer_where(is_create, Fate::Answered), "the create");
     let moved = w.read(Kind::Address, &m0).expect("a/m0's IPAddress")["spec"]["address"].clone();
@@ -2245,14 +2245,14 @@ fn a_late_ipaddress_of_a_claim_deleted_in_the_foreground_is_released() {
 fn an_older_event_of_an_ipaddress_we_deleted_does_not_bring_it_back() {
     let mut w = World::scripted();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", ip);
     w.begin_term();
     w.deliver_all(&[]);
     w.run_job(Job::Claim(m0.clone()));
     assert!(w.answer_where(is_claim_patch("m0"), Fate::Answered), "the finalizer");
     w.deliver_all(&[Kind::Claim]);
-    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1, second: 0 });
+    w.edit_pool_shaped(ip, Shape { v6: false, offset: 1, size: 1, ..Shape::default() });
     w.deliver_all(&[Kind::Pool(ip.kind())]);
     assert!(w.answer_where(is_create, Fate::Answered), "the create");
     let finalizer_off = |op: &Op| matches!(op, Op::PatchJson { kind: Kind::Address, .. });
@@ -2282,7 +2282,7 @@ fn an_older_event_of_an_ipaddress_we_deleted_does_not_bring_it_back() {
 fn a_late_status_write_that_would_bind_a_claim_cannot_land_once_its_duplicate_is_withdrawn() {
     let mut w = World::scripted_with_writes_late_anytime();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", gip);
     let m1 = w.create_claim_named(1, "m1", gip);
     w.begin_term();
@@ -2344,7 +2344,7 @@ fn is_status_write(name: &'static str) -> impl Fn(&Op) -> bool {
 fn a_refused_create_of_a_bound_claims_ipaddress_keeps_its_address_held() {
     let mut w = World::scripted();
     let ip = PoolId::Ip(0);
-    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 1, second: 0 });
+    w.create_pool_shaped(ip, Shape { v6: false, offset: 0, size: 1, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", ip);
     w.begin_term();
     w.deliver_all(&[]);
@@ -2415,7 +2415,7 @@ fn a_claim_back_from_a_move_whose_entry_outlived_a_leader_change_makes_its_ipadd
 fn a_claim_released_before_its_cluster_moved_reserves_nothing() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
@@ -2455,7 +2455,7 @@ fn a_claim_a_user_deleted_before_its_paused_cluster_went_reserves_nothing() {
 fn a_claim_a_user_deleted_before_its_paused_cluster_went(relisted: bool) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 1, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
@@ -2503,7 +2503,7 @@ fn a_claim_of_another_shards_pool_stays_that_shards_after_the_pool_goes() {
     for (restart, then) in [(false, "deleted"), (true, "deleted"), (false, "pool made again")] {
         let case = format!("restart: {restart}, then {then}");
         let mut w = World::scripted_sharded();
-        w.create_pool_shaped(SHARD_POOL, Shape { v6: false, offset: 0, size: 2, second: 0 });
+        w.create_pool_shaped(SHARD_POOL, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
         let shard = json!({"metadata": {"labels": { WATCH_FILTER_LABEL: SHARD }}});
         w.patch(SHARD_POOL.server_kind(), &SHARD_POOL.key(), shard.clone());
         let m0 = w.create_claim_named(1, "m0", SHARD_POOL);
@@ -2545,7 +2545,7 @@ fn a_claim_of_another_shards_pool_stays_that_shards_after_the_pool_goes() {
             assert!(w.read(Kind::Address, &m0).is_none(), "{case}: its IPAddress stays:\n{}", w.trace_text());
             assert!(w.read(Kind::Claim, &m0).is_none(), "{case}: the claim stays:\n{}", w.trace_text());
         } else {
-            w.create_pool_shaped(SHARD_POOL, Shape { v6: false, offset: 0, size: 2, second: 0 });
+            w.create_pool_shaped(SHARD_POOL, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
             w.deliver_all(&[]);
             w.run_to_rest(Job::Claim(m0.clone()));
             assert!(touched(&w), "{case}: the claim is served once its pool is anyone's:\n{}", w.trace_text());
@@ -2559,7 +2559,7 @@ fn a_claim_of_another_shards_pool_stays_that_shards_after_the_pool_goes() {
 #[test]
 fn a_pool_labelled_for_another_shard_while_a_claim_awaited_is_not_allocated_from() {
     let mut w = World::scripted();
-    w.create_pool_shaped(PoolId::Ip(1), Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(PoolId::Ip(1), Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(1, "m0", PoolId::Ip(1));
     w.begin_term();
     w.deliver_all(&[]);
@@ -2581,7 +2581,7 @@ fn a_pool_labelled_for_another_shard_while_a_claim_awaited_is_not_allocated_from
 fn a_claim_the_cache_shows_unbound_keeps_the_address_kept_for_it_while_its_cluster_is_paused() {
     for deleted_for_the_move in [false, true] {
         let mut w = World::scripted();
-        w.create_pool_shaped(PoolId::Global, Shape { v6: false, offset: 0, size: 2, second: 0 });
+        w.create_pool_shaped(PoolId::Global, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
         let cl = cluster(&mut w, false);
         let (m0, _) = claim_of_cluster(&mut w, "m0");
         let held = bound_behind_its_claim_watch(&mut w, &m0);
@@ -2705,7 +2705,7 @@ fn assert_kept(w: &World, key: &ObjectKey, address: &Value, what: &str) {
 #[test]
 fn a_create_put_out_of_range_is_kept_once_its_cluster_is_paused() {
     let (mut w, gip, cl, m0) = a_create_of_a_cluster_claim_in_flight(2);
-    w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 1, second: 0 });
+    w.edit_pool_shaped(gip, Shape { v6: false, offset: 1, size: 1, ..Shape::default() });
     w.deliver_all(&[gip.server_kind()]);
     w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": true}}));
     w.answer_everything();
@@ -2827,7 +2827,7 @@ fn an_ipaddress_left_behind_collected_while_the_pool_watch_still_shows_its_delet
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the entry is written");
     // The pool is deleted and made again, and the garbage collector deletes the IPAddress; the pool watch lags.
     a_person_deletes_the_pool(&mut w, gip);
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     w.garbage_collect();
     w.deliver_all(&[Kind::Address, Kind::Claim, Kind::Cluster]);
     w.sweep_after_the_delay();
@@ -2857,7 +2857,7 @@ fn a_pool_made_again_while_the_sweep_releases_its_ipaddress_left_behind(made_aga
     while !w.is_pending(&made_again_when) {
         assert!(w.answer_where(|_| true, Fate::Answered), "the sweep never got there:\n{}", w.trace_text());
     }
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     w.answer_everything();
     assert!(w.read(Kind::Address, &m0).is_some(), "released before the new pool recorded it:\n{}", w.trace_text());
     // The pool watch catches up, the writer records the entry, and the sweep finishes the release.
@@ -2894,7 +2894,7 @@ fn a_pool_made_again_while_a_new_claim_of_its_name_lets_go_the_ipaddress_left_be
     while !w.is_pending(|op| matches!(op, Op::Delete { kind: Kind::Address, .. })) {
         assert!(w.answer_where(|_| true, Fate::Answered), "the claim never let it go:\n{}", w.trace_text());
     }
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     if seen_at_once {
         w.deliver_all(&[gip.server_kind()]);
     }
@@ -2937,7 +2937,7 @@ fn a_new_claim_of_its_name_waits_for_the_entry_of_an_ipaddress_left_behind_being
     w.deliver_all(&[]);
     w.run_job(Job::MovedAway(gip.pool_key()));
     w.answer_everything();
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     w.deliver_all(&[]);
     // The garbage collector deletes the IPAddress; a new claim a/m0 runs before the writer.
     w.garbage_collect();
@@ -2972,7 +2972,7 @@ fn a_new_claim_of_its_name_waits_for_the_entry_of_an_ipaddress_left_behind_being
 fn a_new_claim_of_its_name_lets_go_the_ipaddress_left_behind_a_person_deletes_while_the_annotation_is_full() {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 3, ..Shape::default() });
     w.limit_annotations(0, 1 << 20);
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
@@ -3016,7 +3016,7 @@ fn a_new_claim_of_its_name_keeps_the_ipaddress_left_behind_while_the_pool_watch_
     assert!(moved_away_entries(&w).contains(moved.as_str().unwrap_or("?")), "the entry is written");
     // The pool is deleted and made again; the pool watch lags. A new claim a/m0 runs meanwhile.
     a_person_deletes_the_pool(&mut w, gip);
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let m0 = w.create_claim_named(0, "m0", gip);
     let not_pools = [Kind::Address, Kind::Claim, Kind::Cluster];
     w.deliver_all(&not_pools);

@@ -19,7 +19,7 @@ fn crossings(world: &World) -> usize {
 fn a_new_claims_first_run_and_the_run_its_writes_wake_cross_into_the_index_at_most_their_ceilings() {
     let mut w = World::scripted();
     let pool = PoolId::Ip(0);
-    w.create_pool_shaped(pool, Shape { v6: false, offset: 0, size: 2, second: 0 });
+    w.create_pool_shaped(pool, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
     let claim = w.create_claim_named(0, "m0", pool);
     w.begin_term();
     w.deliver_all(&[]);

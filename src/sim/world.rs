@@ -27,6 +27,7 @@ use crate::capi::{ClaimResource, Cluster, IpAddress};
 use crate::controllers::{self, Context};
 use crate::index::relist::{Feed, Pools, Relist};
 use crate::index::{Index, ObjectKey, PoolKey, Sink};
+use crate::ipam::AllocationStrategy;
 use crate::leader::SimulatedTerm;
 use crate::runtime::retry::{Outcome, RECHECK};
 use crate::runtime::{Work, WorkStreams};
@@ -571,7 +572,13 @@ impl World {
         let (offset, size) = (self.rng.below(3) as u8, 1 + self.rng.below(4) as u8);
         // Now and then an IP pool of two subnets (docs/compatibility.md D19), which an edit may add or take away.
         let second = if pool != PoolId::Prefix && self.rng.chance(30) { 1 + self.rng.below(2) as u8 } else { 0 };
-        Shape { v6, offset, size, second }
+        // Each allocation strategy (docs/compatibility.md D20), which an edit may change (the webhook refuses a change
+        // to or from Random; the allocator takes any).
+        let strategies =
+            [AllocationStrategy::Sequential, AllocationStrategy::Random, AllocationStrategy::LeastRecentlyReleased];
+        let strategy =
+            if pool == PoolId::Prefix { AllocationStrategy::Sequential } else { strategies[self.rng.below(3)] };
+        Shape { v6, offset, size, second, strategy }
     }
 
     fn create_pool(&mut self, pool: PoolId) {

@@ -160,7 +160,8 @@ impl World {
             object["metadata"]["labels"] = json!({ WATCH_FILTER_LABEL: SHARD });
         }
         if pool != PoolId::Prefix && self.rng.chance(8) {
-            let shape = self.shapes.get(&pool).copied().unwrap_or(Shape { v6: false, offset: 0, size: 2, second: 0 });
+            let shape =
+                self.shapes.get(&pool).copied().unwrap_or(Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
             if let Some(held) = self.rng.pick(&shape.allocatable(pool)).copied() {
                 object["metadata"]["annotations"] = json!({ REQUESTED_ADDRESS_ANNOTATION: held.address().to_string() });
             }
