@@ -396,6 +396,101 @@ async fn claims_get_the_second_subnet_with_its_prefix_and_gateway_once_the_first
     );
 }
 
+/// docs/compatibility.md D20 through the real API server and our webhook over TLS: Metal3's two rules for Random (a
+/// subnet too large, a change to or from it), the enum's spelling, and a change between the other two admitted.
+#[tokio::test]
+async fn allocation_strategies_are_judged_as_metal3_judges_random_and_the_others_may_change() {
+    let env = TestEnv::with_manager("strategies").await;
+    let v6 = |prefix: u8, strategy: &str| json!({"addresses": [format!("fd08::/{prefix}")], "prefix": prefix, "allocationStrategy": strategy});
+    for kind in IP_KINDS {
+        assert_rejected(
+            create(&env, kind, &unique_name("huge"), v6(64, "Random")).await,
+            422,
+            "spec.allocationStrategy",
+            "spec.allocationStrategy: Invalid value: \"Random\": cannot be used with a subnet of more than 2^63 - 1 \
+             addresses: spec.addresses has 18446744073709551615",
+        );
+        // Metal3 spells it in lower case; the schema names the values it takes.
+        assert_rejected(
+            create(&env, kind, &unique_name("lower"), v6(120, "random")).await,
+            422,
+            "spec.allocationStrategy",
+            "supported values: \"Sequential\", \"Random\", \"LeastRecentlyReleased\"",
+        );
+        let random = unique_name("random");
+        create(&env, kind, &random, v6(65, "Random")).await.expect("a /65 holds 2^63 - 1 addresses: admitted");
+        for (to, shown) in
+            [(v6(65, "Sequential"), "Sequential"), (json!({"addresses": ["fd08::/65"], "prefix": 65}), "Sequential")]
+        {
+            assert_rejected(
+                update_spec(&env, kind, &random, to).await,
+                422,
+                "spec.allocationStrategy",
+                &format!("cannot be changed from \"Random\" to \"{shown}\" after creation"),
+            );
+        }
+        let other = unique_name("other");
+        create(&env, kind, &other, json!({"addresses": ["10.8.6.0/24"], "prefix": 24})).await.expect("sequential");
+        update_spec(
+            &env,
+            kind,
+            &other,
+            json!({"addresses": ["10.8.6.0/24"], "prefix": 24, "allocationStrategy": "LeastRecentlyReleased"}),
+        )
+        .await
+        .expect("Sequential → LeastRecentlyReleased: only the order of what comes next changes");
+        assert_rejected(
+            update_spec(
+                &env,
+                kind,
+                &other,
+                json!({"addresses": ["10.8.6.0/24"], "prefix": 24, "allocationStrategy": "Random"}),
+            )
+            .await,
+            422,
+            "spec.allocationStrategy",
+            "cannot be changed from \"LeastRecentlyReleased\" to \"Random\" after creation",
+        );
+    }
+}
+
+/// Claims through the real Cluster API and our manager: a LeastRecentlyReleased pool hands out its never-used
+/// addresses before the one a deleted claim released (Sequential would hand that one back at once), and a Random pool
+/// hands out distinct addresses of its range in no fixed order.
+#[tokio::test]
+async fn claims_get_addresses_in_each_strategys_order() {
+    let env = TestEnv::with_manager("strategy-claims").await;
+    let capi = support::claims::Capi::V1Beta2;
+    let kind = "GlobalInClusterIPPool";
+    let lrr = unique_name("lrr");
+    let spec =
+        json!({"addresses": ["10.8.5.10-10.8.5.13"], "prefix": 24, "allocationStrategy": "LeastRecentlyReleased"});
+    create(&env, kind, &lrr, spec).await.expect("pool");
+    let bind = async |claim: &str, pool: &str| {
+        capi.create_claim(&env.client, &env.namespace, claim, kind, pool).await;
+        support::claims::address_of(&capi.wait_bound(&env.client, &env.namespace, claim).await)
+    };
+    assert_eq!([bind("a", &lrr).await, bind("b", &lrr).await], ["10.8.5.10", "10.8.5.11"]);
+    capi.delete_claim(&env.client, &env.namespace, "a").await;
+    support::claims::wait_pool_counts(&env.client, kind, "", &lrr, (4, 1, 3, 0)).await;
+    let next = [bind("c", &lrr).await, bind("d", &lrr).await, bind("e", &lrr).await];
+    assert_eq!(next, ["10.8.5.12", "10.8.5.13", "10.8.5.10"], "never-used addresses first, then the released one");
+
+    let random = unique_name("random");
+    create(&env, kind, &random, json!({"addresses": ["10.8.7.0/24"], "prefix": 24, "allocationStrategy": "Random"}))
+        .await
+        .expect("pool");
+    let mut got = Vec::new();
+    for i in 0..6 {
+        got.push(bind(&format!("r{i}"), &random).await);
+    }
+    let distinct: std::collections::HashSet<&String> = got.iter().collect();
+    assert_eq!(distinct.len(), 6, "{got:?}");
+    assert!(got.iter().all(|a| a.starts_with("10.8.7.") && a != "10.8.7.0" && a != "10.8.7.255"), "{got:?}");
+    let sequential: Vec<String> = (1..=6).map(|i| format!("10.8.7.{i}")).collect();
+    assert_ne!(got, sequential, "six draws of 254 addresses that come out lowest first: not random");
+}
+
 #[tokio::test]
 async fn the_delete_guard_honours_both_skip_annotations() {
     let env = TestEnv::with_manager("delete").await;
@@ -581,7 +676,8 @@ async fn a_v1alpha2_pool_survives_a_v1alpha1_read_modify_write() {
             "addresses": ["10.7.0.10-10.7.0.20"], "prefix": 24, "gateway": "10.7.0.1",
             "excludedAddresses": ["10.7.0.15"], "allocateReservedIPAddresses": true,
             "addressReuseGracePeriodSeconds": 45,
-            "subnets": [{"addresses": ["10.7.1.10-10.7.1.20"], "prefix": 25, "gateway": "10.7.1.1"}]
+            "subnets": [{"addresses": ["10.7.1.10-10.7.1.20"], "prefix": 25, "gateway": "10.7.1.1"}],
+            "allocationStrategy": "LeastRecentlyReleased"
         });
         let before = create(&env, kind, &name, spec.clone()).await.expect("create v1alpha2");
         // A v1alpha1 client writes back what it read, with a label of its own (reading again when the controller
