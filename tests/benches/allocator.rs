@@ -11,14 +11,17 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
 use capi_ipam::ipam::{
-    Allocation, IpPoolAllocator, IpPoolConfig, IpPoolSpec, IpSubnetSpec, PrefixPoolAllocator, PrefixPoolConfig,
-    PrefixPoolSpec,
+    Allocation, AllocationStrategy, IpPoolAllocator, IpPoolConfig, IpPoolSpec, IpSubnetSpec, PrefixPoolAllocator,
+    PrefixPoolConfig, PrefixPoolSpec,
 };
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
+fn pool_10_0_0_0_8_spec() -> IpPoolSpec {
+    IpPoolSpec { addresses: vec!["10.0.0.0/8".into()], prefix: 8, ..Default::default() }
+}
+
 fn pool_10_0_0_0_8() -> IpPoolConfig {
-    IpPoolConfig::new(&IpPoolSpec { addresses: vec!["10.0.0.0/8".into()], prefix: 8, ..Default::default() })
-        .expect("valid pool")
+    IpPoolConfig::new(&pool_10_0_0_0_8_spec()).expect("valid pool")
 }
 
 /// A pool of 32 subnets: 31 of one address each (11.0.0.0 to 11.0.0.30, /32), then 10.0.0.0/8; with the 31 addresses.
@@ -97,11 +100,46 @@ fn allocation(c: &mut Criterion) {
             })
         });
 
+        // The other allocation strategies (D20): the same /8, the same addresses in use. LeastRecentlyReleased hands
+        // out a never-used address each time and ages a release out of its window once it is full.
+        for (name, strategy) in
+            [("ours-random", AllocationStrategy::Random), ("ours-lrr", AllocationStrategy::LeastRecentlyReleased)]
+        {
+            let config = IpPoolConfig::new(&IpPoolSpec { allocation_strategy: strategy, ..pool_10_0_0_0_8_spec() })
+                .expect("valid pool");
+            let mut ours = IpPoolAllocator::rebuild(config, in_use.iter().map(|v| Some(family.addr(*v))));
+            group.bench_function(BenchmarkId::new(name, label), |b| {
+                b.iter(|| {
+                    let ip = ours.allocate().expect("free address");
+                    ours.release(Some(black_box(ip)));
+                })
+            });
+        }
+
         let set: BTreeSet<u128> = in_use.iter().copied().collect();
         group.bench_function(BenchmarkId::new("linear-scan", label), |b| {
             b.iter(|| black_box(linear_first_free(&config, &set)))
         });
     }
+
+    // Random's hard case: a /16 with 1 address in 1,024 free (64 in all, spread out): a draw over the span misses 1,023
+    // times in 1,024, so most picks count their way to the k-th free address after 64 misses.
+    let spec = IpPoolSpec {
+        addresses: vec!["10.0.0.0/16".into()],
+        prefix: 16,
+        allocation_strategy: AllocationStrategy::Random,
+        ..Default::default()
+    };
+    let config = IpPoolConfig::new(&spec).expect("valid pool");
+    let family = config.family();
+    let taken = dense_in_use(&config, config.total()).into_iter().filter(|v| v % 1024 != 0);
+    let mut ours = IpPoolAllocator::rebuild(config, taken.map(|v| Some(family.addr(v))));
+    group.bench_function(BenchmarkId::new("ours-random", "1-in-1024-free"), |b| {
+        b.iter(|| {
+            let ip = ours.allocate().expect("free address");
+            ours.release(Some(black_box(ip)));
+        })
+    });
     group.finish();
 }
 

@@ -32,6 +32,11 @@ def allocator() -> None:
         rows.append((f"allocation, {used} in use, fragmented free set (ours only)", frag, None, None))
         subnets = median_ns("allocation", f"ours-32-subnets/{used}")
         rows.append((f"allocation, {used} in use, 32 subnets (31 full), vs one subnet", subnets, ours, ours / subnets))
+        for strategy, bench in (("Random", "ours-random"), ("LeastRecentlyReleased", "ours-lrr")):
+            other = median_ns("allocation", f"{bench}/{used}")
+            rows.append((f"allocation, {used} in use, {strategy}, vs Sequential", other, ours, ours / other))
+    nearly_full = median_ns("allocation", "ours-random/1-in-1024-free")
+    rows.append(("allocation, Random, a /16 with 1 in 1,024 free (ours only)", nearly_full, None, None))
     for name in ("ipv4-1e6-used", "ipv6-48-1e6-used"):
         ours = median_ns("status", f"ours/{name}")
         base = median_ns("status", f"rebuild-from-addresses/{name}")
