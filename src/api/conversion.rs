@@ -300,9 +300,13 @@ mod tests {
             "allocateReservedIPAddresses": true, "excludedAddresses": ["10.0.0.15"],
             "addressReuseGracePeriodSeconds": 30, "preAllocations": {"claim-a": "10.0.0.12"},
             "subnets": [{"addresses": ["10.0.1.10-10.0.1.20"], "prefix": 25, "gateway": "10.0.1.1",
-                         "excludedAddresses": ["10.0.1.15"]}]
+                         "excludedAddresses": ["10.0.1.15"]}],
+            "allocationStrategy": "LeastRecentlyReleased"
         });
-        for kind in KINDS {
+        // A hub-only field alone is carried too.
+        let strategy_alone = json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1",
+                                    "allocationStrategy": "Random"});
+        for (kind, spec) in KINDS.into_iter().flat_map(|k| [(k, &spec), (k, &strategy_alone)]) {
             let hub = v2(kind, spec.clone());
             let spoke = convert(&hub, V1ALPHA1).unwrap();
             assert_eq!(
