@@ -893,4 +893,8 @@ async fn the_examples_pass_cluster_api_and_our_admission() {
         "{stderr}"
     );
     assert!(stderr.contains("spec.subnets[0].addresses: Invalid value") && stderr.contains("is in spec.addresses too"));
+    assert!(
+        stderr.contains("spec.allocationStrategy: Invalid value: \"Random\": cannot be used with a subnet"),
+        "{stderr}"
+    );
 }
