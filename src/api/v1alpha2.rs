@@ -62,7 +62,8 @@ pub struct IPPoolSpec {
     /// AllocationStrategy is the order in which a subnet's free addresses are handed out: Sequential (the default,
     /// the lowest free address), Random (a free address chosen uniformly; not for a subnet of more than 2^63 - 1
     /// addresses, and cannot be changed to or from after creation) or LeastRecentlyReleased (never-used addresses
-    /// first, then those released longest ago).
+    /// first, then those released longest ago: the leader keeps the order of the pool's last 512 releases in memory,
+    /// older ones come by address, and a new leader counts the free addresses below the highest in use as released).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "allocation_strategy_schema")]
     pub allocation_strategy: Option<AllocationStrategy>,

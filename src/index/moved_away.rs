@@ -600,7 +600,8 @@ pub fn sync(index: &mut State, key: &PoolKey, pool: &Pool) {
         }
     }
     let wanted = wanted_by;
-    let reserved: HashSet<Held> = index.registry.reservations(key).into_iter().collect();
+    // Released in one order (a LeastRecentlyReleased pool's order of releases), whatever the registry's map's.
+    let reserved: std::collections::BTreeSet<Held> = index.registry.reservations(key).into_iter().collect();
     for held in &reserved {
         if !wanted.contains_key(held) {
             info!(pool = %key, address = %held, "reservation removed from the annotation; the address is free");

@@ -435,6 +435,17 @@ impl IpPoolAllocator {
         self.free = self.config.subnets.iter().map(|s| s.allocatable.difference(&self.in_use)).collect();
         self.with_free = (0..self.free.len()).filter(|i| !self.free[*i].is_empty()).collect();
         let previous = std::mem::replace(&mut self.order, Order::Sequential);
+        self.compute_order(previous);
+    }
+
+    /// Forgets what the strategy learned (the release order, the random stream) and guesses afresh from the addresses
+    /// in use: once a new leader knows every IPAddress, whose pool's spec may have come before them.
+    pub fn reset_order(&mut self) {
+        self.compute_order(Order::Sequential);
+    }
+
+    /// The strategy's state over the free sets, from what `previous` knew.
+    fn compute_order(&mut self, previous: Order) {
         let subnets = &self.config.subnets;
         let highest_used = |s: usize| {
             let a: &RangeSet = &subnets[s].allocatable;
@@ -487,12 +498,15 @@ impl IpPoolAllocator {
     /// Hands out a free address of the first subnet that has one: the one the strategy picks (the lowest by default).
     pub fn allocate(&mut self) -> Result<IpAddr, Exhausted> {
         let subnet = *self.with_free.first().ok_or(Exhausted)?;
-        let v = self.order.pick(subnet, &self.free[subnet]).ok_or(Exhausted)?;
-        if !self.take_free(v) {
-            // The strategy's state and the free set disagree: never hand out what is not free (the tests compare the
-            // two after every step, so this is not reached).
-            return Err(Exhausted);
+        let mut picked = self.order.pick(subnet, &self.free[subnet]).filter(|v| self.free[subnet].contains(*v));
+        if picked.is_none() {
+            // The strategy's state and the free set disagree (the tests compare the two after every step, so this is
+            // not reached): never hand out what is not free, nor leave a claim waiting beside a free address.
+            self.reset_order();
+            picked = self.order.pick(subnet, &self.free[subnet]).filter(|v| self.free[subnet].contains(*v));
         }
+        let v = picked.or_else(|| self.free[subnet].first()).ok_or(Exhausted)?;
+        self.take_free(v);
         self.in_use.insert(v);
         self.used += 1;
         Ok(self.config.family.addr(v))

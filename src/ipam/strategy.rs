@@ -1,7 +1,8 @@
 //! Allocation strategies of IP pools (docs/compatibility.md D20): which free address of a subnet is handed out next.
 //!
 //! - `Sequential`, the Go provider's and the default: the lowest free address.
-//! - `Random`, Metal3's: a free address chosen uniformly (expected O(log n); see [`pick_uniform`]).
+//! - `Random`, Metal3's: a free address chosen uniformly: O(log n) per draw over the subnet's free span, and when
+//!   under 1 in 16 of that span is free, a count through its free ranges (see [`pick_uniform`]).
 //! - `LeastRecentlyReleased`: never-used addresses first, lowest first; then the addresses released longest ago, so a
 //!   switch's ARP cache entry for a released address has the longest time to expire before the address comes back.
 //!
@@ -33,7 +34,8 @@ impl AllocationStrategy {
 }
 
 /// The most releases whose order `LeastRecentlyReleased` keeps per pool: older ones are handed out by address, after
-/// the never-used ones and before the ones in the window. About 70 bytes each, so at most ~36 KiB per pool.
+/// the never-used ones and before the ones in the window. A B-tree entry and a hash-map entry each, about 110 bytes:
+/// at most ~60 KiB per pool.
 pub const RELEASE_WINDOW: usize = 512;
 
 /// Draws over a subnet's free span before a uniform pick counts its way to one: a miss costs O(log n), and 64 misses

@@ -358,6 +358,9 @@ impl Elsewhere {
 pub struct World {
     seed: u64,
     pub(super) rng: Rng,
+    /// The allocation strategy of each pool shape: a stream of its own, so that a seed makes the choices it made
+    /// before strategies (a recorded seed plays its schedule).
+    strategies: Rng,
     swarm: Swarm,
     options: Options,
     hub: Arc<Mutex<Hub>>,
@@ -468,6 +471,7 @@ impl World {
         World {
             seed,
             rng,
+            strategies: Rng::new(seed ^ 0x0057_7A7E_6135),
             swarm,
             options,
             hub,
@@ -577,7 +581,7 @@ impl World {
         let strategies =
             [AllocationStrategy::Sequential, AllocationStrategy::Random, AllocationStrategy::LeastRecentlyReleased];
         let strategy =
-            if pool == PoolId::Prefix { AllocationStrategy::Sequential } else { strategies[self.rng.below(3)] };
+            if pool == PoolId::Prefix { AllocationStrategy::Sequential } else { strategies[self.strategies.below(3)] };
         Shape { v6, offset, size, second, strategy }
     }
 

@@ -762,6 +762,11 @@ MUTATIONS = [
      "        && AllocationStrategy::Random.is_one_of(before, strategy)\n",
      "        && AllocationStrategy::Random.is_one_of(before, strategy)\n        && false\n",
      "a pool's allocationStrategy changes to or from Random after creation, which Metal3 refuses"),
+    ("lrr-guess-before-the-ipaddresses", "src/index/registry/mod.rs",
+     "            state.reset_order();\n",
+     "",
+     "a new leader's LeastRecentlyReleased pool, whose spec listed before its IPAddresses, hands out the address "
+     "released last below the highest in use first"),
     ("strategy-lost-through-v1alpha1", "src/api/conversion.rs",
      "        hub.allocation_strategy = stored_spec.allocation_strategy;\n",
      "",

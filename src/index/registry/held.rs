@@ -13,14 +13,14 @@ use crate::ipam::address::parse_ip;
 /// What an IPAddress holds in its pool: an address (IP pools) or a prefix (prefix pools); `None` when unparsable.
 /// Byte-aligned (20 bytes, where the allocator's 16-byte-aligned `Allocation` would make it 48): one is kept per
 /// IPAddress.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Held {
     Ip(Option<IpAddr>),
     Prefix(Option<HeldPrefix>),
 }
 
 /// A child prefix as held: its base address and length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HeldPrefix {
     pub base: Ipv6Addr,
     pub len: u8,

@@ -164,6 +164,8 @@ impl Registry {
         self.synced = true;
         let mut found = Vec::new();
         for (key, state) in &mut self.pools {
+            // A pool's spec may have listed before its IPAddresses: its strategy guesses again from all of them.
+            state.reset_order();
             if state.spec.is_none() && !state.spec_removed {
                 state.spec_removed = true;
                 state.find_duplicates();

@@ -99,7 +99,9 @@ impl PoolState {
                 .collect(),
             PoolSpec::Prefix(_) => HashMap::new(),
         };
-        let gone: Vec<Held> = self.pins.by_address.keys().filter(|h| !wanted.contains_key(*h)).copied().collect();
+        let mut gone: Vec<Held> = self.pins.by_address.keys().filter(|h| !wanted.contains_key(*h)).copied().collect();
+        // Released in one order whatever the map's: the order is a LeastRecentlyReleased pool's.
+        gone.sort_unstable();
         for held in gone {
             self.pins.by_address.remove(&held);
             if self.holders.remove(&pin_key(held)).is_some() {

@@ -113,6 +113,13 @@ impl PoolState {
         members
     }
 
+    /// Has an IP pool's allocation strategy guess afresh from the addresses in use ([`IpPoolAllocator::reset_order`]).
+    pub(super) fn reset_order(&mut self) {
+        if let Some(Allocator::Ip(a)) = &mut self.allocator {
+            a.reset_order();
+        }
+    }
+
     pub(super) fn record(&mut self, held: Held) {
         match (&mut self.allocator, held) {
             (Some(Allocator::Ip(a)), Held::Ip(ip)) => a.record(ip),

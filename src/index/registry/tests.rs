@@ -528,3 +528,19 @@ fn a_hold_whose_subnet_the_spec_lost_keeps_its_address_with_the_top_level_prefix
     let (counts, _) = r.counts(&pool());
     assert_eq!((counts.total, counts.used, counts.free, counts.out_of_range), (1, 2, 0, 1));
 }
+
+/// A new leader's pool watch lists before its IPAddresses (helper-126): the LeastRecentlyReleased pool's guess of what
+/// was released must wait for every IPAddress, or the address just released below the highest in use comes first.
+#[test]
+fn a_least_recently_released_pool_guesses_again_once_every_ipaddress_listed() {
+    let mut r = Registry::new();
+    let lrr = json!({"addresses": ["10.0.0.1-10.0.0.9"], "prefix": 24, "allocationStrategy": "LeastRecentlyReleased"});
+    r.apply_spec(&pool(), &spec(pool().kind, lrr));
+    for (name, address) in [("a", "10.0.0.1"), ("e", "10.0.0.5")] {
+        r.record(&pool(), &obj(name), Held::Ip(Some(address.parse().unwrap())));
+    }
+    r.synced();
+    let next: Vec<String> =
+        ["x", "y"].iter().map(|n| r.allocate(&pool(), &obj(n), None).unwrap().address.to_string()).collect();
+    assert_eq!(next, ["10.0.0.6", "10.0.0.7"], "the addresses above the highest in use were never handed out");
+}

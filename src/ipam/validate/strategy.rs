@@ -17,7 +17,16 @@ pub fn allocation_strategy_findings(config: &IpPoolConfig, before: Option<Alloca
         errs.push(FieldError::invalid(
             FIELD,
             quote(strategy.name()),
-            format!("cannot be changed from {} to {} after creation", quote(before.name()), quote(strategy.name())),
+            format!(
+                "cannot be changed from {} to {} after creation{}",
+                quote(before.name()),
+                quote(strategy.name()),
+                if AllocationStrategy::Sequential.is_one_of(before, strategy) {
+                    " (no allocationStrategy is Sequential)"
+                } else {
+                    ""
+                }
+            ),
         ));
     }
     if strategy == AllocationStrategy::Random
@@ -90,10 +99,17 @@ mod tests {
             let errs = allocation_strategy_findings(&small(after), Some(before));
             assert_eq!(errs.len(), 1, "{before:?} → {after:?}");
             assert_eq!(errs[0].field, "spec.allocationStrategy");
-            assert_eq!(
-                errs[0].detail,
-                format!("cannot be changed from \"{}\" to \"{}\" after creation", before.name(), after.name())
+            assert!(
+                errs[0].detail.starts_with(&format!(
+                    "cannot be changed from \"{}\" to \"{}\" after creation",
+                    before.name(),
+                    after.name()
+                )),
+                "{}",
+                errs[0].detail
             );
+            let absent_is_sequential = errs[0].detail.ends_with(" (no allocationStrategy is Sequential)");
+            assert_eq!(absent_is_sequential, before == Sequential || after == Sequential);
         }
         for (before, after) in
             [(Random, Random), (Sequential, LeastRecentlyReleased), (LeastRecentlyReleased, Sequential)]

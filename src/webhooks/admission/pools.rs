@@ -57,11 +57,13 @@ pub(super) async fn validate_ip(
         Ok(c) => c,
         Err(e) => return deny_spec(kind, &request.name, e),
     };
+    let changed = old_ipam_spec.as_ref() != Some(&ipam_spec);
+    // On create and spec changes only: a pool admitted before (by a release without the rule, while a rollout had the
+    // new CRD) keeps its finalizer and annotations writable.
     let strategy_errs = allocation_strategy_findings(&config, old_ipam_spec.as_ref().map(|o| o.allocation_strategy));
-    if !strategy_errs.is_empty() {
+    if (!update || changed) && !strategy_errs.is_empty() {
         return Outcome::deny(invalid(kind.kind(), &request.name, &strategy_errs));
     }
-    let changed = old_ipam_spec.as_ref() != Some(&ipam_spec);
     let old_pins = old.as_ref().and_then(|o| o.pre_allocations.as_ref());
     let pins_changed = new.pre_allocations.as_ref().is_some_and(|pins| Some(pins) != old_pins);
     // Only a spec change can strand an allocated address: an update of the metadata alone (our finalizer, the
