@@ -12,6 +12,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ipam;
+/// `spec.allocationStrategy` of an IP pool (docs/compatibility.md D20): the allocator's own type, as written.
+pub use crate::ipam::AllocationStrategy;
 
 /// The spec of `InClusterIPPool` and `GlobalInClusterIPPool`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -78,25 +80,6 @@ fn allocation_strategy_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sc
     })
 }
 
-/// `spec.allocationStrategy` of an IP pool (docs/compatibility.md D20).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AllocationStrategy {
-    #[default]
-    Sequential,
-    Random,
-    LeastRecentlyReleased,
-}
-
-impl AllocationStrategy {
-    fn to_ipam(self) -> ipam::AllocationStrategy {
-        match self {
-            AllocationStrategy::Sequential => ipam::AllocationStrategy::Sequential,
-            AllocationStrategy::Random => ipam::AllocationStrategy::Random,
-            AllocationStrategy::LeastRecentlyReleased => ipam::AllocationStrategy::LeastRecentlyReleased,
-        }
-    }
-}
-
 /// One more subnet of an IP pool, with its own addresses, prefix and gateway (docs/compatibility.md D19).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -142,7 +125,7 @@ impl IPPoolSpec {
             excluded_addresses: self.excluded_addresses.clone().unwrap_or_default(),
             allocate_reserved_ip_addresses: self.allocate_reserved_ip_addresses.unwrap_or(false),
             subnets: self.subnets.iter().flatten().map(IPPoolSubnet::to_ipam).collect(),
-            allocation_strategy: self.allocation_strategy.unwrap_or_default().to_ipam(),
+            allocation_strategy: self.allocation_strategy.unwrap_or_default(),
         }
     }
 }

@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::RangeSet;
 
-/// `spec.allocationStrategy`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// `spec.allocationStrategy`, spelled as the spec writes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AllocationStrategy {
     #[default]
     Sequential,
