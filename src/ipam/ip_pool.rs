@@ -452,7 +452,12 @@ impl IpPoolAllocator {
             self.in_use.clipped(a.first()?, a.last()?).last()
         };
         // A new random stream for each state of the pool: a restart does not replay the draws of the last run.
-        let seed = self.in_use.iter().fold(self.used, |h, (s, e)| h.rotate_left(5) ^ (s as u64) ^ ((e >> 64) as u64));
+        let seed = match self.config.strategy {
+            AllocationStrategy::Random => {
+                self.in_use.iter().fold(self.used, |h, (s, e)| h.rotate_left(5) ^ (s as u64) ^ ((e >> 64) as u64))
+            }
+            _ => 0,
+        };
         self.order = Order::new(
             self.config.strategy,
             previous,
