@@ -65,7 +65,15 @@ impl State {
                 assigned => return assigned,
             }
         }
-        self.allocate(claim, pool, claim.requested_address.as_deref())
+        let assigned = self.allocate(claim, pool, claim.requested_address.as_deref());
+        // The claim waits from this step on, under the same lock: an address freed before its worker said so would
+        // wake nobody, and the claim would wait for RECHECK beside it (helper-127 F0).
+        match &assigned {
+            Err(AllocateError::Exhausted { .. }) => self.wait_for_address(pool, &claim.key),
+            Err(AllocateError::Requested { .. }) => self.wait_for_requested(pool, &claim.key),
+            _ => {}
+        }
+        assigned
     }
 
     /// Our create of the claim's IPAddress succeeded: the object is recorded (its hold confirmed with it). Returns the

@@ -1693,3 +1693,21 @@ fn a_read_older_than_the_record_does_not_undo_what_a_newer_event_told() {
     index.observe(Observed::Answered { key: &key("a"), object: &newer });
     assert_eq!(index.address(&key("a")).and_then(|r| r.cluster_label).as_deref(), Some("c"));
 }
+
+/// helper-127 F0: the claim whose allocation found its pool full waits from that very step. Its worker says so only
+/// later (after the index's lock was let go), and an address freed in between woke nobody: the claim waited for
+/// RECHECK beside a free address.
+#[test]
+fn a_claim_that_found_its_pool_full_is_woken_by_an_address_freed_before_its_worker_said_it_waits() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1", 1));
+    let (b, w) = (claim("b"), claim("w"));
+    index.apply_address(&ip_address("b", "10.0.0.1", &b));
+    let allocating = Observed::Allocating { claim: &w, pool: &pool_key(), previous: None };
+    let (observation, _) = index.observe_then_view(&w, pool_key(), allocating);
+    assert!(matches!(observation.assigned, Some(Err(AllocateError::Exhausted { .. }))));
+    sink.take_woken();
+    // Claim b is gone (never applied): its IPAddress's deletion frees the address, before w's worker goes on.
+    index.address_gone(&key("b"), None);
+    assert!(sink.take_woken().contains(&key("w")), "the waiting claim is woken for the address freed");
+}

@@ -724,6 +724,11 @@ MUTATIONS = [
      "        hub.subnets = stored_spec.subnets;\n",
      "",
      "a v1alpha1 client's update drops the pool's spec.subnets"),
+    ("wait-registered-after-the-lock", "src/index/pools.rs",
+     "            Err(AllocateError::Exhausted { .. }) => self.wait_for_address(pool, &claim.key),\n",
+     "",
+     "a claim that found its pool full waits only once its worker says so: an address freed in between wakes nobody "
+     "(helper-127 F0)"),
     # Allocation strategies (docs/compatibility.md D20).
     ("strategy-taken-not-told", "src/ipam/ip_pool.rs",
      "        self.order.taken(subnet, v);\n",
