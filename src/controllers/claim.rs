@@ -160,7 +160,7 @@ async fn allocate_and_create(
     view: &ClaimView,
     previous: Option<std::net::IpAddr>,
 ) -> Result<Next, Error> {
-    let (key, pool_key) = (&claim.key, &view.pool_key);
+    let pool_key = &view.pool_key;
     // `plan` allocates only in a pool the view shows.
     let Some(pool) = &view.pool else { return Ok(Next::After(RECHECK)) };
     let previous = previous.map(|a| a.to_string());
@@ -175,8 +175,8 @@ async fn allocate_and_create(
         // start): that manager cannot see our hold, so nothing is taken from it (the simulation's second manager met
         // it). Looked at again, the claim is another manager's.
         Err(AllocateError::ServedElsewhere { .. }) => Ok(Next::After(Duration::ZERO)),
+        // The index registered the claim as waiting in the step that found nothing (`State::allocate_for`).
         Err(AllocateError::Exhausted { .. }) => {
-            ctx.index.observe(Observed::Waits { pool: pool_key, key, wait: Wait::AnAddress });
             let message = format!("{pool_key} has no free address");
             set_ready(claim, ctx, &view, ClaimReason::PoolExhausted, message, None).await?;
             Ok(Next::After(RECHECK))
@@ -187,7 +187,6 @@ async fn allocate_and_create(
         }
         Err(e @ AllocateError::Requested { .. }) => {
             // Retried when an address of the pool frees up (it may be the requested one) or the pool changes.
-            ctx.index.observe(Observed::Waits { pool: pool_key, key, wait: Wait::ItsRequestedAddress });
             set_ready(claim, ctx, &view, ClaimReason::AllocationFailed, e.to_string(), None).await?;
             Ok(Next::After(RECHECK))
         }

@@ -222,7 +222,7 @@ impl Index {
 
     #[cfg(test)]
     pub fn wait_for_address(&self, pool: &PoolKey, claim: &ObjectKey) {
-        self.claim_waits(pool, claim, super::Wait::AnAddress)
+        self.write(|s| s.wait_for_address(pool, claim))
     }
 
     #[cfg(test)]

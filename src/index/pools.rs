@@ -11,15 +11,12 @@ use crate::capi::{Claim, IpAddress};
 use crate::compact::{ResourceVersion, Uid};
 use crate::ipam::PoolCounts;
 
-/// What a claim waits for, and so what wakes it besides its own events.
+/// What a claim's worker says it waits for, and so what wakes it besides its own events. A claim waits for an
+/// address, or for its requested one, from the allocation step that found none (`State::allocate_for`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
     /// Nothing of its pool: it is bound, paused, waits for its Cluster, or is deleted.
     Nothing,
-    /// An address of its pool to free up (the pool is exhausted).
-    AnAddress,
-    /// Its requested address, held by another: any address of its pool that frees up may be it.
-    ItsRequestedAddress,
     /// The IPAddress of its name, another pool's or provider's, to change or go.
     ItsName,
 }
@@ -66,11 +63,13 @@ impl State {
             }
         }
         let assigned = self.allocate(claim, pool, claim.requested_address.as_deref());
-        // The claim waits from this step on, under the same lock: an address freed before its worker said so would
-        // wake nobody, and the claim would wait for RECHECK beside it (helper-127 F0).
+        // The claim waits from the step that found nothing for it: the one place it is registered, so that no await
+        // added to its worker could let an address go by unseen. Not a claim deleted while its worker awaited (the
+        // copy it runs on is stale): it would take the wake of one that waits (helper-128 F2).
+        let live = self.claims.get(&claim.key).is_some_and(|c| c.uid == claim.uid);
         match &assigned {
-            Err(AllocateError::Exhausted { .. }) => self.wait_for_address(pool, &claim.key),
-            Err(AllocateError::Requested { .. }) => self.wait_for_requested(pool, &claim.key),
+            Err(AllocateError::Exhausted { .. }) if live => self.wait_for_address(pool, &claim.key),
+            Err(AllocateError::Requested { .. }) if live => self.wait_for_requested(pool, &claim.key),
             _ => {}
         }
         assigned
@@ -98,8 +97,6 @@ impl State {
     pub fn claim_waits(&mut self, pool: &PoolKey, claim: &ObjectKey, wait: Wait) {
         match wait {
             Wait::Nothing => self.stop_waiting(pool, claim),
-            Wait::AnAddress => self.wait_for_address(pool, claim),
-            Wait::ItsRequestedAddress => self.wait_for_requested(pool, claim),
             Wait::ItsName => {
                 self.stop_waiting(pool, claim);
                 self.blocked_elsewhere(claim);

@@ -1694,20 +1694,42 @@ fn a_read_older_than_the_record_does_not_undo_what_a_newer_event_told() {
     assert_eq!(index.address(&key("a")).and_then(|r| r.cluster_label).as_deref(), Some("c"));
 }
 
-/// helper-127 F0: the claim whose allocation found its pool full waits from that very step. Its worker says so only
-/// later (after the index's lock was let go), and an address freed in between woke nobody: the claim waited for
-/// RECHECK beside a free address.
+/// A claim whose allocation found its pool full waits from that very step (helper-127 F0, helper-128 F1): the one
+/// place it is registered, so that no await its worker may come to make leaves an address freed meanwhile unseen.
 #[test]
-fn a_claim_that_found_its_pool_full_is_woken_by_an_address_freed_before_its_worker_said_it_waits() {
+fn a_claim_that_found_its_pool_full_waits_from_that_step() {
     let (index, sink) = index();
     feed_pool(&index, pool("10.0.0.1", 1));
     let (b, w) = (claim("b"), claim("w"));
+    index.apply_claim(w.clone());
     index.apply_address(&ip_address("b", "10.0.0.1", &b));
     let allocating = Observed::Allocating { claim: &w, pool: &pool_key(), previous: None };
     let (observation, _) = index.observe_then_view(&w, pool_key(), allocating);
     assert!(matches!(observation.assigned, Some(Err(AllocateError::Exhausted { .. }))));
     sink.take_woken();
-    // Claim b is gone (never applied): its IPAddress's deletion frees the address, before w's worker goes on.
+    // Claim b is gone (never applied): its IPAddress's deletion frees the address.
     index.address_gone(&key("b"), None);
     assert!(sink.take_woken().contains(&key("w")), "the waiting claim is woken for the address freed");
+}
+
+/// helper-128 F2: a claim deleted while its worker awaited (a person stripped its finalizer) runs on a stale copy that
+/// finds the pool full; registered as a waiter, it would take the one wake another claim, really waiting, needs.
+#[test]
+fn a_claim_deleted_while_its_worker_awaited_takes_no_wake_from_one_that_waits() {
+    let (index, sink) = index();
+    feed_pool(&index, pool("10.0.0.1", 1));
+    let (b, w, x) = (claim("b"), claim("w"), claim("x"));
+    index.apply_claim(w.clone());
+    index.apply_claim(x.clone());
+    index.apply_address(&ip_address("b", "10.0.0.1", &b));
+    index.delete_claim(&key("w"));
+    for c in [&w, &x] {
+        let allocating = Observed::Allocating { claim: c, pool: &pool_key(), previous: None };
+        let (observation, _) = index.observe_then_view(c, pool_key(), allocating);
+        assert!(matches!(observation.assigned, Some(Err(AllocateError::Exhausted { .. }))));
+    }
+    sink.take_woken();
+    index.address_gone(&key("b"), None);
+    let woken = sink.take_woken();
+    assert!(woken.contains(&key("x")) && !woken.contains(&key("w")), "{woken:?}");
 }

@@ -724,11 +724,19 @@ MUTATIONS = [
      "        hub.subnets = stored_spec.subnets;\n",
      "",
      "a v1alpha1 client's update drops the pool's spec.subnets"),
-    ("wait-registered-after-the-lock", "src/index/pools.rs",
-     "            Err(AllocateError::Exhausted { .. }) => self.wait_for_address(pool, &claim.key),\n",
+    ("exhausted-claim-never-waits", "src/index/pools.rs",
+     "            Err(AllocateError::Exhausted { .. }) if live => self.wait_for_address(pool, &claim.key),\n",
      "",
-     "a claim that found its pool full waits only once its worker says so: an address freed in between wakes nobody "
-     "(helper-127 F0)"),
+     "a claim that found its pool full is not registered as waiting: no freed address wakes it (RECHECK does)"),
+    ("requester-never-waits", "src/index/pools.rs",
+     "            Err(AllocateError::Requested { .. }) if live => self.wait_for_requested(pool, &claim.key),\n",
+     "",
+     "a claim whose requested address is held is not registered: the address freed does not wake it (RECHECK does)"),
+    ("deleted-claim-waits", "src/index/pools.rs",
+     "        let live = self.claims.get(&claim.key).is_some_and(|c| c.uid == claim.uid);\n",
+     "        let live = true;\n",
+     "a claim deleted while its worker awaited is registered as waiting and takes the wake of one that waits "
+     "(helper-128 F2)"),
     # Allocation strategies (docs/compatibility.md D20).
     ("strategy-taken-not-told", "src/ipam/ip_pool.rs",
      "        self.order.taken(subnet, v);\n",
