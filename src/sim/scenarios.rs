@@ -1417,7 +1417,10 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// serve left behind, and the claim's manager took its deletion for an operator's and dropped the reservation;
 /// 804814870: the sweep released the marked IPAddress a move left behind while its pool was made again, unseen;
 /// 6962 (`make test`'s own soak): a manager without `--watch-filter` took a claim of another shard's deleted pool for
-/// its own and bound it to the IPAddress that shard's manager was letting go.
+/// its own and bound it to the IPAddress that shard's manager was letting go; 809508772: a Cluster deleted while
+/// paused (taken for moved) left a bound claim whose IPAddress a person had deleted, its hold let go and its address
+/// taken by another claim; when Velero wiped the namespace and the claims' deletion came through a relist, the claim's
+/// stale bound address was reserved for it, and the other claim, restored, lost its IPAddress to the reservation.
 /// (A seed is a regression check only while the simulation draws the same numbers; the
 /// scenarios above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it
 /// too.)
@@ -1515,6 +1518,7 @@ fn seeds_the_soak_found_keep_every_invariant() {
         804_659_163,
         804_814_870,
         6_962,
+        809_508_772,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

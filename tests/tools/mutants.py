@@ -737,6 +737,11 @@ MUTATIONS = [
      "        let live = true;\n",
      "a claim deleted while its worker awaited is registered as waiting and takes the wake of one that waits "
      "(helper-128 F2)"),
+    ("moved-away-reserves-an-address-another-holds", "src/index/moved_away.rs",
+     "        (None, Some(bound)) if index.registry.is_held(&pool, Held::Ip(Some(bound))) => return,\n",
+     "",
+     "a claim whose deletion is taken for a move reserves the stale address its status names, which another claim "
+     "holds now, and that claim's IPAddress is withdrawn (soak seed 809508772)"),
     # Allocation strategies (docs/compatibility.md D20).
     ("strategy-taken-not-told", "src/ipam/ip_pool.rs",
      "        self.order.taken(subnet, v);\n",

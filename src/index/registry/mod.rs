@@ -316,6 +316,11 @@ impl Registry {
         self.pools.get(pool_key)?.holders.get(address).map(|h| h.held)
     }
 
+    /// Whether something of the pool holds `held` (an IPAddress, a hold, a reservation or a pin's placeholder).
+    pub fn is_held(&self, pool_key: &PoolKey, held: Held) -> bool {
+        self.pools.get(pool_key).is_some_and(|state| state.is_held(held))
+    }
+
     /// Reserves `held` even when an IPAddress holds it already; returns the duplicate that makes then.
     pub fn reserve_alongside(&mut self, pool_key: &PoolKey, held: Held) -> Option<Duplicate> {
         let state = state_of(&mut self.pools, self.synced, pool_key);
