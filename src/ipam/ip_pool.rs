@@ -503,18 +503,31 @@ impl IpPoolAllocator {
     /// Hands out a free address of the first subnet that has one: the one the strategy picks (the lowest by default).
     pub fn allocate(&mut self) -> Result<IpAddr, Exhausted> {
         let subnet = *self.with_free.first().ok_or(Exhausted)?;
-        let mut picked = self.order.pick(subnet, &self.free[subnet]).filter(|v| self.free[subnet].contains(*v));
+        let v = match self.order {
+            // The default, as fast as before strategies: the lowest free address, taken in one step.
+            Order::Sequential => self.free[subnet].pop_first().ok_or(Exhausted)?,
+            _ => self.take_picked(subnet).ok_or(Exhausted)?,
+        };
+        if self.free[subnet].is_empty() {
+            self.with_free.remove(&subnet);
+        }
+        self.in_use.insert(v);
+        self.used += 1;
+        Ok(self.config.family.addr(v))
+    }
+
+    /// Takes the free address of `subnet` the strategy picks out of the free set, and tells the strategy.
+    fn take_picked(&mut self, subnet: usize) -> Option<u128> {
+        let mut picked = self.order.pick(subnet, &self.free[subnet]).filter(|v| self.free[subnet].remove(*v));
         if picked.is_none() {
             // The strategy's state and the free set disagree (the tests compare the two after every step, so this is
             // not reached): never hand out what is not free, nor leave a claim waiting beside a free address.
             self.reset_order();
-            picked = self.order.pick(subnet, &self.free[subnet]).filter(|v| self.free[subnet].contains(*v));
+            picked = self.order.pick(subnet, &self.free[subnet]).filter(|v| self.free[subnet].remove(*v));
         }
-        let v = picked.or_else(|| self.free[subnet].first()).ok_or(Exhausted)?;
-        self.take_free(v);
-        self.in_use.insert(v);
-        self.used += 1;
-        Ok(self.config.family.addr(v))
+        let v = picked.or_else(|| self.free[subnet].pop_first())?;
+        self.order.taken(subnet, v);
+        Some(v)
     }
 
     /// Takes `v` out of its subnet's free set; false when it was not free.

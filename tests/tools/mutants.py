@@ -744,10 +744,14 @@ MUTATIONS = [
      "holds now, and that claim's IPAddress is withdrawn (soak seed 809508772)"),
     # Allocation strategies (docs/compatibility.md D20).
     ("strategy-taken-not-told", "src/ipam/ip_pool.rs",
-     "        self.order.taken(subnet, v);\n",
-     "",
+     "        self.order.taken(subnet, v);\n        true\n",
+     "        true\n",
      "a LeastRecentlyReleased pool still offers an address reserved or found in use since it was freed (a claim "
      "stuck as exhausted beside free addresses, or the address handed out twice)"),
+    ("strategy-pick-not-told", "src/ipam/ip_pool.rs",
+     "        self.order.taken(subnet, v);\n        Some(v)\n",
+     "        Some(v)\n",
+     "a LeastRecentlyReleased pool offers again the address it just handed out"),
     ("strategy-release-not-told", "src/ipam/ip_pool.rs",
      "            self.order.released(subnet, v);\n",
      "",
