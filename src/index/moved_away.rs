@@ -459,10 +459,14 @@ pub fn kept_hold_moved_away(index: &mut State, claim: &Claim) {
         // another controller) released its IPAddress already, and its address may be another claim's: nothing to
         // reserve (scenario `a_claim_released_before_its_cluster_moved_reserves_nothing`).
         (None, Some(_)) if claim.deletion_timestamp.is_some() => return,
-        // Held by another here, the address is not the claim's any more: this process let the claim's hold go (its
-        // Cluster deleted while paused, long before the claims' deletion came through a relist) and another claim
-        // took it, whose IPAddress a reservation would withdraw (soak seed 809508772).
-        (None, Some(bound)) if index.registry.is_held(&pool, Held::Ip(Some(bound))) => return,
+        // In a term that listed everything, the IPAddress of another claim holding it says the address is not the
+        // claim's any more: this process let the claim's hold go (its Cluster deleted while paused, long before the
+        // claims' deletion came through a relist) and another claim took it, whose IPAddress a reservation would
+        // withdraw (soak seed 809508772). A placeholder (a pin's, the claim's own hold set aside) or a holder seen
+        // while the watches list is no such sign, and the address stays reserved (helper-129 F1-F3).
+        (None, Some(bound)) if index.registry.is_held_by_another_ipaddress(&pool, Held::Ip(Some(bound)), key) => {
+            return;
+        }
         (None, Some(bound)) if !kind.is_prefix_pool() => Held::Ip(Some(bound)),
         (None, Some(bound)) => {
             warn!(claim = %key, pool = %pool, base = %bound, annotation = MOVED_AWAY_ANNOTATION, "a bound claim was deleted for a move while its IPAddress was gone and before this manager held its prefix: add the entry `<prefix>/<length>@<namespace>/<name>` to the annotation by hand");

@@ -738,8 +738,8 @@ MUTATIONS = [
      "a claim deleted while its worker awaited is registered as waiting and takes the wake of one that waits "
      "(helper-128 F2)"),
     ("moved-away-reserves-an-address-another-holds", "src/index/moved_away.rs",
-     "        (None, Some(bound)) if index.registry.is_held(&pool, Held::Ip(Some(bound))) => return,\n",
-     "",
+     "        (None, Some(bound)) if index.registry.is_held_by_another_ipaddress(&pool, Held::Ip(Some(bound)), key) => {\n",
+     "        (None, Some(bound)) if false && key.name.is_empty() => {\n",
      "a claim whose deletion is taken for a move reserves the stale address its status names, which another claim "
      "holds now, and that claim's IPAddress is withdrawn (soak seed 809508772)"),
     # Allocation strategies (docs/compatibility.md D20).

@@ -316,9 +316,13 @@ impl Registry {
         self.pools.get(pool_key)?.holders.get(address).map(|h| h.held)
     }
 
-    /// Whether something of the pool holds `held` (an IPAddress, a hold, a reservation or a pin's placeholder).
-    pub fn is_held(&self, pool_key: &PoolKey, held: Held) -> bool {
-        self.pools.get(pool_key).is_some_and(|state| state.is_held(held))
+    /// Whether, once every watch listed, an IPAddress of another claim than `claim`'s, confirmed by the watch, holds
+    /// `held` (no reservation, pin placeholder or hold set aside; rare, so a scan is fine).
+    pub fn is_held_by_another_ipaddress(&self, pool_key: &PoolKey, held: Held, claim: &ObjectKey) -> bool {
+        self.synced
+            && self.pools.get(pool_key).is_some_and(|state| {
+                state.holders.iter().any(|(k, h)| h.held == held && h.confirmed && !is_placeholder(k) && k != claim)
+            })
     }
 
     /// Reserves `held` even when an IPAddress holds it already; returns the duplicate that makes then.
