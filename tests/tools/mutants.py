@@ -742,6 +742,11 @@ MUTATIONS = [
      "        (None, Some(bound)) if false && key.name.is_empty() => {\n",
      "a claim whose deletion is taken for a move reserves the stale address its status names, which another claim "
      "holds now, and that claim's IPAddress is withdrawn (soak seed 809508772)"),
+    ("aside-not-taken-back-by-its-ipaddress", "src/index/registry/mod.rs",
+     "        if state.holders.get(&aside).is_some_and(|h| h.held == held)\n",
+     "        if state.holders.get(&aside).is_some_and(|h| h.held == held && false)\n",
+     "a claim's hold set aside stays beside the IPAddress its own create made with that address: held twice, "
+     "counted twice, never freed (soak seed 810962108)"),
     # Allocation strategies (docs/compatibility.md D20).
     ("strategy-taken-not-told", "src/ipam/ip_pool.rs",
      "        self.order.taken(subnet, v);\n        true\n",

@@ -212,6 +212,19 @@ impl Registry {
             }
             None => {}
         }
+        // The claim's own hold, set aside while a late IPAddress of its name held another address, is this
+        // IPAddress's: its create, in flight meanwhile, made it with that address (soak seed 810962108, a Random pool
+        // whose deposed leader picked another address than the new one).
+        let aside = aside_key(address);
+        if state.holders.get(&aside).is_some_and(|h| h.held == held)
+            && let Some(holding) = state.holders.remove(&aside)
+        {
+            rename_holder(state, &aside, address);
+            state.holders.insert(address.clone(), Holding { confirmed: true, ..holding });
+            self.woken.extend(take_waiters(state));
+            self.dirty.mark(pool_key);
+            return None;
+        }
         state.unpin(held);
         let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, address, held));
         state.record(held);
