@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 use capi_ipam::api::conversion::{V1ALPHA2, convert};
 use capi_ipam::api::{PoolKind, PoolSpec};
 use capi_ipam::capi::IpAddressSpec;
+use capi_ipam::index::registry::Claimant;
 use capi_ipam::index::{Held, ObjectKey, PoolKey, Registry};
 use capi_ipam::webhooks::admission::{AdmissionContext, ClusterReads, PoolAddress, review};
 use capi_ipam::webhooks::routes::{AdmissionRoute, Purpose};
@@ -536,14 +537,14 @@ fn ours_allocate(case: &Case, pool: &Value) -> (Vec<Got>, [i64; 4]) {
     registry.apply_spec(&key, &spec);
     for (i, spec) in address_specs(case).iter().enumerate() {
         let name = ObjectKey::new(NAMESPACE, &format!("existing-{i}"));
-        registry.record(&key, &name, Held::of(case.kind, spec));
+        registry.record(&key, &name, Held::of(case.kind, spec), None);
     }
     let mut got = Vec::new();
     for step in &case.steps {
         match step {
             Step::Claim(name) => {
                 let name = ObjectKey::new(NAMESPACE, name);
-                match registry.allocate(&key, &name, None) {
+                match registry.allocate(&key, &name, None, &Claimant::default()) {
                     Ok(a) => {
                         registry.confirm(&key, &name);
                         got.push(Some((a.address.to_string(), Some(a.prefix), a.gateway)));

@@ -491,6 +491,133 @@ async fn claims_get_addresses_in_each_strategys_order() {
     assert_ne!(got, sequential, "six draws of 254 addresses that come out lowest first: not random");
 }
 
+/// Per-Cluster quotas through the real Cluster API and our manager (docs/compatibility.md D21): a burst of claims of
+/// one Cluster binds its quota and no more, the rest wait saying QuotaExceeded and are bound the moment the Cluster
+/// holds fewer, a Cluster the quota names has its own, and the pool's status counts what each Cluster holds.
+#[tokio::test]
+async fn a_clusters_claims_beyond_its_quota_wait_until_it_holds_fewer() {
+    let env = TestEnv::with_manager("quota-claims").await;
+    let capi = support::claims::Capi::V1Beta2;
+    let (kind, ns) = ("GlobalInClusterIPPool", env.namespace.clone());
+    for cluster in ["small", "big"] {
+        capi.create_cluster(&env.client, &ns, cluster, false, false).await;
+    }
+    let pool = unique_name("quota");
+    let spec = json!({"addresses": ["10.8.9.10-10.8.9.29"], "prefix": 24,
+                      "quota": {"perCluster": 2, "clusters": {format!("{ns}/big"): 3}}});
+    create(&env, kind, &pool, spec.clone()).await.expect("pool");
+    let claims = capi.claims(&env.client, &ns);
+    let claim_of = |name: String, cluster: &str| {
+        let mut c = capi.claim(&name, kind, &pool);
+        c.data["spec"]["clusterName"] = json!(cluster);
+        c
+    };
+    // Five claims of each Cluster at once: the quota is checked in the step that holds, so no burst gets past it.
+    let burst =
+        ["small", "big"].into_iter().flat_map(|cluster| (0..5).map(move |i| (cluster, format!("{cluster}-{i}"))));
+    futures::future::join_all(burst.map(|(cluster, name)| {
+        let (claims, claim) = (claims.clone(), claim_of(name, cluster));
+        async move { claims.create(&PostParams::default(), &claim).await.expect("claim") }
+    }))
+    .await;
+    let bound_of = async |cluster: &str, expected: usize| {
+        support::eventually(
+            std::time::Duration::from_secs(30),
+            &format!("{expected} claims of {cluster} bound"),
+            || async {
+                let list = claims.list(&Default::default()).await.ok()?;
+                let bound: Vec<String> = list
+                    .items
+                    .iter()
+                    .filter(|c| {
+                        c.data["spec"]["clusterName"] == cluster && c.data.pointer("/status/addressRef/name").is_some()
+                    })
+                    .filter_map(|c| c.metadata.name.clone())
+                    .collect();
+                let waiting =
+                    list.items.iter().filter(|c| c.data["spec"]["clusterName"] == cluster).count() - bound.len();
+                (bound.len() == expected && waiting == 5 - expected).then_some(bound)
+            },
+        )
+        .await
+    };
+    let small = bound_of("small", 2).await;
+    bound_of("big", 3).await;
+    let waiting = (0..5).map(|i| format!("small-{i}")).find(|n| !small.contains(n)).expect("a waiting claim");
+    let ready = capi.wait_reason(&env.client, &ns, &waiting, "QuotaExceeded").await;
+    assert_eq!(ready["status"], "False");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("Cluster {ns}/small holds 2 address(es)")) && message.contains("quota of 2"),
+        "{message}"
+    );
+    // The pool's status counts what each Cluster holds, the most first.
+    let usage = json!({"clusters": 2, "atQuota": 2, "withoutCluster": 0, "top": [
+        {"cluster": format!("{ns}/big"), "used": 3, "quota": 3},
+        {"cluster": format!("{ns}/small"), "used": 2, "quota": 2}]});
+    let pools_api = pools(&env, kind, "v1alpha2");
+    support::eventually(std::time::Duration::from_secs(30), "the pool's clusterUsage", || async {
+        let p = pools_api.get(&pool).await.ok()?;
+        (p.data.pointer("/status/clusterUsage") == Some(&usage)).then_some(())
+    })
+    .await;
+    // small lets go of one: one of its waiting claims is bound at once, and small holds its quota again.
+    capi.delete_claim(&env.client, &ns, &small[0]).await;
+    bound_of("small", 2).await;
+    // The quota goes: every waiting claim is bound, and the status says no usage.
+    let mut without = spec.clone();
+    without.as_object_mut().expect("a spec").remove("quota");
+    update_spec(&env, kind, &pool, without).await.expect("the quota taken away");
+    support::eventually(std::time::Duration::from_secs(30), "every claim bound", || async {
+        let list = claims.list(&Default::default()).await.ok()?;
+        list.items.iter().all(|c| c.data.pointer("/status/addressRef/name").is_some()).then_some(())
+    })
+    .await;
+    support::eventually(std::time::Duration::from_secs(30), "no clusterUsage without a quota", || async {
+        let p = pools_api.get(&pool).await.ok()?;
+        p.data.pointer("/status/clusterUsage").is_none().then_some(())
+    })
+    .await;
+}
+
+/// The webhook names the quota's field and value: a Cluster is `namespace/name`, of the pool's namespace for a
+/// namespaced pool, and no quota is negative. A pool admitted keeps its metadata writable.
+#[tokio::test]
+async fn quotas_are_judged_by_the_webhook() {
+    let env = TestEnv::with_manager("quota-webhook").await;
+    let ns = env.namespace.clone();
+    let base = |quota: Value| json!({"addresses": ["10.8.10.10-10.8.10.20"], "prefix": 24, "quota": quota});
+    let global = "GlobalInClusterIPPool";
+    assert_rejected(
+        create(&env, global, &unique_name("q"), base(json!({"clusters": {"web": 2}}))).await,
+        422,
+        "spec.quota.clusters[web]",
+        "must be <namespace>/<name> of a Cluster",
+    );
+    assert_rejected(
+        create(&env, global, &unique_name("q"), base(json!({"clusters": {format!("{ns}/web"): -1}}))).await,
+        422,
+        &format!("spec.quota.clusters[{ns}/web]"),
+        "must not be negative",
+    );
+    // The schema refuses a negative perCluster before the webhook sees it.
+    let negative = create(&env, global, &unique_name("q"), base(json!({"perCluster": -1}))).await;
+    let kube::Error::Api(status) = negative.expect_err("a negative perCluster") else { panic!("an API error") };
+    assert!(status.message.contains("spec.quota.perCluster"), "{}", status.message);
+    assert_rejected(
+        create(&env, "InClusterIPPool", &unique_name("q"), base(json!({"clusters": {"elsewhere/web": 1}}))).await,
+        422,
+        "spec.quota.clusters[elsewhere/web]",
+        &format!("the pool is in namespace \"{ns}\""),
+    );
+    let name = unique_name("q");
+    create(&env, "InClusterIPPool", &name, base(json!({"perCluster": 0, "clusters": {format!("{ns}/web"): 4}})))
+        .await
+        .expect("a valid quota");
+    let api = pools(&env, "InClusterIPPool", "v1alpha2");
+    support::claims::annotate(&api, &name, "team", Some("net")).await;
+}
+
 #[tokio::test]
 async fn the_delete_guard_honours_both_skip_annotations() {
     let env = TestEnv::with_manager("delete").await;
@@ -895,6 +1022,10 @@ async fn the_examples_pass_cluster_api_and_our_admission() {
     assert!(stderr.contains("spec.subnets[0].addresses: Invalid value") && stderr.contains("is in spec.addresses too"));
     assert!(
         stderr.contains("spec.allocationStrategy: Invalid value: \"Random\": cannot be used with a subnet"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("spec.quota.clusters[demo]: Invalid value: \"demo\": must be <namespace>/<name> of a Cluster"),
         "{stderr}"
     );
 }

@@ -10,7 +10,7 @@
 //! v1alpha2 → v1alpha1 restores that v1alpha1 spec when it still converts to the hub's `addresses`, `prefix` and
 //! `gateway` (for both kinds; the Go provider restores stale specs for global pools). The hub fields v1alpha1 cannot
 //! express (`allocateReservedIPAddresses`, `excludedAddresses`, `addressReuseGracePeriodSeconds`, `preAllocations`,
-//! `subnets`, `allocationStrategy`) travel in the same annotation on the v1alpha1 object, as the hub spec, and come
+//! `subnets`, `allocationStrategy`, `quota`) travel in the same annotation on the v1alpha1 object, as the hub spec, and come
 //! back on the way up.
 
 use serde_json::{Map, Value, json};
@@ -171,6 +171,7 @@ fn to_hub(object: &Value) -> Result<Value, ConversionError> {
         hub.pre_allocations = stored_spec.pre_allocations;
         hub.subnets = stored_spec.subnets;
         hub.allocation_strategy = stored_spec.allocation_strategy;
+        hub.quota = stored_spec.quota;
     }
 
     // The v1alpha1 spec cannot be rebuilt from the hub when it used subnet/start/end: keep it for v1alpha1 readers.
@@ -215,7 +216,8 @@ fn from_hub(object: &Value) -> Result<Value, ConversionError> {
         || hub.address_reuse_grace_period_seconds.is_some()
         || hub.pre_allocations.is_some()
         || hub.subnets.is_some()
-        || hub.allocation_strategy.is_some();
+        || hub.allocation_strategy.is_some()
+        || hub.quota.is_some();
     if hub_only {
         let data = json!({"apiVersion": V1ALPHA2, "kind": kind, "spec": to_value(&hub)});
         annotations(&mut metadata).insert(CONVERSION_DATA_ANNOTATION.into(), json!(data.to_string()));
@@ -301,12 +303,16 @@ mod tests {
             "addressReuseGracePeriodSeconds": 30, "preAllocations": {"claim-a": "10.0.0.12"},
             "subnets": [{"addresses": ["10.0.1.10-10.0.1.20"], "prefix": 25, "gateway": "10.0.1.1",
                          "excludedAddresses": ["10.0.1.15"]}],
-            "allocationStrategy": "LeastRecentlyReleased"
+            "allocationStrategy": "LeastRecentlyReleased",
+            "quota": {"perCluster": 4, "clusters": {"ns/big": 16}}
         });
         // A hub-only field alone is carried too.
         let strategy_alone = json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1",
                                     "allocationStrategy": "Random"});
-        for (kind, spec) in KINDS.into_iter().flat_map(|k| [(k, &spec), (k, &strategy_alone)]) {
+        let quota_alone = json!({"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1",
+                                 "quota": {"perCluster": 0}});
+        let alone = |k| [(k, &spec), (k, &strategy_alone), (k, &quota_alone)];
+        for (kind, spec) in KINDS.into_iter().flat_map(alone) {
             let hub = v2(kind, spec.clone());
             let spoke = convert(&hub, V1ALPHA1).unwrap();
             assert_eq!(

@@ -69,6 +69,30 @@ pub struct IPPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "allocation_strategy_schema")]
     pub allocation_strategy: Option<AllocationStrategy>,
+
+    /// Quota caps how many addresses of the pool the claims of one Cluster (spec.clusterName, else the
+    /// cluster.x-k8s.io/cluster-name label) hold. A claim of a Cluster at its quota waits, with the reason
+    /// QuotaExceeded, until the Cluster holds fewer. Claims of no Cluster are never limited, and an address pinned by
+    /// preAllocations is given at the quota (and counted). Lowering a quota below what a Cluster holds takes nothing
+    /// back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<PoolQuota>,
+}
+
+/// `spec.quota` of an IP pool: the most addresses the claims of one Cluster hold (docs/compatibility.md D21).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolQuota {
+    /// PerCluster is the quota of every Cluster the clusters field does not name (absent: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub per_cluster: Option<i32>,
+
+    /// Clusters sets the quota of the Clusters it names, by "namespace/name" (a namespaced pool's claims are all of
+    /// its namespace), in place of perCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 4096))]
+    pub clusters: Option<BTreeMap<String, i32>>,
 }
 
 /// A string of the strategies' names: schemars would list `null` among them for the `Option`, which a CRD's enum
@@ -142,6 +166,48 @@ pub struct PoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Option<Vec<Condition>>,
+
+    /// ClusterUsage says how many addresses the Clusters' claims hold, for a pool with a quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_usage: Option<ClusterUsage>,
+}
+
+impl PoolQuota {
+    /// The quota of the Cluster `cluster` ("namespace/name"), if it has one: its entry in clusters, else perCluster. A
+    /// negative number, which the webhook refuses, counts as 0.
+    pub fn limit_of(&self, cluster: &str) -> Option<u32> {
+        let limit = self.clusters.as_ref().and_then(|c| c.get(cluster)).copied().or(self.per_cluster)?;
+        Some(u32::try_from(limit).unwrap_or(0))
+    }
+}
+
+/// How many addresses of a pool with a quota the claims of each Cluster hold, as the pool's IPAddresses say (bounded:
+/// the Clusters that hold the most are named, the rest counted).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterUsage {
+    /// Clusters is the number of Clusters whose claims hold addresses of the pool.
+    pub clusters: i64,
+    /// AtQuota is the number of those that hold their quota or more: their next claims wait.
+    pub at_quota: i64,
+    /// Top names the Clusters that hold the most (at most 10), the most first.
+    #[schemars(length(max = 10))]
+    pub top: Vec<ClusterUsageEntry>,
+    /// WithoutCluster is the number of addresses held by claims of no Cluster (never limited).
+    pub without_cluster: i64,
+}
+
+/// One Cluster's use of a pool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterUsageEntry {
+    /// Cluster is the Cluster's "namespace/name".
+    pub cluster: String,
+    /// Used is the number of addresses its claims hold.
+    pub used: i64,
+    /// Quota is its quota (absent: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<i64>,
 }
 
 /// Counts of a pool (docs/compatibility.md D4); saturate at 2^63 − 1.

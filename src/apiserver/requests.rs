@@ -44,7 +44,12 @@ pub fn claim_status(resource_version: &str, status: &ClaimStatusPatch) -> Value 
 
 /// A merge patch of a pool's status (the counts and the conditions list, whole).
 pub fn pool_status(status: &PoolStatus) -> Value {
-    json!({ "status": status })
+    let mut patch = json!({ "status": status });
+    // A merge patch leaves out what it does not name: a pool whose quota went has its usage removed by a null.
+    if status.cluster_usage.is_none() {
+        patch["status"]["clusterUsage"] = Value::Null;
+    }
+    patch
 }
 
 /// A merge patch of one annotation (`None` removes it), refused when the object changed since `resource_version`.
@@ -67,4 +72,18 @@ pub fn repair(repair: &Repair) -> Value {
         metadata["annotations"] = json!({ MOVED_AWAY_ANNOTATION: null });
     }
     json!({ "metadata": metadata })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_status_without_a_quota_removes_the_usage_a_quota_wrote() {
+        let patch = pool_status(&PoolStatus::default());
+        assert_eq!(patch.pointer("/status/clusterUsage"), Some(&Value::Null), "{patch}");
+        let usage = crate::api::v1alpha2::ClusterUsage { clusters: 1, ..Default::default() };
+        let patch = pool_status(&PoolStatus { cluster_usage: Some(usage), ..PoolStatus::default() });
+        assert_eq!(patch.pointer("/status/clusterUsage/clusters"), Some(&json!(1)), "{patch}");
+    }
 }

@@ -181,6 +181,12 @@ async fn allocate_and_create(
             set_ready(claim, ctx, &view, ClaimReason::PoolExhausted, message, None).await?;
             Ok(Next::After(RECHECK))
         }
+        // The index registered the claim as waiting for its Cluster to hold fewer (`State::allocate_for`).
+        Err(e @ AllocateError::QuotaExceeded { .. }) => {
+            let message = format!("{e}: allocation resumes when the Cluster holds fewer or the quota is raised");
+            set_ready(claim, ctx, &view, ClaimReason::QuotaExceeded, message, None).await?;
+            Ok(Next::After(RECHECK))
+        }
         Err(e @ (AllocateError::InvalidPool { .. } | AllocateError::Unknown { .. })) => {
             set_ready(claim, ctx, &view, ClaimReason::PoolNotReady, e.to_string(), None).await?;
             Ok(Next::AwaitChange)

@@ -12,7 +12,7 @@ use tracing::info;
 use super::events::{EventType, Note};
 use super::status::READY;
 use super::{Context, Error, finalizers};
-use crate::api::v1alpha2::{PoolAddressesStatus, PoolStatus};
+use crate::api::v1alpha2::{ClusterUsage, PoolAddressesStatus, PoolStatus};
 use crate::api::{
     GROUP, MOVED_AWAY_ANNOTATION, NEARLY_EXHAUSTED_AT_ANNOTATION, NearlyExhaustedAt, POOL_VERSION,
     PROTECT_POOL_FINALIZER, Pool,
@@ -33,6 +33,8 @@ pub struct DesiredStatus {
     pub reason: &'static str,
     pub message: String,
     pub available: Availability,
+    /// `status.clusterUsage`: written as it is, `None` removing it (a pool whose quota went).
+    pub cluster_usage: Option<ClusterUsage>,
 }
 
 /// The `AddressesAvailable` condition: True/`Available`, True/`NearlyExhausted` (at most the threshold free), or
@@ -70,6 +72,7 @@ impl DesiredStatus {
             stored(pool, type_).is_some_and(|c| c.status == status && c.reason == reason && c.message == message)
         };
         pool.status.addresses.as_ref() == Some(&self.addresses)
+            && pool.status.cluster_usage == self.cluster_usage
             && says(READY, self.status(), self.reason, &self.message)
             && says(ADDRESSES_AVAILABLE, self.available.status, self.available.reason, &self.available.message)
     }
@@ -127,7 +130,8 @@ pub const OUT_OF_RANGE_SHOWN: usize = 5;
 /// addresses the spec no longer allocates, or Ready (with the count of addresses reserved for Clusters moved away).
 /// `nearly` is when the pool counts as nearly exhausted ([`nearly_exhausted_at`]).
 pub fn desired_status(view: &PoolStatusView, nearly: (NearlyExhaustedAt, Option<String>)) -> DesiredStatus {
-    let PoolStatusView { counts, spec_error, duplicates, reserved: reservations, out_of_range, .. } = view.clone();
+    let PoolStatusView { counts, spec_error, duplicates, reserved: reservations, out_of_range, cluster_usage, .. } =
+        view.clone();
     let addresses = PoolAddressesStatus::from(counts);
     let available = availability(&addresses, spec_error.is_some(), nearly);
     let (ready, reason, message) = match (spec_error, duplicates.as_slice()) {
@@ -166,7 +170,7 @@ pub fn desired_status(view: &PoolStatusView, nearly: (NearlyExhaustedAt, Option<
             (false, "DuplicateAddresses", message)
         }
     };
-    DesiredStatus { addresses, ready, reason, message, available }
+    DesiredStatus { addresses, ready, reason, message, available, cluster_usage }
 }
 
 /// Reconciles the pool `key` from its view (`Index::pool_view`).
@@ -240,7 +244,11 @@ async fn reconcile_pool(key: &PoolKey, view: PoolView, ctx: &Context) -> Result<
             None => conditions.push(new),
         }
     }
-    let status = PoolStatus { addresses: Some(desired.addresses), conditions: Some(conditions) };
+    let status = PoolStatus {
+        addresses: Some(desired.addresses),
+        conditions: Some(conditions),
+        cluster_usage: desired.cluster_usage,
+    };
     ctx.api.patch_pool_status(key, &status).await.map_err(Error::api("writing the pool status"))?;
     for c in transitions {
         let type_ =

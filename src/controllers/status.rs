@@ -17,6 +17,8 @@ pub enum ClaimReason {
     Allocated,
     PoolNotReady,
     PoolExhausted,
+    /// Its Cluster holds its quota of the pool (docs/compatibility.md D21): it waits until the Cluster holds fewer.
+    QuotaExceeded,
     AllocationFailed,
     /// The claim names a Cluster that does not exist (yet: Velero restores Clusters last).
     WaitingForCluster,
@@ -32,6 +34,7 @@ impl ClaimReason {
             ClaimReason::Allocated => "Allocated",
             ClaimReason::PoolNotReady => "PoolNotReady",
             ClaimReason::PoolExhausted => "PoolExhausted",
+            ClaimReason::QuotaExceeded => "QuotaExceeded",
             ClaimReason::AllocationFailed => "AllocationFailed",
             ClaimReason::WaitingForCluster => "WaitingForCluster",
             ClaimReason::ClusterPaused => "ClusterPaused",
@@ -130,7 +133,7 @@ pub fn metav1_condition(existing: &[Value], ready: &Ready, generation: Option<i6
 pub fn v1beta1_condition(existing: &[Value], ready: &Ready, now: Timestamp) -> ReadyEntry {
     let severity = match ready.reason {
         ClaimReason::Allocated => None,
-        ClaimReason::PoolExhausted => Some("Warning"),
+        ClaimReason::PoolExhausted | ClaimReason::QuotaExceeded => Some("Warning"),
         ClaimReason::WaitingForCluster | ClaimReason::ClusterPaused | ClaimReason::WaitingForIPAddress => Some("Info"),
         ClaimReason::PoolNotReady | ClaimReason::AllocationFailed => Some("Error"),
     };

@@ -17,6 +17,7 @@ use crate::capi::CapiVersion;
 use crate::capi::Claim;
 use crate::capi::allocated_address;
 use crate::compact::intern;
+use crate::index::registry::Claimant;
 use crate::index::tests::{claim, index, ip_address, key, pool, pool_key};
 use crate::index::{AllocateError, Assigned, Held, Index, Observed, PoolKey};
 
@@ -312,7 +313,10 @@ async fn decisions_that_write_nothing_make_no_request() {
     assert!(error.is_unreachable() && error.is_transient(), "{error}");
     // Its hold was taken before the create, and stays for the retry (an unanswered create may have landed).
     assert_eq!(ctx.index.pool_counts(&pool_key()).0.free, 0);
-    let again = ctx.index.write(|s| s.registry().allocate(&pool_key(), &key("unbound"), None)).expect("its own hold");
+    let again = ctx
+        .index
+        .write(|s| s.registry().allocate(&pool_key(), &key("unbound"), None, &Claimant::default()))
+        .expect("its own hold");
     assert_eq!(again.address.to_string(), "10.0.0.1");
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use std::time::{Duration, Instant};
 
-use super::registry::ObjectKey;
+use super::registry::{Claimant, ObjectKey};
 use super::{AddressRecord, Held, Notice, PoolKey, State, moved_away};
 use crate::capi::Claim;
 
@@ -278,7 +278,10 @@ impl State {
         // In key order, as every wake (two lost claims may name one address).
         lost.sort_unstable_by(|a, b| a.1.cmp(&b.1));
         for (pool, key, address) in lost {
+            // The address its machine uses: held whatever its Cluster's quota.
+            let mut bound = Claimant::bound(None);
             if let Some(claim) = self.claims.get(&key) {
+                bound = Claimant::bound(super::pools::cluster_of(&claim));
                 super::moved_away::reclaim_for_bound(self, &pool, &claim);
             }
             if self.addresses.contains_key(&key) {
@@ -288,12 +291,12 @@ impl State {
                 // term, a waiting claim took it).
                 let aside = super::registry::aside_key(&key);
                 if self.registry.held_by(&pool, &aside).is_none()
-                    && self.registry.allocate(&pool, &aside, Some(&address)).is_ok()
+                    && self.registry.allocate(&pool, &aside, Some(&address), &bound).is_ok()
                 {
                     tracing::info!(claim = %key, %address, pool = %pool, "a bound claim whose IPAddress holds another address: its address is held aside for it");
                 }
             } else if self.registry.held_by(&pool, &key).is_none()
-                && self.registry.allocate(&pool, &key, Some(&address)).is_ok()
+                && self.registry.allocate(&pool, &key, Some(&address), &bound).is_ok()
             {
                 // Held for the machine, no create behind it until the claim allocates (test
                 // `a_hold_a_new_term_keeps_for_a_bound_claim_notes_no_create`).

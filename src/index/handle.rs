@@ -212,7 +212,8 @@ impl Index {
         pool: &PoolKey,
         requested: Option<&str>,
     ) -> Result<super::Assigned, super::AllocateError> {
-        self.write(|s| s.allocate(claim, pool, requested))
+        let claimant = super::registry::Claimant::of_cluster(super::pools::cluster_of(claim));
+        self.write(|s| s.allocate(claim, pool, requested, &claimant))
     }
 
     #[cfg(test)]

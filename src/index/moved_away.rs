@@ -392,7 +392,7 @@ fn parse(key: &PoolKey, entry: &str) -> Option<Entry> {
 /// An IPAddress of a global pool is gone for a move: its address stays held, as a reservation.
 pub fn moved_away(index: &mut State, pool: &PoolKey, address: &ObjectKey) {
     let Some(held) = index.registry.held_by(pool, address).filter(|h| h.address().is_some()) else { return };
-    if index.registry.transfer(pool, address, &reservation_key(held)).is_some() {
+    if index.registry.transfer(pool, address, &reservation_key(held), None).is_some() {
         info!(pool = %pool, ipaddress = %address, address = %held, "the IPAddress of an address moved to another management cluster is gone; the address stays reserved here");
         if index.moved_away_unwritten_for(pool, held) {
             // Left out for want of room while its IPAddress backed it, the entry is unbacked now and has room of its
@@ -527,7 +527,8 @@ pub fn came_back(index: &mut State, pool: &PoolKey, address: &ObjectKey, held: H
         warn!(pool = %pool, ipaddress = %address, address = %held, annotation = MOVED_AWAY_ANNOTATION, "an IPAddress holds an address reserved for another IPAddress that moved to another management cluster; it is a duplicate, not that one coming back");
         return;
     }
-    if index.registry.transfer(pool, &reservation_key(held), address).is_some() {
+    // Its Cluster is set as it is recorded, next.
+    if index.registry.transfer(pool, &reservation_key(held), address, None).is_some() {
         info!(pool = %pool, ipaddress = %address, address = %held, "an IPAddress holds a reserved address");
     }
 }
@@ -548,7 +549,9 @@ pub fn reclaim_for_bound(index: &mut State, pool: &PoolKey, claim: &Claim) {
     {
         return;
     }
-    if index.registry.transfer(pool, &reservation_key(held), key).is_some() {
+    // It counts in its Cluster's quota again (helper-131 F3: a new term holding it before a sibling allocates).
+    let cluster = super::pools::cluster_of(claim);
+    if index.registry.transfer(pool, &reservation_key(held), key, cluster).is_some() {
         index.registry.unconfirm(pool, key);
         index.holds_without_create.insert(key.clone());
         info!(claim = %key, pool = %pool, address = %held, "a bound claim that came back with its Cluster holds its reserved address again");

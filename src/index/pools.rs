@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::registry::{Claimant, ClusterKey, cluster_key};
 use super::{
     AddressRecord, AllocateError, Assigned, Counted, Duplicate, Held, Notice, ObjectKey, PoolKey, State, moved_away,
 };
@@ -21,6 +22,12 @@ pub enum Wait {
     ItsName,
 }
 
+/// The Cluster whose quota a claim's addresses count in: `spec.clusterName`, else its cluster-name label, in its
+/// namespace (docs/compatibility.md D21).
+pub(super) fn cluster_of(claim: &Claim) -> Option<ClusterKey> {
+    claim.cluster().filter(|c| !c.is_empty()).map(|cluster| cluster_key(&claim.key.namespace, cluster))
+}
+
 impl State {
     /// The address for a claim without an IPAddress, held in the pool's allocator before anything is written:
     /// the one it holds already (an uncertain create, or an IPAddress deleted from under the live claim), else
@@ -32,6 +39,7 @@ impl State {
         claim: &Claim,
         pool: &PoolKey,
         requested: Option<&str>,
+        claimant: &Claimant,
     ) -> Result<Assigned, AllocateError> {
         if !self.serves_pool(pool) {
             return Err(AllocateError::ServedElsewhere { pool: pool.clone() });
@@ -39,7 +47,7 @@ impl State {
         if claim.bound_address.is_some_and(|b| requested == Some(&*b.to_string())) {
             moved_away::reclaim_for_bound(self, pool, claim);
         }
-        let assigned = self.registry.allocate(pool, &claim.key, requested);
+        let assigned = self.registry.allocate(pool, &claim.key, requested, claimant);
         if assigned.is_ok() {
             // Its create follows.
             self.holds_without_create.remove(&claim.key);
@@ -56,13 +64,16 @@ impl State {
         pool: &PoolKey,
         previous: Option<&str>,
     ) -> Result<Assigned, AllocateError> {
+        let cluster = cluster_of(claim);
         if previous.is_some() {
-            match self.allocate(claim, pool, previous) {
+            // The address its machine uses: given again whatever its Cluster's quota (which takes nothing back).
+            match self.allocate(claim, pool, previous, &Claimant::bound(cluster.clone())) {
                 Err(AllocateError::Requested { .. }) => {}
                 assigned => return assigned,
             }
         }
-        let assigned = self.allocate(claim, pool, claim.requested_address.as_deref());
+        let claimant = Claimant::of_cluster(cluster);
+        let assigned = self.allocate(claim, pool, claim.requested_address.as_deref(), &claimant);
         // The claim waits from the step that found nothing for it: the one place it is registered, so that no await
         // added to its worker could let an address go by unseen. Not a claim deleted while its worker awaited (the
         // copy it runs on is stale): it would take the wake of one that waits (helper-128 F2).
@@ -70,9 +81,34 @@ impl State {
         match &assigned {
             Err(AllocateError::Exhausted { .. }) if live => self.wait_for_address(pool, &claim.key),
             Err(AllocateError::Requested { .. }) if live => self.wait_for_requested(pool, &claim.key),
+            // A bound claim whose machine's address another holds now waits for any address to free up, that one
+            // included (helper-131 F4); any other, for its Cluster to hold fewer.
+            Err(AllocateError::QuotaExceeded { .. }) if live && previous.is_some() => {
+                self.wait_for_requested(pool, &claim.key);
+            }
+            Err(AllocateError::QuotaExceeded { .. }) if live => {
+                if let Some(cluster) = &claimant.cluster {
+                    self.registry.wait_for_quota(pool, &claim.key, cluster);
+                }
+            }
             _ => {}
         }
         assigned
+    }
+
+    /// The Cluster whose quota the IPAddress `key` (`record`) counts in: its live claim's, which our repair puts back
+    /// into its label (docs/compatibility.md D7), else its cluster-name label's. A label edited by hand moves no
+    /// count (helper-131 F2: the Cluster's waiting claim would take one more address before the repair).
+    pub(super) fn cluster_of_address(&self, key: &ObjectKey, record: &AddressRecord) -> Option<ClusterKey> {
+        let pool = &record.pool;
+        match self
+            .claims
+            .get(key)
+            .filter(|c| record.claim_owner == Some(c.uid.uid()) && c.uses_pool(pool.kind, &pool.namespace, &pool.name))
+        {
+            Some(claim) => cluster_of(&claim),
+            None => record.cluster(key),
+        }
     }
 
     /// Our create of the claim's IPAddress succeeded: the object is recorded (its hold confirmed with it). Returns the
@@ -160,6 +196,11 @@ impl State {
     ) -> (PoolCounts, Option<String>) {
         let in_doubt = |key: &ObjectKey| self.in_doubt(pool, key);
         (self.registry.status_counts(pool, |held| reserved.contains(&held), in_doubt), self.registry.counts(pool).1)
+    }
+
+    /// The pool's `status.clusterUsage`, as every manager watching the pool sees it (`None` without a quota).
+    pub fn status_cluster_usage(&self, pool: &PoolKey) -> Option<crate::api::v1alpha2::ClusterUsage> {
+        self.registry.cluster_usage(pool, |key| self.in_doubt(pool, key))
     }
 
     /// Whether the IPAddress `key` of `pool` is this manager's knowledge alone: a record of our own write that a

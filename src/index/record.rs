@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use super::{PoolKey, revision_of};
+use super::registry::{ClusterKey, cluster_key};
+use super::{ObjectKey, PoolKey, revision_of};
 use crate::api::{
     CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, MOVED_AWAY_ANNOTATION, MOVED_AWAY_MARK, PROTECT_ADDRESS_FINALIZER,
 };
@@ -90,6 +91,12 @@ impl AddressRecord {
             created: crate::compact::created_seconds(&object.metadata),
             pool,
         })
+    }
+
+    /// The Cluster its cluster-name label names, whose quota it counts in (docs/compatibility.md D21).
+    /// `key`: the IPAddress's, whose namespace is its claim's and its Cluster's.
+    pub fn cluster(&self, key: &ObjectKey) -> Option<ClusterKey> {
+        self.cluster_label.as_deref().filter(|c| !c.is_empty()).map(|cluster| cluster_key(&key.namespace, cluster))
     }
 
     /// Made for a claim: its owner reference, or our finalizer (the garbage collector takes the owner reference of

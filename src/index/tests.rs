@@ -10,6 +10,7 @@ use kube::api::ObjectMeta;
 use kube::runtime::watcher::Event;
 use serde_json::json;
 
+use super::registry::Claimant;
 use super::relist::{Pools, Relist};
 use super::*;
 use crate::api::v1alpha2::{IPPoolSpec, InClusterIPPool, InClusterIPPoolSpec};
@@ -242,7 +243,11 @@ fn an_ipaddress_seen_holds_its_address_and_wakes_the_claim_of_its_name() {
     index.apply_address(&ip_address("a", "10.0.0.1", &a));
     assert_eq!(sink.take_woken(), [key("a")]);
     assert_eq!(
-        index.write(|s| s.registry().allocate(&pool_key(), &key("b"), None)).expect("free").address.to_string(),
+        index
+            .write(|s| s.registry().allocate(&pool_key(), &key("b"), None, &Claimant::default()))
+            .expect("free")
+            .address
+            .to_string(),
         "10.0.0.2"
     );
     // Seen again under another name with the same address: a duplicate, and both claims are woken.
@@ -487,7 +492,7 @@ fn pool_changes_wake_the_claims_of_the_pool_unless_it_is_paused() {
     index.delete_pool(&pool_key());
     assert_eq!(sink.take_woken(), [key("a")]);
     assert!(matches!(
-        index.write(|s| s.registry().allocate(&pool_key(), &key("a"), None)),
+        index.write(|s| s.registry().allocate(&pool_key(), &key("a"), None, &Claimant::default())),
         Err(AllocateError::Unknown { .. })
     ));
 }
@@ -602,7 +607,7 @@ fn changed_pools_take_turns_for_their_status() {
     assert_eq!(index.take_changed_pools(1), [pools[0].clone()]);
     // Changed again while waiting: it keeps its place; taken and changed again: to the back.
     for p in [&pools[1], &pools[0]] {
-        index.write(|s| s.registry().allocate(p, &key("x"), None)).expect("an address");
+        index.write(|s| s.registry().allocate(p, &key("x"), None, &Claimant::default())).expect("an address");
     }
     assert_eq!(index.take_changed_pools(1), [pools[1].clone()]);
     assert_eq!(index.take_changed_pools(5), [pools[2].clone(), pools[0].clone()]);
@@ -687,12 +692,14 @@ fn a_late_delete_event_of_an_old_ipaddress_leaves_its_same_named_replacement_alo
     relist.on_event(&index, Event::Apply(old.clone()));
     index.address_deleted_by_us(&key("x"), &pool_key(), old.metadata.uid.as_deref());
     // The new claim x: its address is held, created and recorded as `controllers::claim` does.
-    let assigned = index.write(|s| s.registry().allocate(&pool_key(), &key("x"), None)).expect("free");
+    let assigned =
+        index.write(|s| s.registry().allocate(&pool_key(), &key("x"), None, &Claimant::default())).expect("free");
     let new = ip_address_uid("x", &assigned.address.to_string(), &incarnation("x", 2), 2);
     index.write(|s| s.registry().confirm(&pool_key(), &key("x")));
     index.remember_address(&key("x"), &new);
     relist.on_event(&index, Event::Delete(old));
-    let next = index.write(|s| s.registry().allocate(&pool_key(), &key("y"), None)).expect("free");
+    let next =
+        index.write(|s| s.registry().allocate(&pool_key(), &key("y"), None, &Claimant::default())).expect("free");
     assert_ne!(next.address, assigned.address, "the address of the live IPAddress x was handed out again");
     assert!(index.address(&key("x")).is_some(), "the record of the live IPAddress x is gone");
     // Its own ADDED event, when it comes, changes nothing.
@@ -758,7 +765,8 @@ fn a_family_change_and_back_keeps_every_address_in_use() {
     index.apply_address(&ip_address_uid("a", "10.0.0.1", &incarnation("a", 1), 1));
     feed_pool(&index, pool("fd00::1-fd00::2", 2));
     feed_pool(&index, pool("10.0.0.1-10.0.0.2", 3));
-    let next = index.write(|s| s.registry().allocate(&pool_key(), &key("b"), None)).expect("free");
+    let next =
+        index.write(|s| s.registry().allocate(&pool_key(), &key("b"), None, &Claimant::default())).expect("free");
     assert_eq!(next.address.to_string(), "10.0.0.2", "10.0.0.1 is held by IPAddress a");
     assert!(index.duplicates(&pool_key()).is_empty());
     let counts = index.pool_counts(&pool_key()).0;
@@ -811,7 +819,7 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
     index.moved_away_written(&global, &changes, Some(crate::compact::ResourceVersion::of("12")));
     // The status writer's event from before our write arrives late, without the annotation.
     feed(global_pool(11, None));
-    let next = index.write(|s| s.registry().allocate(&global, &key("y"), None)).expect("free");
+    let next = index.write(|s| s.registry().allocate(&global, &key("y"), None, &Claimant::default())).expect("free");
     assert_eq!(next.address.to_string(), "10.1.0.2", "the reserved address was handed out again");
     // Our write's event, then an operator's removal of the entry: now the address is free.
     feed(global_pool(12, Some("10.1.0.1@ns/x")));
@@ -819,7 +827,11 @@ fn a_pool_event_older_than_our_annotation_write_keeps_the_reservation() {
     feed(global_pool(13, None));
     assert!(index.reservations(&global).is_empty());
     assert_eq!(
-        index.write(|s| s.registry().allocate(&global, &key("z"), None)).expect("free").address.to_string(),
+        index
+            .write(|s| s.registry().allocate(&global, &key("z"), None, &Claimant::default()))
+            .expect("free")
+            .address
+            .to_string(),
         "10.1.0.1"
     );
 }
@@ -1483,7 +1495,7 @@ fn an_ipaddress_holding_a_reserved_address_is_left_behind_for_a_new_claim_but_a_
     assert!(index.claim_view(&x, global.clone()).left_behind, "a new claim adopts what a move left behind");
     index.address_delete_watched(&key("x"), &address);
     assert!(index.held_by(&global, &key("x")).is_none(), "the new claim keeps the hold of what a move left behind");
-    let next = index.write(|s| s.registry().allocate(&global, &key("y"), None)).expect("free");
+    let next = index.write(|s| s.registry().allocate(&global, &key("y"), None, &Claimant::default())).expect("free");
     assert_eq!(next.address.to_string(), "10.1.0.2", "the address in use over there was handed out");
 
     let (index, global, x, address) = claim_x_beside_an_ipaddress_holding_its_reserved_address(true);
@@ -1732,4 +1744,98 @@ fn a_claim_deleted_while_its_worker_awaited_takes_no_wake_from_one_that_waits() 
     index.address_gone(&key("b"), None);
     let woken = sink.take_woken();
     assert!(woken.contains(&key("x")) && !woken.contains(&key("w")), "{woken:?}");
+}
+
+/// A pool of `addresses` whose Clusters may each hold `per_cluster` of them (docs/compatibility.md D21).
+fn quota_pool(addresses: &str, per_cluster: i32) -> InClusterIPPool {
+    let mut pool = pool(addresses, 1);
+    pool.spec.quota = Some(crate::api::v1alpha2::PoolQuota { per_cluster: Some(per_cluster), clusters: None });
+    pool
+}
+
+fn claim_of_cluster(name: &str, cluster: &str) -> Claim {
+    Claim { cluster: Some(intern(cluster)), ..claim(name) }
+}
+
+fn allocate_for(index: &Index, claim: &Claim, previous: Option<&str>) -> Result<Assigned, AllocateError> {
+    let allocating = Observed::Allocating { claim, pool: &pool_key(), previous };
+    let (observation, _) = index.observe_then_view(claim, pool_key(), allocating);
+    observation.assigned.expect("an allocation answers")
+}
+
+#[test]
+fn a_claim_its_quota_refuses_waits_and_is_woken_when_its_cluster_lets_go() {
+    let (index, sink) = index();
+    feed_pool(&index, quota_pool("10.0.0.1-10.0.0.5", 1));
+    let (a, x) = (claim_of_cluster("a", "c1"), claim_of_cluster("x", "c1"));
+    index.apply_claim(x.clone());
+    // a's IPAddress carries its Cluster's label: c1 holds its quota (a's claim is gone: its IPAddress goes next).
+    index.apply_address(&ip_address("a", "10.0.0.1", &a));
+    match allocate_for(&index, &x, None) {
+        Err(e @ AllocateError::QuotaExceeded { .. }) => {
+            assert_eq!(
+                e.to_string(),
+                "Cluster ns/c1 holds 1 address(es) of InClusterIPPool ns/pool, its quota of 1 (spec.quota)"
+            );
+        }
+        other => panic!("x's Cluster holds its quota: {other:?}"),
+    }
+    // The pool has free addresses: a claim of no Cluster gets one.
+    allocate_for(&index, &claim("y"), None).expect("no Cluster, no quota");
+    sink.take_woken();
+    index.address_gone(&key("a"), None);
+    assert!(sink.take_woken().contains(&key("x")), "woken the moment its Cluster holds fewer");
+    allocate_for(&index, &x, None).expect("below its quota now");
+}
+
+#[test]
+fn a_bound_claim_gets_its_machines_address_back_whatever_its_clusters_quota() {
+    let (index, _sink) = index();
+    feed_pool(&index, quota_pool("10.0.0.1-10.0.0.5", 1));
+    let (a, b) = (claim_of_cluster("a", "c1"), claim_of_cluster("b", "c1"));
+    index.apply_claim(a.clone());
+    index.apply_claim(b.clone());
+    index.apply_address(&ip_address("a", "10.0.0.1", &a));
+    // b was bound to 10.0.0.3 (a quota lowered since, or a's IPAddress made by hand) and its IPAddress went: the
+    // address its machine uses is held for it again; a quota takes nothing back.
+    let again = allocate_for(&index, &b, Some("10.0.0.3")).expect("its machine's address");
+    assert_eq!(again.address.to_string(), "10.0.0.3");
+    index.check_consistency().expect("consistent");
+}
+
+#[test]
+fn an_ipaddress_relabelled_by_hand_counts_for_its_claims_cluster_until_the_repair() {
+    let (index, _sink) = index();
+    feed_pool(&index, quota_pool("10.0.0.1-10.0.0.5", 1));
+    let (a, x) = (claim_of_cluster("a", "c1"), claim_of_cluster("x", "c1"));
+    index.apply_claim(a.clone());
+    index.apply_claim(x.clone());
+    let mut address = ip_address("a", "10.0.0.1", &a);
+    index.apply_address(&address);
+    // A person takes the label off a's IPAddress: it is still a's, which is c1's (our repair puts the label back), so
+    // c1 still holds its quota and x gets nothing in between (helper-131 F2).
+    address.metadata.labels = None;
+    address.metadata.resource_version = Some("2".to_owned());
+    index.apply_address(&address);
+    assert!(matches!(allocate_for(&index, &x, None), Err(AllocateError::QuotaExceeded { .. })));
+    index.check_consistency().expect("consistent");
+}
+
+#[test]
+fn a_bound_claim_whose_address_another_holds_waits_for_it_past_its_quota() {
+    let (index, sink) = index();
+    feed_pool(&index, quota_pool("10.0.0.1-10.0.0.5", 1));
+    let (a, b) = (claim_of_cluster("a", "c1"), claim_of_cluster("b", "c1"));
+    index.apply_claim(a.clone());
+    index.apply_claim(b.clone());
+    index.apply_address(&ip_address("a", "10.0.0.1", &a));
+    // b's machine uses 10.0.0.3, which a hand-made IPAddress of no claim holds now; c1 holds its quota.
+    index.apply_address(&ip_address("o", "10.0.0.3", &claim("o")));
+    assert!(matches!(allocate_for(&index, &b, Some("10.0.0.3")), Err(AllocateError::QuotaExceeded { .. })));
+    sink.take_woken();
+    // That IPAddress goes (c1 still holds its quota): b is woken for its machine's address, and gets it.
+    index.address_gone(&key("o"), None);
+    assert!(sink.take_woken().contains(&key("b")), "woken when the address its machine uses frees up (helper-131 F4)");
+    let again = allocate_for(&index, &b, Some("10.0.0.3")).expect("its machine's address");
+    assert_eq!(again.address.to_string(), "10.0.0.3");
 }

@@ -95,6 +95,8 @@ pub struct PoolStatusView {
     pub out_of_range: Vec<(ObjectKey, Held)>,
     /// The addresses more than one IPAddress holds as this manager knows them (the metric, which is its own).
     pub duplicated_here: usize,
+    /// How many addresses each Cluster holds, for a pool with a quota (docs/compatibility.md D21).
+    pub cluster_usage: Option<crate::api::v1alpha2::ClusterUsage>,
 }
 
 /// Who serves a claim: the manager of its pool's shard (the pool's `cluster.x-k8s.io/watch-filter` label; a pool
@@ -188,6 +190,7 @@ impl State {
             reserved: reserved.len(),
             out_of_range: self.out_of_range(key, out_of_range_shown),
             duplicated_here: self.duplicates(key).len(),
+            cluster_usage: self.status_cluster_usage(key),
         }
     }
 

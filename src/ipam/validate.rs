@@ -13,10 +13,12 @@ use super::prefix_pool::{Allocation, PrefixPoolConfig, PrefixPoolSpec, effective
 
 mod claim;
 mod prefix;
+mod quota;
 mod strategy;
 mod subnets;
 pub use claim::{ClaimAsking, pin_names, requested_ip_finding, requested_prefix_finding};
 pub use prefix::{prefix_pool_non_allocatable, prefix_pool_warnings, validate_prefix_pool};
+pub use quota::quota_findings;
 pub use strategy::allocation_strategy_findings;
 pub use subnets::subnet_gateway_findings;
 

@@ -99,6 +99,8 @@ pub struct Shape {
     pub second: u8,
     /// An IP pool's `spec.allocationStrategy` (docs/compatibility.md D20).
     pub strategy: AllocationStrategy,
+    /// An IP pool's `spec.quota.perCluster` (docs/compatibility.md D21).
+    pub quota: Option<u8>,
 }
 
 /// Where an IP pool's second subnet starts above its base: the /25 (IPv4) or /96 (IPv6) after the first subnet's /24
@@ -120,7 +122,10 @@ impl Shape {
                 let (prefix, gateway) = Shape::addressing(pool, self.ip(pool, first));
                 // `subnets: null` takes a second subnet away in the merge patch of an edit.
                 let mut spec = json!({"addresses": [range], "prefix": prefix, "gateway": gateway, "subnets": null,
-                    "allocationStrategy": null});
+                    "allocationStrategy": null, "quota": null});
+                if let Some(quota) = self.quota {
+                    spec["quota"] = json!({"perCluster": quota});
+                }
                 if self.strategy != AllocationStrategy::Sequential {
                     spec["allocationStrategy"] = json!(self.strategy.name());
                 }

@@ -361,6 +361,8 @@ pub struct World {
     /// The allocation strategy of each pool shape: a stream of its own, so that a seed makes the choices it made
     /// before strategies (a recorded seed plays its schedule).
     strategies: Rng,
+    /// The per-Cluster quota of each pool shape, a stream of its own for the same reason.
+    quotas: Rng,
     swarm: Swarm,
     options: Options,
     hub: Arc<Mutex<Hub>>,
@@ -472,6 +474,7 @@ impl World {
             seed,
             rng,
             strategies: Rng::new(seed ^ 0x0057_7A7E_6135),
+            quotas: Rng::new(seed ^ 0x0000_0A07_A000),
             swarm,
             options,
             hub,
@@ -582,7 +585,10 @@ impl World {
             [AllocationStrategy::Sequential, AllocationStrategy::Random, AllocationStrategy::LeastRecentlyReleased];
         let strategy =
             if pool == PoolId::Prefix { AllocationStrategy::Sequential } else { strategies[self.strategies.below(3)] };
-        Shape { v6, offset, size, second, strategy }
+        // A quota of 0, 1 or 2 addresses per Cluster on a quarter of the IP pools (docs/compatibility.md D21), which an
+        // edit may raise, lower below what a Cluster holds, or take away.
+        let quota = (pool != PoolId::Prefix && self.quotas.chance(25)).then(|| self.quotas.below(3) as u8);
+        Shape { v6, offset, size, second, strategy, quota }
     }
 
     fn create_pool(&mut self, pool: PoolId) {

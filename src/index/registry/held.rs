@@ -150,6 +150,9 @@ pub struct Assigned {
 pub enum AllocateError {
     #[error("{pool} has no free address")]
     Exhausted { pool: PoolKey },
+    /// docs/compatibility.md D21.
+    #[error("Cluster {cluster} holds {used} address(es) of {pool}, its quota of {quota} (spec.quota)")]
+    QuotaExceeded { pool: PoolKey, cluster: String, used: u32, quota: u32 },
     #[error("{pool} has an invalid spec: {reason}")]
     InvalidPool { pool: PoolKey, reason: String },
     #[error("{pool} is not loaded yet")]

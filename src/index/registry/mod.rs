@@ -4,13 +4,16 @@
 //! written only through it, one step at a time (`super::Index`).
 
 mod held;
+mod holders;
 mod pins;
 mod pool_state;
+mod quota;
 mod waiting;
 
 use std::collections::{HashMap, VecDeque};
 
 use crate::api::PoolSpec;
+use crate::api::v1alpha2::PoolQuota;
 pub use crate::compact::ObjectKey;
 use crate::ipam::address::parse_ip;
 use crate::ipam::{
@@ -21,8 +24,12 @@ pub use held::{
     AllocateError, Assigned, Duplicate, Held, HeldPrefix, PoolKey, aside_key, is_aside, is_placeholder, is_reservation,
     reservation_key,
 };
+pub use holders::{ClusterKey, cluster_key};
+use holders::{Holders, Holding};
 pub use pins::{PinnedTo, is_pin, pin_key};
 use pool_state::{Dirty, assigned, parse_config, parse_ipv6};
+pub use quota::Claimant;
+use quota::{QuotaWaiters, quota_of};
 use waiting::take_waiters;
 
 enum Allocator {
@@ -38,12 +45,6 @@ enum Config {
     Prefix(PrefixPoolConfig, Option<String>),
 }
 
-struct Holding {
-    held: Held,
-    /// Seen in the API server (watch or a successful create); false while our create is in flight.
-    confirmed: bool,
-}
-
 /// The state of one pool.
 #[derive(Default)]
 struct PoolState {
@@ -55,7 +56,11 @@ struct PoolState {
     prefix: i64,
     /// The gateway of each subnet as written (docs/compatibility.md D19), top-level first; one for a prefix pool.
     gateways: Vec<Option<String>>,
-    holders: HashMap<ObjectKey, Holding>,
+    holders: Holders,
+    /// `spec.quota`: how many addresses the claims of one Cluster may hold (docs/compatibility.md D21).
+    quota: Option<PoolQuota>,
+    /// Claims whose Cluster held its quota, by Cluster: all of a Cluster are woken once it holds fewer.
+    quota_waiters: QuotaWaiters,
     /// Claims that found the pool exhausted, oldest first: one is woken for each address that frees up.
     waiters: VecDeque<ObjectKey>,
     /// Claims whose requested address is held: all are woken whenever an address frees up (they are few, and any
@@ -124,6 +129,7 @@ impl Registry {
         }
         state.spec = Some(spec.clone());
         state.spec_removed = false;
+        state.quota = quota_of(spec);
         let config = parse_config(spec);
         match config {
             Err(reason) => {
@@ -187,6 +193,7 @@ impl Registry {
             state.spec_removed = true;
             state.config_error = None;
             state.allocator = None;
+            state.quota = None;
             state.holders.retain(|k, _| !is_pin(k));
             state.pins = pins::Pins::default();
         }
@@ -194,12 +201,25 @@ impl Registry {
 
     /// Records an IPAddress seen in the API server (or just created by us). Returns the duplicate when another
     /// IPAddress of the pool holds the same address: that must never happen, and the caller says so loudly.
-    pub fn record(&mut self, pool_key: &PoolKey, address: &ObjectKey, held: Held) -> Option<Duplicate> {
+    /// `cluster`: the Cluster its cluster-name label names, whose quota it counts in.
+    pub fn record(
+        &mut self,
+        pool_key: &PoolKey,
+        address: &ObjectKey,
+        held: Held,
+        cluster: Option<ClusterKey>,
+    ) -> Option<Duplicate> {
         let state = state_of(&mut self.pools, self.synced, pool_key);
-        match state.holders.get_mut(address) {
+        match state.holders.get(address) {
             Some(h) if h.held == held => {
                 // Confirmed, it counts in the pool's status now (`PoolState::status_counts`).
-                if !std::mem::replace(&mut h.confirmed, true) {
+                let newly_confirmed = state.holders.set_confirmed(address, true) == Some(false);
+                // Its label changed, or it came over from a reservation: it counts in its Cluster's quota now.
+                if state.holders.set_cluster(address, cluster) {
+                    self.woken.extend(state.take_quota_waiters());
+                    self.dirty.mark(pool_key);
+                }
+                if newly_confirmed {
                     self.dirty.mark(pool_key);
                 }
                 return None;
@@ -220,7 +240,7 @@ impl Registry {
             && let Some(holding) = state.holders.remove(&aside)
         {
             rename_holder(state, &aside, address);
-            state.holders.insert(address.clone(), Holding { confirmed: true, ..holding });
+            state.holders.insert(address.clone(), Holding { confirmed: true, cluster, ..holding });
             self.woken.extend(take_waiters(state));
             self.dirty.mark(pool_key);
             return None;
@@ -228,7 +248,7 @@ impl Registry {
         state.unpin(held);
         let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, address, held));
         state.record(held);
-        state.holders.insert(address.clone(), Holding { held, confirmed: true });
+        state.holders.insert(address.clone(), Holding::new(held, true, cluster));
         // The address it held before, if any, is free now.
         self.woken.extend(take_waiters(state));
         self.dirty.mark(pool_key);
@@ -281,8 +301,15 @@ impl Registry {
 
     /// Hands the hold of `from` over to `to` in one step, so the address is never free in between (an
     /// IPAddress moved away becomes a reservation, a reservation becomes the IPAddress that came back). Returns what
-    /// moved over, `None` when `from` held nothing.
-    pub fn transfer(&mut self, pool_key: &PoolKey, from: &ObjectKey, to: &ObjectKey) -> Option<Held> {
+    /// moved over, `None` when `from` held nothing. `cluster`: the Cluster whose quota `to` counts in (none for a
+    /// reservation; an IPAddress's is set again when it is recorded).
+    pub fn transfer(
+        &mut self,
+        pool_key: &PoolKey,
+        from: &ObjectKey,
+        to: &ObjectKey,
+        cluster: Option<ClusterKey>,
+    ) -> Option<Held> {
         let state = self.pools.get_mut(pool_key)?;
         let holding = state.holders.remove(from)?;
         if let Some(old) = state.holders.remove(to) {
@@ -291,8 +318,11 @@ impl Registry {
         }
         rename_holder(state, from, to);
         let held = holding.held;
-        state.holders.insert(to.clone(), Holding { held, confirmed: true });
-        // What `to` held before, if it held something else, is free now.
+        // A reservation counts in no Cluster's quota.
+        let cluster = cluster.filter(|_| !is_placeholder(to));
+        state.holders.insert(to.clone(), Holding::new(held, true, cluster));
+        // What `to` held before, if it held something else, is free now; the Cluster `from` counted in may hold less
+        // than its quota.
         self.woken.extend(take_waiters(state));
         self.dirty.mark(pool_key);
         Some(held)
@@ -348,7 +378,7 @@ impl Registry {
         state.unpin(held);
         let duplicate = state.is_held(held).then(|| state.note_duplicate(pool_key, &key, held));
         state.record(held);
-        state.holders.insert(key, Holding { held, confirmed: true });
+        state.holders.insert(key, Holding::new(held, true, None));
         self.dirty.mark(pool_key);
         duplicate
     }
@@ -363,7 +393,7 @@ impl Registry {
             return false;
         }
         state.record(held);
-        state.holders.insert(key, Holding { held, confirmed: true });
+        state.holders.insert(key, Holding::new(held, true, None));
         self.dirty.mark(pool_key);
         true
     }
@@ -426,8 +456,8 @@ impl Registry {
     /// The IPAddress `address` is gone while its claim keeps its hold: unconfirmed again, as the hold of a create not
     /// known to have happened, until the claim's new IPAddress is created or seen.
     pub fn unconfirm(&mut self, pool_key: &PoolKey, address: &ObjectKey) {
-        if let Some(h) = self.pools.get_mut(pool_key).and_then(|p| p.holders.get_mut(address))
-            && std::mem::replace(&mut h.confirmed, false)
+        if let Some(state) = self.pools.get_mut(pool_key)
+            && state.holders.set_confirmed(address, false) == Some(true)
         {
             self.dirty.mark(pool_key);
         }
@@ -435,20 +465,23 @@ impl Registry {
 
     /// Marks a hold confirmed, as recording its IPAddress does (for tests that hold without an IPAddress object).
     pub fn confirm(&mut self, pool_key: &PoolKey, address: &ObjectKey) {
-        if let Some(h) = self.pools.get_mut(pool_key).and_then(|p| p.holders.get_mut(address)) {
-            h.confirmed = true;
+        if let Some(state) = self.pools.get_mut(pool_key) {
+            state.holders.set_confirmed(address, true);
         }
     }
 
     /// The address an IPAddress named `address` should get in `pool_key`: the one it holds already (a retry after an
     /// uncertain create, or an IPAddress deleted from under its live claim), else `requested` when given, else the one
     /// the pool pins to it, else the lowest free one (never a pinned one). The hold is taken here, before the
-    /// IPAddress is created, so concurrent allocations in the pool never pick the same address.
+    /// IPAddress is created, so concurrent allocations in the pool never pick the same address. A new address, but a
+    /// pinned one, is refused while the claimant's Cluster holds its quota (docs/compatibility.md D21): checked in
+    /// this step, so that two claims of one Cluster never both take the last one.
     pub fn allocate(
         &mut self,
         pool_key: &PoolKey,
         address: &ObjectKey,
         requested: Option<&str>,
+        claimant: &Claimant,
     ) -> Result<Assigned, AllocateError> {
         let state = self.pools.entry(pool_key.clone()).or_default();
         if let Some(reason) = &state.config_error {
@@ -464,6 +497,13 @@ impl Registry {
         }
         if let Some(h) = state.holders.get(address) {
             let held = h.held;
+            // Come over from a reservation (a bound claim's address moved back), it counts in its Cluster's quota.
+            if h.cluster.is_none()
+                && !is_placeholder(address)
+                && state.holders.set_cluster(address, claimant.cluster.clone())
+            {
+                self.dirty.mark(pool_key);
+            }
             return assigned(state, held).ok_or_else(|| AllocateError::InvalidPool {
                 pool: pool_key.clone(),
                 reason: format!("IPAddress {address} holds an address the pool cannot parse"),
@@ -490,10 +530,18 @@ impl Registry {
             if let Some(owner) = state.pins.owner(held).filter(|owner| !owner.matches(address)) {
                 return Err(requested_error(format!("spec.preAllocations pins it to claim {owner}")));
             }
-            if state.take_pin(address, held) {
+            if state.take_pin(address, held, claimant.cluster.clone()) {
                 self.dirty.mark(pool_key);
                 return assigned(state, held).ok_or_else(|| AllocateError::Unknown { pool: pool_key.clone() });
             }
+        }
+        if state.allocator.is_none() {
+            return Err(AllocateError::Unknown { pool: pool_key.clone() });
+        }
+        // The claim's own pin is its own, whatever its Cluster holds (held by another IPAddress now, it is asked for as
+        // a requested address is, and waited for as one: helper-131 F1).
+        if pinned.is_none() {
+            state.check_quota(pool_key, claimant)?;
         }
         let Some(allocator) = state.allocator.as_mut() else {
             return Err(AllocateError::Unknown { pool: pool_key.clone() });
@@ -523,7 +571,7 @@ impl Registry {
                 Held::Prefix(Allocation::new(base, u8::try_from(prefix).unwrap_or(128)).map(HeldPrefix::from))
             }
         };
-        state.holders.insert(address.clone(), Holding { held, confirmed: false });
+        state.holders.insert(address.clone(), Holding::new(held, false, claimant.cluster.clone()));
         let result = assigned(state, held).ok_or_else(|| AllocateError::Unknown { pool: pool_key.clone() });
         self.dirty.mark(pool_key);
         result

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::{Holding, ObjectKey, PoolKey, PoolState};
+use super::{ClusterKey, Holding, ObjectKey, PoolKey, PoolState};
 use crate::api::PoolSpec;
 use crate::compact::intern;
 use crate::index::Held;
@@ -118,7 +118,7 @@ impl PoolState {
 
     fn hold_for_pin(&mut self, held: Held) {
         self.record(held);
-        self.holders.insert(pin_key(held), Holding { held, confirmed: true });
+        self.holders.insert(pin_key(held), Holding::new(held, true, None));
         // The pinned claim may wait for it (as one whose requested address was held).
         self.requesters_due = true;
     }
@@ -143,11 +143,12 @@ impl PoolState {
 
     /// The pinned address `claim` may take, held by its placeholder: handed over to `claim` in one step (never free
     /// in between), unconfirmed until its create succeeds.
-    pub(super) fn take_pin(&mut self, claim: &ObjectKey, held: Held) -> bool {
+    /// It counts in `cluster`'s quota, which does not limit it: the pool's owner chose it for the claim.
+    pub(super) fn take_pin(&mut self, claim: &ObjectKey, held: Held, cluster: Option<ClusterKey>) -> bool {
         if self.holders.remove(&pin_key(held)).is_none() {
             return false;
         }
-        self.holders.insert(claim.clone(), Holding { held, confirmed: false });
+        self.holders.insert(claim.clone(), Holding::new(held, false, cluster));
         true
     }
 }

@@ -82,7 +82,7 @@ impl PoolState {
             members.extend(self.duplicates.remove(&key).into_iter().flatten());
         }
         // The earlier holders not in a group yet (rare, so a scan is fine).
-        for (k, h) in &self.holders {
+        for (k, h) in self.holders.iter() {
             if h.held.overlaps(held) && k != address && !members.contains(k) {
                 wide = wide.wider(h.held);
                 members.push(k.clone());

@@ -13,6 +13,13 @@ impl Registry {
                 let holders: Vec<String> = state.holders.iter().map(|(k, h)| format!("{k}={}", h.held)).collect();
                 return Err(format!("{key} counts {used} in use but has {} holders: {holders:?}", state.holders.len()));
             }
+            state.holders.check_counts().map_err(|e| format!("{key}: {e}"))?;
+            let quota_waiting = state.quota_waiters.values().flatten();
+            if let Some(both) =
+                quota_waiting.into_iter().find(|c| state.waiters.contains(c) || state.requesters.contains(c))
+            {
+                return Err(format!("{key}: {both} waits for its quota and for an address at once"));
+            }
         }
         Ok(())
     }
@@ -52,18 +59,18 @@ fn holds_are_taken_before_the_create_and_kept_on_retry() {
         &pool(),
         &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24, "gateway": "10.0.0.254"})),
     );
-    let a = r.allocate(&pool(), &obj("a"), None).unwrap();
+    let a = r.allocate(&pool(), &obj("a"), None, &Claimant::default()).unwrap();
     assert_eq!(a.address.to_string(), "10.0.0.1");
     assert_eq!((a.prefix, a.gateway.as_deref()), (24, Some("10.0.0.254")));
     // A retry of the same claim gets the same address; another claim gets the next.
-    assert_eq!(r.allocate(&pool(), &obj("a"), None).unwrap().address.to_string(), "10.0.0.1");
-    assert_eq!(r.allocate(&pool(), &obj("b"), None).unwrap().address.to_string(), "10.0.0.2");
-    assert!(matches!(r.allocate(&pool(), &obj("c"), None), Err(AllocateError::Exhausted { .. })));
+    assert_eq!(r.allocate(&pool(), &obj("a"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.1");
+    assert_eq!(r.allocate(&pool(), &obj("b"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.2");
+    assert!(matches!(r.allocate(&pool(), &obj("c"), None, &Claimant::default()), Err(AllocateError::Exhausted { .. })));
     r.wait(&pool(), &obj("c"));
     // The watch confirms a; b's create is rejected: b's address is free again and c is woken.
-    r.record(&pool(), &obj("a"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
+    r.record(&pool(), &obj("a"), Held::Ip(Some("10.0.0.1".parse().unwrap())), None);
     assert_eq!(r.abandon(&pool(), &obj("b")), vec![obj("c")]);
-    assert_eq!(r.allocate(&pool(), &obj("c"), None).unwrap().address.to_string(), "10.0.0.2");
+    assert_eq!(r.allocate(&pool(), &obj("c"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.2");
     // A confirmed hold is not abandoned.
     r.confirm(&pool(), &obj("c"));
     assert!(r.abandon(&pool(), &obj("c")).is_empty());
@@ -79,16 +86,16 @@ fn an_ipaddress_written_with_a_zone_holds_its_address() {
     r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["fd00::1-fd00::2"], "prefix": 64})));
     let zoned = IpAddressSpec { address: "fd00::1%eth0".into(), prefix: Some(64), ..Default::default() };
     assert_eq!(Held::of(key.kind, &zoned), Held::Ip(Some("fd00::1".parse().unwrap())));
-    r.record(&key, &obj("by-hand"), Held::of(key.kind, &zoned));
-    assert_eq!(r.allocate(&key, &obj("a"), None).unwrap().address.to_string(), "fd00::2");
+    r.record(&key, &obj("by-hand"), Held::of(key.kind, &zoned), None);
+    assert_eq!(r.allocate(&key, &obj("a"), None, &Claimant::default()).unwrap().address.to_string(), "fd00::2");
     assert_eq!(r.counts(&key).0.out_of_range, 0);
 
     let key = PoolKey::new(PoolKind::InClusterPrefixPool, "ns", "prefixes");
     r.apply_spec(&key, &spec(key.kind, json!({"prefixes": ["fd00::/63"], "allocationPrefixLength": 64})));
     let zoned = IpAddressSpec { address: "fd00::%eth0".into(), prefix: Some(64), ..Default::default() };
-    r.record(&key, &obj("by-hand"), Held::of(key.kind, &zoned));
-    assert_eq!(r.allocate(&key, &obj("a"), None).unwrap().address.to_string(), "fd00:0:0:1::");
-    assert!(matches!(r.allocate(&key, &obj("b"), None), Err(AllocateError::Exhausted { .. })));
+    r.record(&key, &obj("by-hand"), Held::of(key.kind, &zoned), None);
+    assert_eq!(r.allocate(&key, &obj("a"), None, &Claimant::default()).unwrap().address.to_string(), "fd00:0:0:1::");
+    assert!(matches!(r.allocate(&key, &obj("b"), None, &Claimant::default()), Err(AllocateError::Exhausted { .. })));
 }
 
 /// A requested address is read as the webhook reads it (which admits a zone in `preAllocations`): a claim the
@@ -98,17 +105,23 @@ fn a_requested_address_with_a_zone_is_the_address() {
     let mut r = Registry::new();
     let key = PoolKey::new(PoolKind::InClusterIPPool, "ns", "v6");
     r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["fd00::1-fd00::9"], "prefix": 64})));
-    assert_eq!(r.allocate(&key, &obj("a"), Some("fd00::5%eth0")).unwrap().address.to_string(), "fd00::5");
-    assert!(matches!(r.allocate(&key, &obj("b"), Some("fd00::5")), Err(AllocateError::Requested { .. })));
+    assert_eq!(
+        r.allocate(&key, &obj("a"), Some("fd00::5%eth0"), &Claimant::default()).unwrap().address.to_string(),
+        "fd00::5"
+    );
+    assert!(matches!(
+        r.allocate(&key, &obj("b"), Some("fd00::5"), &Claimant::default()),
+        Err(AllocateError::Requested { .. })
+    ));
 }
 
 #[test]
 fn addresses_recorded_before_the_pool_spec_count_once_it_arrives() {
     let mut r = Registry::new();
-    r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
-    assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::Unknown { .. })));
+    r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())), None);
+    assert!(matches!(r.allocate(&pool(), &obj("y"), None, &Claimant::default()), Err(AllocateError::Unknown { .. })));
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
-    assert_eq!(r.allocate(&pool(), &obj("y"), None).unwrap().address.to_string(), "10.0.0.2");
+    assert_eq!(r.allocate(&pool(), &obj("y"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.2");
     let (c, err) = r.counts(&pool());
     assert_eq!((c.total, c.used, c.free, err), (3, 2, 1, None));
 }
@@ -116,9 +129,12 @@ fn addresses_recorded_before_the_pool_spec_count_once_it_arrives() {
 #[test]
 fn an_invalid_spec_allocates_nothing_and_counts_everything_out_of_range() {
     let mut r = Registry::new();
-    r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
+    r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().unwrap())), None);
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["nope"], "prefix": 24})));
-    assert!(matches!(r.allocate(&pool(), &obj("y"), None), Err(AllocateError::InvalidPool { .. })));
+    assert!(matches!(
+        r.allocate(&pool(), &obj("y"), None, &Claimant::default()),
+        Err(AllocateError::InvalidPool { .. })
+    ));
     let (c, err) = r.counts(&pool());
     assert_eq!((c.total, c.used, c.out_of_range), (0, 1, 1));
     assert!(err.is_some());
@@ -128,7 +144,7 @@ fn an_invalid_spec_allocates_nothing_and_counts_everything_out_of_range() {
 fn a_pool_edit_wakes_every_waiter_when_it_frees_space() {
     let mut r = Registry::new();
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1"], "prefix": 24})));
-    r.allocate(&pool(), &obj("a"), None).unwrap();
+    r.allocate(&pool(), &obj("a"), None, &Claimant::default()).unwrap();
     r.wait(&pool(), &obj("b"));
     r.wait(&pool(), &obj("c"));
     assert_eq!(
@@ -147,14 +163,17 @@ fn requested_addresses() {
             json!({"addresses": ["10.0.0.1-10.0.0.5"], "prefix": 24, "excludedAddresses": ["10.0.0.4"]}),
         ),
     );
-    assert_eq!(r.allocate(&pool(), &obj("a"), Some("10.0.0.3")).unwrap().address.to_string(), "10.0.0.3");
-    let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.3")).unwrap_err().to_string();
+    assert_eq!(
+        r.allocate(&pool(), &obj("a"), Some("10.0.0.3"), &Claimant::default()).unwrap().address.to_string(),
+        "10.0.0.3"
+    );
+    let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.3"), &Claimant::default()).unwrap_err().to_string();
     assert!(err.contains("already allocated"), "{err}");
-    let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.4")).unwrap_err().to_string();
+    let err = r.allocate(&pool(), &obj("b"), Some("10.0.0.4"), &Claimant::default()).unwrap_err().to_string();
     assert!(err.contains("excludedAddresses"), "{err}");
-    let err = r.allocate(&pool(), &obj("b"), Some("10.0.9.9")).unwrap_err().to_string();
+    let err = r.allocate(&pool(), &obj("b"), Some("10.0.9.9"), &Claimant::default()).unwrap_err().to_string();
     assert!(err.contains("not in the pool's addresses"), "{err}");
-    assert_eq!(r.allocate(&pool(), &obj("b"), None).unwrap().address.to_string(), "10.0.0.1");
+    assert_eq!(r.allocate(&pool(), &obj("b"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.1");
 }
 
 #[test]
@@ -162,13 +181,13 @@ fn an_address_held_twice_is_reported_and_stays_in_use_until_both_are_released() 
     let mut r = Registry::new();
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
     let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
-    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1"), None), None);
     // Seen again (a resync): not a duplicate.
-    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
-    let d = r.record(&pool(), &obj("b"), ip("10.0.0.1")).expect("a duplicate");
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1"), None), None);
+    let d = r.record(&pool(), &obj("b"), ip("10.0.0.1"), None).expect("a duplicate");
     assert_eq!(d.holders, vec![obj("a"), obj("b")]);
     assert_eq!(d.to_string(), "10.0.0.1 is held by more than one IPAddress: ns/a, ns/b");
-    let d = r.record(&pool(), &obj("c"), ip("10.0.0.1")).expect("a third holder");
+    let d = r.record(&pool(), &obj("c"), ip("10.0.0.1"), None).expect("a third holder");
     assert_eq!(d.holders, vec![obj("a"), obj("b"), obj("c")]);
     assert_eq!(r.duplicates(&pool()).len(), 1);
     assert!(r.duplicate_of(&pool(), &obj("b")).is_some() && r.duplicate_of(&pool(), &obj("x")).is_none());
@@ -177,17 +196,17 @@ fn an_address_held_twice_is_reported_and_stays_in_use_until_both_are_released() 
     assert_eq!(r.forget(&pool(), &obj("a")), vec![obj("b"), obj("c")]);
     assert_eq!(r.forget(&pool(), &obj("b")), vec![obj("c")]);
     assert!(r.duplicates(&pool()).is_empty(), "one holder left: no longer a duplicate");
-    assert_eq!(r.allocate(&pool(), &obj("d"), None).unwrap().address.to_string(), "10.0.0.2");
+    assert_eq!(r.allocate(&pool(), &obj("d"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.2");
     r.forget(&pool(), &obj("c"));
-    assert_eq!(r.allocate(&pool(), &obj("e"), None).unwrap().address.to_string(), "10.0.0.1");
+    assert_eq!(r.allocate(&pool(), &obj("e"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.1");
 }
 
 #[test]
 fn duplicates_recorded_before_the_pool_spec_are_found_when_it_arrives() {
     let mut r = Registry::new();
     let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
-    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
-    assert_eq!(r.record(&pool(), &obj("b"), ip("10.0.0.1")), None, "unknown before the spec");
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1"), None), None);
+    assert_eq!(r.record(&pool(), &obj("b"), ip("10.0.0.1"), None), None, "unknown before the spec");
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
     let found = r.duplicates(&pool());
     assert_eq!(found.len(), 1);
@@ -201,11 +220,11 @@ fn a_duplicate_recorded_after_the_pool_was_deleted_is_found_at_once() {
     let mut r = Registry::new();
     let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
-    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1"), None), None);
     r.remove_spec(&pool());
-    let found = r.record(&pool(), &obj("b"), ip("10.0.0.1")).expect("a duplicate");
+    let found = r.record(&pool(), &obj("b"), ip("10.0.0.1"), None).expect("a duplicate");
     assert_eq!(found.holders, vec![obj("a"), obj("b")]);
-    assert_eq!(r.record(&pool(), &obj("c"), ip("10.0.0.2")), None, "another address is no duplicate");
+    assert_eq!(r.record(&pool(), &obj("c"), ip("10.0.0.2"), None), None, "another address is no duplicate");
 }
 
 /// Soak seed 430208541: the pool was deleted before this process listed (no spec ever came, and no deletion was
@@ -215,18 +234,18 @@ fn a_duplicate_recorded_after_the_pool_was_deleted_is_found_at_once() {
 fn a_duplicate_in_a_pool_gone_before_the_process_listed_is_found_once_it_listed() {
     let mut r = Registry::new();
     let ip = |s: &str| Held::Ip(Some(s.parse().unwrap()));
-    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1")), None);
-    assert_eq!(r.record(&pool(), &obj("b"), ip("10.0.0.1")), None, "unknown before every watch listed");
+    assert_eq!(r.record(&pool(), &obj("a"), ip("10.0.0.1"), None), None);
+    assert_eq!(r.record(&pool(), &obj("b"), ip("10.0.0.1"), None), None, "unknown before every watch listed");
     let found = r.synced();
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].holders, vec![obj("a"), obj("b")]);
     let other = PoolKey::new(pool().kind, &pool().namespace, "gone-too");
-    assert_eq!(r.record(&other, &obj("c"), ip("10.0.0.2")), None);
-    let late = r.record(&other, &obj("d"), ip("10.0.0.2")).expect("a duplicate, recorded after the listing");
+    assert_eq!(r.record(&other, &obj("c"), ip("10.0.0.2"), None), None);
+    let late = r.record(&other, &obj("d"), ip("10.0.0.2"), None).expect("a duplicate, recorded after the listing");
     assert_eq!(late.holders, vec![obj("c"), obj("d")]);
     // A pool whose spec comes later (created since) is allocated from as ever.
     r.apply_spec(&other, &spec(other.kind, json!({"addresses": ["10.0.0.1-10.0.0.3"], "prefix": 24})));
-    assert_eq!(r.allocate(&other, &obj("e"), None).unwrap().address.to_string(), "10.0.0.1");
+    assert_eq!(r.allocate(&other, &obj("e"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.1");
 }
 
 #[test]
@@ -238,11 +257,11 @@ fn prefix_pools() {
         &key,
         &spec(key.kind, json!({"prefixes": ["fd00::/62"], "allocationPrefixLength": 64, "gateway": "fd00::1"})),
     );
-    let a = r.allocate(&key, &obj("a"), None).unwrap();
+    let a = r.allocate(&key, &obj("a"), None, &Claimant::default()).unwrap();
     assert_eq!((a.address.to_string(), a.prefix, a.gateway.as_deref()), ("fd00::".into(), 64, Some("fd00::1")));
     let spec = IpAddressSpec { address: "fd00:0:0:1::".into(), prefix: Some(64), ..Default::default() };
-    r.record(&key, &obj("b"), Held::of(key.kind, &spec));
-    assert_eq!(r.allocate(&key, &obj("c"), None).unwrap().address.to_string(), "fd00:0:0:2::");
+    r.record(&key, &obj("b"), Held::of(key.kind, &spec), None);
+    assert_eq!(r.allocate(&key, &obj("c"), None, &Claimant::default()).unwrap().address.to_string(), "fd00:0:0:2::");
 }
 
 #[test]
@@ -251,21 +270,21 @@ fn a_moved_away_address_stays_held_as_a_reservation_until_it_comes_back() {
     let key = PoolKey::new(PoolKind::GlobalInClusterIPPool, "", "g");
     r.apply_spec(&key, &spec(key.kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24})));
     let ip = Held::Ip(Some("10.0.0.1".parse().unwrap()));
-    r.record(&key, &obj("a"), ip);
+    r.record(&key, &obj("a"), ip, None);
     // The IPAddress moves away: its hold becomes the reservation, never free in between.
-    assert_eq!(r.transfer(&key, &obj("a"), &reservation_key(ip)), Some(ip));
+    assert_eq!(r.transfer(&key, &obj("a"), &reservation_key(ip), None), Some(ip));
     assert_eq!(r.held_by(&key, &obj("a")), None);
     assert_eq!(r.reservations(&key), [ip]);
     assert_eq!(r.used(&key), 0, "a reservation does not hold the pool's finalizer");
     assert_eq!(r.counts(&key).0.used, 1, "but it counts as used");
-    assert_eq!(r.allocate(&key, &obj("b"), None).unwrap().address.to_string(), "10.0.0.2");
-    assert!(matches!(r.allocate(&key, &obj("c"), None), Err(AllocateError::Exhausted { .. })));
+    assert_eq!(r.allocate(&key, &obj("b"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.2");
+    assert!(matches!(r.allocate(&key, &obj("c"), None, &Claimant::default()), Err(AllocateError::Exhausted { .. })));
     // Reserving what is held does nothing; an unknown key transfers nothing.
     assert!(!r.reserve(&key, ip));
-    assert_eq!(r.transfer(&key, &obj("nobody"), &obj("x")), None);
+    assert_eq!(r.transfer(&key, &obj("nobody"), &obj("x"), None), None);
     // It comes back under a new IPAddress: no duplicate, no reservation left.
-    assert_eq!(r.transfer(&key, &reservation_key(ip), &obj("a2")), Some(ip));
-    assert_eq!(r.record(&key, &obj("a2"), ip), None);
+    assert_eq!(r.transfer(&key, &reservation_key(ip), &obj("a2"), None), Some(ip));
+    assert_eq!(r.record(&key, &obj("a2"), ip, None), None);
     assert!(r.reservations(&key).is_empty());
     assert!(r.duplicates(&key).is_empty());
     // A reservation from the pool's annotation alone, released again.
@@ -273,7 +292,7 @@ fn a_moved_away_address_stays_held_as_a_reservation_until_it_comes_back() {
     assert!(r.reserve(&key, ip));
     assert_eq!(r.counts(&key).0.used, 2);
     r.forget(&key, &reservation_key(ip));
-    assert_eq!(r.allocate(&key, &obj("c"), None).unwrap().address.to_string(), "10.0.0.1");
+    assert_eq!(r.allocate(&key, &obj("c"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.1");
 }
 
 fn ip(a: &str) -> Held {
@@ -284,7 +303,7 @@ fn ip(a: &str) -> Held {
 fn full_pool() -> Registry {
     let mut r = Registry::new();
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1"], "prefix": 24})));
-    r.record(&pool(), &obj("a"), ip("10.0.0.1"));
+    r.record(&pool(), &obj("a"), ip("10.0.0.1"), None);
     r
 }
 
@@ -299,7 +318,7 @@ fn a_claim_wanting_a_held_address_never_takes_the_wake_an_exhausted_claim_waits_
     // r did not get its address and waits again: no one else is woken, and e keeps its wake.
     r.wait_for_requested(&pool(), &obj("r"));
     assert!(r.take_woken().is_empty());
-    assert_eq!(r.allocate(&pool(), &obj("e"), None).unwrap().address.to_string(), "10.0.0.1");
+    assert_eq!(r.allocate(&pool(), &obj("e"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.1");
 }
 
 #[test]
@@ -323,7 +342,7 @@ fn a_woken_claim_that_stops_waiting_passes_its_wake_on_while_an_address_is_free(
     assert_eq!(r.take_woken(), vec![obj("e")]);
     // Once the address is taken, stopping to wait wakes no one.
     r.wait(&pool(), &obj("f"));
-    r.allocate(&pool(), &obj("e"), None).unwrap();
+    r.allocate(&pool(), &obj("e"), None, &Claimant::default()).unwrap();
     r.stop_waiting(&pool(), &obj("e"));
     assert!(r.take_woken().is_empty());
 }
@@ -333,15 +352,15 @@ fn an_address_freed_by_a_replaced_or_handed_over_hold_wakes_a_waiter() {
     let mut r = full_pool();
     r.wait(&pool(), &obj("e"));
     // The IPAddress a now shows an address outside the pool: 10.0.0.1 is free.
-    r.record(&pool(), &obj("a"), ip("10.0.0.9"));
+    r.record(&pool(), &obj("a"), ip("10.0.0.9"), None);
     assert_eq!(r.take_woken(), vec![obj("e")]);
 
     let mut r = full_pool();
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24})));
-    r.record(&pool(), &obj("b"), ip("10.0.0.2"));
+    r.record(&pool(), &obj("b"), ip("10.0.0.2"), None);
     r.wait(&pool(), &obj("e"));
     // a's hold is handed to b, whose own address is then free.
-    assert_eq!(r.transfer(&pool(), &obj("a"), &obj("b")), Some(ip("10.0.0.1")));
+    assert_eq!(r.transfer(&pool(), &obj("a"), &obj("b"), None), Some(ip("10.0.0.1")));
     assert_eq!(r.take_woken(), vec![obj("e")]);
 }
 
@@ -356,28 +375,37 @@ fn a_pinned_address_is_reserved_for_its_claim_whatever_the_order() {
     };
     r.apply_spec(&pool(), &pinned(json!({"node-a": "10.0.0.10"})));
     // node-b comes first: it does not get the lowest address, which is node-a's.
-    assert_eq!(r.allocate(&pool(), &obj("node-b"), None).unwrap().address.to_string(), "10.0.0.11");
-    let err = r.allocate(&pool(), &obj("node-c"), Some("10.0.0.10")).unwrap_err().to_string();
+    assert_eq!(
+        r.allocate(&pool(), &obj("node-b"), None, &Claimant::default()).unwrap().address.to_string(),
+        "10.0.0.11"
+    );
+    let err = r.allocate(&pool(), &obj("node-c"), Some("10.0.0.10"), &Claimant::default()).unwrap_err().to_string();
     assert!(err.contains("pins it to claim ns/node-a"), "{err}");
     assert_eq!(r.counts(&pool()).0.free, 1, "the pinned address is not free for others");
     assert_eq!(r.used(&pool()), 1, "a pin holds no pool finalizer");
-    assert_eq!(r.allocate(&pool(), &obj("node-a"), None).unwrap().address.to_string(), "10.0.0.10");
-    assert_eq!(r.allocate(&pool(), &obj("node-c"), None).unwrap().address.to_string(), "10.0.0.12");
+    assert_eq!(
+        r.allocate(&pool(), &obj("node-a"), None, &Claimant::default()).unwrap().address.to_string(),
+        "10.0.0.10"
+    );
+    assert_eq!(
+        r.allocate(&pool(), &obj("node-c"), None, &Claimant::default()).unwrap().address.to_string(),
+        "10.0.0.12"
+    );
     // node-a's create is refused: the address goes back to the pin, not to the pool.
     r.wait(&pool(), &obj("w"));
     assert!(r.abandon(&pool(), &obj("node-a")).is_empty(), "nothing is free: no waiter is woken");
-    assert!(matches!(r.allocate(&pool(), &obj("w"), None), Err(AllocateError::Exhausted { .. })));
+    assert!(matches!(r.allocate(&pool(), &obj("w"), None, &Claimant::default()), Err(AllocateError::Exhausted { .. })));
     // Created and seen, then deleted: the same.
-    r.allocate(&pool(), &obj("node-a"), None).unwrap();
-    r.record(&pool(), &obj("node-a"), ip("10.0.0.10"));
+    r.allocate(&pool(), &obj("node-a"), None, &Claimant::default()).unwrap();
+    r.record(&pool(), &obj("node-a"), ip("10.0.0.10"), None);
     r.forget(&pool(), &obj("node-a"));
-    assert!(matches!(r.allocate(&pool(), &obj("w"), None), Err(AllocateError::Exhausted { .. })));
+    assert!(matches!(r.allocate(&pool(), &obj("w"), None, &Claimant::default()), Err(AllocateError::Exhausted { .. })));
     // The pin asks for one address and the claim's annotation another: that is refused, as in Metal3.
-    let err = r.allocate(&pool(), &obj("node-a"), Some("10.0.0.12")).unwrap_err().to_string();
+    let err = r.allocate(&pool(), &obj("node-a"), Some("10.0.0.12"), &Claimant::default()).unwrap_err().to_string();
     assert!(err.contains("pins 10.0.0.10 to this claim"), "{err}");
     // The pin is removed: its address is free, and the waiter is woken for it.
     assert_eq!(r.apply_spec(&pool(), &pinned(json!({}))), vec![obj("w")]);
-    assert_eq!(r.allocate(&pool(), &obj("w"), None).unwrap().address.to_string(), "10.0.0.10");
+    assert_eq!(r.allocate(&pool(), &obj("w"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.10");
     r.check_consistency().unwrap();
 }
 
@@ -390,13 +418,13 @@ fn a_pin_over_an_address_in_use_waits_for_it_and_then_wakes_its_claim() {
         &pool(),
         &spec(pool().kind, json!({"addresses": ["10.0.0.1"], "prefix": 24, "preAllocations": {"p": "10.0.0.1"}})),
     );
-    let err = r.allocate(&pool(), &obj("p"), None).unwrap_err();
+    let err = r.allocate(&pool(), &obj("p"), None, &Claimant::default()).unwrap_err();
     assert!(matches!(err, AllocateError::Requested { .. }), "{err}");
     r.wait_for_requested(&pool(), &obj("p"));
     r.wait(&pool(), &obj("e"));
     assert_eq!(r.forget(&pool(), &obj("a")), vec![obj("p")], "the pinned claim, not the exhausted one");
-    assert!(matches!(r.allocate(&pool(), &obj("e"), None), Err(AllocateError::Exhausted { .. })));
-    assert_eq!(r.allocate(&pool(), &obj("p"), None).unwrap().address.to_string(), "10.0.0.1");
+    assert!(matches!(r.allocate(&pool(), &obj("e"), None, &Claimant::default()), Err(AllocateError::Exhausted { .. })));
+    assert_eq!(r.allocate(&pool(), &obj("p"), None, &Claimant::default()).unwrap().address.to_string(), "10.0.0.1");
     r.check_consistency().unwrap();
 }
 
@@ -411,11 +439,20 @@ fn a_global_pool_pins_a_claim_of_one_namespace() {
         &spec(key.kind, json!({"addresses": ["10.0.0.1-10.0.0.4"], "prefix": 24, "preAllocations": pins})),
     );
     let node = |ns: &str| ObjectKey::new(ns, "node");
-    assert_eq!(r.allocate(&key, &node("tenant-b"), None).unwrap().address.to_string(), "10.0.0.3");
-    assert_eq!(r.allocate(&key, &node("tenant-a"), None).unwrap().address.to_string(), "10.0.0.1");
+    assert_eq!(
+        r.allocate(&key, &node("tenant-b"), None, &Claimant::default()).unwrap().address.to_string(),
+        "10.0.0.3"
+    );
+    assert_eq!(
+        r.allocate(&key, &node("tenant-a"), None, &Claimant::default()).unwrap().address.to_string(),
+        "10.0.0.1"
+    );
     // A bare name pins a claim of that name in any namespace: the first to come holds it, the second is told.
-    assert_eq!(r.allocate(&key, &ObjectKey::new("x", "bare"), None).unwrap().address.to_string(), "10.0.0.2");
-    let err = r.allocate(&key, &ObjectKey::new("y", "bare"), None).unwrap_err();
+    assert_eq!(
+        r.allocate(&key, &ObjectKey::new("x", "bare"), None, &Claimant::default()).unwrap().address.to_string(),
+        "10.0.0.2"
+    );
+    let err = r.allocate(&key, &ObjectKey::new("y", "bare"), None, &Claimant::default()).unwrap_err();
     assert!(err.to_string().contains("already allocated"), "{err}");
 }
 
@@ -429,11 +466,11 @@ fn prefixes_that_overlap_with_different_lengths_are_a_duplicate() {
     let prefix = |a: &str, len: i64| {
         Held::of(key.kind, &IpAddressSpec { address: a.into(), prefix: Some(len), ..Default::default() })
     };
-    assert_eq!(r.record(&key, &obj("a"), prefix("fd00::", 64)), None);
-    let d = r.record(&key, &obj("wide"), prefix("fd00::", 63)).expect("a /63 over a /64 is a duplicate");
+    assert_eq!(r.record(&key, &obj("a"), prefix("fd00::", 64), None), None);
+    let d = r.record(&key, &obj("wide"), prefix("fd00::", 63), None).expect("a /63 over a /64 is a duplicate");
     assert_eq!(d.holders, [obj("a"), obj("wide")]);
     assert_eq!(d.held, prefix("fd00::", 63), "named by the widest hold");
-    let d = r.record(&key, &obj("b"), prefix("fd00:0:0:1::", 64)).expect("inside the /63 too");
+    let d = r.record(&key, &obj("b"), prefix("fd00:0:0:1::", 64), None).expect("inside the /63 too");
     assert_eq!(d.holders, [obj("a"), obj("b"), obj("wide")]);
     assert_eq!(r.duplicate_of(&key, &obj("b")).map(|d| d.holders.len()), Some(3));
     assert_eq!(r.forget(&key, &obj("wide")), vec![obj("a"), obj("b")]);
@@ -449,8 +486,8 @@ fn prefixes_that_overlap_with_different_lengths_are_a_duplicate() {
 fn without_a_valid_spec_a_hold_left_out_of_the_status_is_left_out_of_its_out_of_range_count_too() {
     let mut r = Registry::new();
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["10.0.0.1-10.0.0.2"], "prefix": 24})));
-    r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().expect("ip"))));
-    r.allocate(&pool(), &obj("y"), None).expect("free");
+    r.record(&pool(), &obj("x"), Held::Ip(Some("10.0.0.1".parse().expect("ip"))), None);
+    r.allocate(&pool(), &obj("y"), None, &Claimant::default()).expect("free");
     r.apply_spec(&pool(), &spec(pool().kind, json!({"addresses": ["nope"], "prefix": 24})));
     let c = r.status_counts(&pool(), |_| false, |_| false);
     assert_eq!((c.total, c.used, c.out_of_range, c.free), (0, 1, 1, 0), "what a manager that knows only x says");
@@ -467,12 +504,12 @@ fn duplicates_without_a_hold_are_grouped_again() {
     let prefix = |a: &str, len: i64| {
         Held::of(key.kind, &IpAddressSpec { address: a.into(), prefix: Some(len), ..Default::default() })
     };
-    r.record(&key, &obj("a"), prefix("fd00::", 64));
-    r.record(&key, &obj("b"), prefix("fd00:0:0:1::", 64));
-    r.record(&key, &obj("wide"), prefix("fd00::", 63));
+    r.record(&key, &obj("a"), prefix("fd00::", 64), None);
+    r.record(&key, &obj("b"), prefix("fd00:0:0:1::", 64), None);
+    r.record(&key, &obj("wide"), prefix("fd00::", 63), None);
     assert_eq!(r.duplicates_without(&key, |_| false).len(), 1, "one group of three");
     assert!(r.duplicates_without(&key, |k| *k == obj("wide")).is_empty(), "the two /64s do not overlap");
-    r.record(&key, &obj("c"), prefix("fd00::", 64));
+    r.record(&key, &obj("c"), prefix("fd00::", 64), None);
     let left = r.duplicates_without(&key, |k| *k == obj("wide"));
     assert_eq!(left.iter().map(|d| d.holders.clone()).collect::<Vec<_>>(), [vec![obj("a"), obj("c")]]);
     assert_eq!(left[0].held, prefix("fd00::", 64), "named by the widest hold left");
@@ -490,7 +527,7 @@ fn an_address_of_a_later_subnet_carries_that_subnets_prefix_and_gateway_also_whe
     });
     r.apply_spec(&pool(), &spec(pool().kind, subnets));
     let got = |r: &mut Registry, n: &str| {
-        let a = r.allocate(&pool(), &obj(n), None).unwrap();
+        let a = r.allocate(&pool(), &obj(n), None, &Claimant::default()).unwrap();
         (a.address.to_string(), a.prefix, a.gateway)
     };
     assert_eq!(got(&mut r, "a"), ("10.0.0.1".to_owned(), 24, Some("10.0.0.254".to_owned())));
@@ -499,7 +536,7 @@ fn an_address_of_a_later_subnet_carries_that_subnets_prefix_and_gateway_also_whe
     // A retry (the hold is kept) and a requested address read their subnet too.
     assert_eq!(got(&mut r, "b"), ("10.0.1.1".to_owned(), 25, Some("10.0.1.126".to_owned())));
     r.forget(&pool(), &obj("b"));
-    let asked = r.allocate(&pool(), &obj("d"), Some("10.0.1.1")).unwrap();
+    let asked = r.allocate(&pool(), &obj("d"), Some("10.0.1.1"), &Claimant::default()).unwrap();
     assert_eq!((asked.prefix, asked.gateway.as_deref()), (25, Some("10.0.1.126")));
 }
 
@@ -514,13 +551,13 @@ fn a_hold_whose_subnet_the_spec_lost_keeps_its_address_with_the_top_level_prefix
         "subnets": [{"addresses": ["10.0.1.1"], "prefix": 25, "gateway": "10.0.1.126"}]
     });
     r.apply_spec(&pool(), &spec(pool().kind, two));
-    r.record(&pool(), &obj("a"), Held::Ip(Some("10.0.0.1".parse().unwrap())));
-    r.record(&pool(), &obj("b"), Held::Ip(Some("10.0.1.1".parse().unwrap())));
+    r.record(&pool(), &obj("a"), Held::Ip(Some("10.0.0.1".parse().unwrap())), None);
+    r.record(&pool(), &obj("b"), Held::Ip(Some("10.0.1.1".parse().unwrap())), None);
     r.remove_spec(&pool());
     let one = json!({"addresses": ["10.0.0.1"], "prefix": 24, "gateway": "10.0.0.254"});
     r.apply_spec(&pool(), &spec(pool().kind, one));
     r.unconfirm(&pool(), &obj("b"));
-    let again = r.allocate(&pool(), &obj("b"), None).unwrap();
+    let again = r.allocate(&pool(), &obj("b"), None, &Claimant::default()).unwrap();
     assert_eq!(
         (again.address.to_string(), again.prefix, again.gateway.as_deref()),
         ("10.0.1.1".to_owned(), 24, Some("10.0.0.254"))
@@ -537,10 +574,14 @@ fn a_least_recently_released_pool_guesses_again_once_every_ipaddress_listed() {
     let lrr = json!({"addresses": ["10.0.0.1-10.0.0.9"], "prefix": 24, "allocationStrategy": "LeastRecentlyReleased"});
     r.apply_spec(&pool(), &spec(pool().kind, lrr));
     for (name, address) in [("a", "10.0.0.1"), ("e", "10.0.0.5")] {
-        r.record(&pool(), &obj(name), Held::Ip(Some(address.parse().unwrap())));
+        r.record(&pool(), &obj(name), Held::Ip(Some(address.parse().unwrap())), None);
     }
     r.synced();
-    let next: Vec<String> =
-        ["x", "y"].iter().map(|n| r.allocate(&pool(), &obj(n), None).unwrap().address.to_string()).collect();
+    let next: Vec<String> = ["x", "y"]
+        .iter()
+        .map(|n| r.allocate(&pool(), &obj(n), None, &Claimant::default()).unwrap().address.to_string())
+        .collect();
     assert_eq!(next, ["10.0.0.6", "10.0.0.7"], "the addresses above the highest in use were never handed out");
 }
+
+mod quota;

@@ -8,6 +8,7 @@ impl Registry {
         let state = self.pools.entry(pool_key.clone()).or_default();
         // One list at a time: a requester in the waiters' queue would take the wake an exhausted claim needs.
         state.requesters.retain(|c| c != claim);
+        state.stop_waiting_for_quota(claim);
         if !state.waiters.contains(claim) {
             state.waiters.push_back(claim.clone());
         }
@@ -17,6 +18,7 @@ impl Registry {
     pub fn wait_for_requested(&mut self, pool_key: &PoolKey, claim: &ObjectKey) {
         let state = self.pools.entry(pool_key.clone()).or_default();
         state.waiters.retain(|c| c != claim);
+        state.stop_waiting_for_quota(claim);
         if !state.requesters.contains(claim) {
             state.requesters.push(claim.clone());
         }
@@ -29,6 +31,7 @@ impl Registry {
         if let Some(state) = self.pools.get_mut(pool_key) {
             state.waiters.retain(|c| c != claim);
             state.requesters.retain(|c| c != claim);
+            state.stop_waiting_for_quota(claim);
             if !state.is_exhausted() {
                 self.woken.extend(state.waiters.pop_front());
             }
@@ -42,22 +45,30 @@ impl Registry {
 
     pub(super) fn wake_all(&mut self, key: &PoolKey) -> Woken {
         let Some(state) = self.pools.get_mut(key) else { return Vec::new() };
+        // The quota may have changed: every claim that waits for it looks again.
+        let mut woken: Woken = std::mem::take(&mut state.quota_waiters).into_values().flatten().collect();
         if state.is_exhausted() {
-            return take_requesters_due(state);
+            woken.extend(take_requesters_due(state));
+            return woken;
         }
         state.requesters_due = false;
-        state.waiters.drain(..).chain(state.requesters.drain(..)).collect()
+        woken.extend(state.waiters.drain(..).chain(state.requesters.drain(..)));
+        woken
     }
 }
 
 /// Once an address is free: the oldest waiter, and every claim whose requested address was held (one of them may
-/// want this one; the others wait again without taking the waiter's wake).
+/// want this one; the others wait again without taking the waiter's wake); and the claims of every Cluster that holds
+/// less than its quota now.
 pub(super) fn take_waiters(state: &mut PoolState) -> Woken {
+    let mut woken = state.take_quota_waiters();
     if state.is_exhausted() {
-        return take_requesters_due(state);
+        woken.extend(take_requesters_due(state));
+        return woken;
     }
     state.requesters_due = false;
-    state.waiters.pop_front().into_iter().chain(state.requesters.drain(..)).collect()
+    woken.extend(state.waiters.pop_front().into_iter().chain(state.requesters.drain(..)));
+    woken
 }
 
 /// A pin's placeholder took an address: the claims whose requested (or pinned) address was held look again, even in

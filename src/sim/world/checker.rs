@@ -441,6 +441,7 @@ impl World {
                     self.index_view(pool)
                 ));
             }
+            check_cluster_usage(pool, shape.quota, &object, &addresses)?;
             // Every address recorded as moved away is still recorded: in the pool's annotation, or, while that has no
             // room, by the mark on the IPAddress the move left behind (found by seed 20057241 of the soak).
             let marked: Vec<Held> = addresses
@@ -538,6 +539,34 @@ impl World {
             let others_pin = |h: &Held| pin.as_ref().is_some_and(|(to, p)| p == h && !to.matches(&key));
             let own_pin = pin.as_ref().filter(|(to, _)| to.matches(&key)).map(|(_, p)| *p);
             let is_free = |h: Held| free.contains(&h);
+            // Its Cluster holds its quota of the pool (docs/compatibility.md D21): it waits until the Cluster holds
+            // fewer. What the Cluster holds: its IPAddresses, and at most the addresses kept for its bound claims whose
+            // IPAddress a person deleted.
+            let quota = self.shapes.get(&pool).and_then(|s| s.quota);
+            // A claim's own pin, which the pool allocates, is not limited (it waits for it as for a requested address).
+            let allocated_pin =
+                own_pin.filter(|p| self.shapes.get(&pool).is_some_and(|s| s.allocatable(pool).contains(p)));
+            if let (Some(quota), Some(cluster), None) = (quota, cluster_of(c), allocated_pin) {
+                let ipaddresses = addresses
+                    .iter()
+                    .filter(|a| pool_of_address(a) == Some(pool) && key_of(a).namespace == key.namespace)
+                    .filter(|a| {
+                        a.pointer("/metadata/labels").and_then(|l| l.get(CLUSTER_NAME_LABEL)).and_then(Value::as_str)
+                            == Some(cluster)
+                    })
+                    .count();
+                let kept = self
+                    .actors
+                    .lost
+                    .iter()
+                    .filter(|(k, _)| {
+                        claims.iter().any(|o| key_of(o) == *k && claim_pool(o) == Some(pool) && cluster_of(o).is_some())
+                    })
+                    .count();
+                if ipaddresses + kept >= usize::from(quota) {
+                    continue;
+                }
+            }
             let can = match (requested, own_pin) {
                 (Some(r), Some(p)) => p.address().to_string() == r && is_free(p),
                 (None, Some(p)) => {
@@ -669,4 +698,36 @@ fn first_duplicate<'h>(
             .find(|other| other.pool == this.pool && other.held.overlaps(this.held) && conflict(other, this))
             .map(|other| (other, this))
     })
+}
+
+/// A pool with a quota says what its IPAddresses hold per Cluster, by their cluster-name label (docs/compatibility.md
+/// D21); one without says nothing.
+fn check_cluster_usage(pool: PoolId, quota: Option<u8>, object: &Value, addresses: &[Value]) -> Result<(), String> {
+    let shown = object.pointer("/status/clusterUsage").filter(|u| !u.is_null());
+    let Some(quota) = quota else {
+        return match shown {
+            None => Ok(()),
+            Some(u) => Err(format!("pool {} has no quota and shows clusterUsage {u}", pool.pool_key())),
+        };
+    };
+    let mut used: BTreeMap<String, i64> = BTreeMap::new();
+    let mut without_cluster = 0;
+    for a in addresses.iter().filter(|a| pool_of_address(a) == Some(pool)) {
+        match a.pointer("/metadata/labels").and_then(|l| l.get(CLUSTER_NAME_LABEL)).and_then(Value::as_str) {
+            Some(cluster) => *used.entry(format!("{}/{cluster}", key_of(a).namespace)).or_default() += 1,
+            None => without_cluster += 1,
+        }
+    }
+    let mut top: Vec<(&String, &i64)> = used.iter().collect();
+    top.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let expect = json!({
+        "clusters": used.len(),
+        "atQuota": used.values().filter(|n| **n >= i64::from(quota)).count(),
+        "top": top.iter().take(10).map(|(c, n)| json!({"cluster": c, "used": n, "quota": quota})).collect::<Vec<_>>(),
+        "withoutCluster": without_cluster,
+    });
+    if shown != Some(&expect) {
+        return Err(format!("pool {} shows clusterUsage {shown:?}, the truth is {expect}", pool.pool_key()));
+    }
+    Ok(())
 }

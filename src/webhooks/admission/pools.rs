@@ -10,7 +10,7 @@ use crate::ipam::prefix_pool::effective_allocation_length;
 use crate::ipam::validate::{
     FieldError, InUse, IpPoolExtras, allocation_strategy_findings, first_overlap, ip_pool_gateway_finding,
     ip_pool_stranded_addresses, pin_warnings, pins_in_use, prefix_pool_non_allocatable, prefix_pool_warnings,
-    quote_list, subnet_gateway_findings, validate_ip_pool, validate_prefix_pool,
+    quota_findings, quote_list, subnet_gateway_findings, validate_ip_pool, validate_prefix_pool,
 };
 use crate::ipam::{IpPoolConfig, PrefixPoolConfig};
 
@@ -63,6 +63,16 @@ pub(super) async fn validate_ip(
     let strategy_errs = allocation_strategy_findings(&config, old_ipam_spec.as_ref().map(|o| o.allocation_strategy));
     if (!update || changed) && !strategy_errs.is_empty() {
         return Outcome::deny(invalid(kind.kind(), &request.name, &strategy_errs));
+    }
+    // On create and quota changes only, as the strategy's rules.
+    let quota = new.quota.as_ref();
+    if old.as_ref().is_none_or(|o| o.quota.as_ref() != quota)
+        && let Some(quota) = quota
+    {
+        let errs = quota_findings(quota.per_cluster, quota.clusters.as_ref(), namespace.filter(|_| !kind.is_global()));
+        if !errs.is_empty() {
+            return Outcome::deny(invalid(kind.kind(), &request.name, &errs));
+        }
     }
     let old_pins = old.as_ref().and_then(|o| o.pre_allocations.as_ref());
     let pins_changed = new.pre_allocations.as_ref().is_some_and(|pins| Some(pins) != old_pins);
