@@ -23,6 +23,15 @@ pub fn intern(s: &str) -> Arc<str> {
     shared
 }
 
+/// A Cluster as a pool's quota names it (docs/compatibility.md D21): `namespace/name`, shared (a handful per Cluster,
+/// many holders each).
+pub type ClusterKey = Arc<str>;
+
+/// The key of the Cluster `name` of `namespace`.
+pub fn cluster_key(namespace: &str, name: &str) -> ClusterKey {
+    intern(&format!("{namespace}/{name}"))
+}
+
 /// A namespaced object's name: an IPAddress, or the claim of the same name and namespace; the namespace is shared.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {

@@ -229,6 +229,11 @@ impl Claim {
         self.cluster.as_deref()
     }
 
+    /// Its Cluster as a pool's quota counts it: `namespace/name` of its namespace (docs/compatibility.md D21).
+    pub fn cluster_key(&self) -> Option<crate::compact::ClusterKey> {
+        self.cluster().filter(|c| !c.is_empty()).map(|c| crate::compact::cluster_key(&self.key.namespace, c))
+    }
+
     /// Whether the claim's pool is the one of an IPAddress of its name (`pool`, with its kind, namespace and name):
     /// then that IPAddress is adopted by the claim rather than released as an orphan.
     pub fn uses_pool(&self, kind: PoolKind, namespace: &str, name: &str) -> bool {

@@ -281,7 +281,7 @@ impl State {
             // The address its machine uses: held whatever its Cluster's quota.
             let mut bound = Claimant::bound(None);
             if let Some(claim) = self.claims.get(&key) {
-                bound = Claimant::bound(super::pools::cluster_of(&claim));
+                bound = Claimant::bound(claim.cluster_key());
                 super::moved_away::reclaim_for_bound(self, &pool, &claim);
             }
             if self.addresses.contains_key(&key) {

@@ -212,7 +212,7 @@ impl Index {
         pool: &PoolKey,
         requested: Option<&str>,
     ) -> Result<super::Assigned, super::AllocateError> {
-        let claimant = super::registry::Claimant::of_cluster(super::pools::cluster_of(claim));
+        let claimant = super::registry::Claimant::of_cluster(claim.cluster_key());
         self.write(|s| s.allocate(claim, pool, requested, &claimant))
     }
 

@@ -550,7 +550,7 @@ pub fn reclaim_for_bound(index: &mut State, pool: &PoolKey, claim: &Claim) {
         return;
     }
     // It counts in its Cluster's quota again (helper-131 F3: a new term holding it before a sibling allocates).
-    let cluster = super::pools::cluster_of(claim);
+    let cluster = claim.cluster_key();
     if index.registry.transfer(pool, &reservation_key(held), key, cluster).is_some() {
         index.registry.unconfirm(pool, key);
         index.holds_without_create.insert(key.clone());

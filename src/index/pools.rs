@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::registry::{Claimant, ClusterKey, cluster_key};
+use super::registry::{Claimant, ClusterKey};
 use super::{
     AddressRecord, AllocateError, Assigned, Counted, Duplicate, Held, Notice, ObjectKey, PoolKey, State, moved_away,
 };
@@ -20,12 +20,6 @@ pub enum Wait {
     Nothing,
     /// The IPAddress of its name, another pool's or provider's, to change or go.
     ItsName,
-}
-
-/// The Cluster whose quota a claim's addresses count in: `spec.clusterName`, else its cluster-name label, in its
-/// namespace (docs/compatibility.md D21).
-pub(super) fn cluster_of(claim: &Claim) -> Option<ClusterKey> {
-    claim.cluster().filter(|c| !c.is_empty()).map(|cluster| cluster_key(&claim.key.namespace, cluster))
 }
 
 impl State {
@@ -64,7 +58,7 @@ impl State {
         pool: &PoolKey,
         previous: Option<&str>,
     ) -> Result<Assigned, AllocateError> {
-        let cluster = cluster_of(claim);
+        let cluster = claim.cluster_key();
         if previous.is_some() {
             // The address its machine uses: given again whatever its Cluster's quota (which takes nothing back).
             match self.allocate(claim, pool, previous, &Claimant::bound(cluster.clone())) {
@@ -106,7 +100,7 @@ impl State {
             .get(key)
             .filter(|c| record.claim_owner == Some(c.uid.uid()) && c.uses_pool(pool.kind, &pool.namespace, &pool.name))
         {
-            Some(claim) => cluster_of(&claim),
+            Some(claim) => claim.cluster_key(),
             None => record.cluster(key),
         }
     }

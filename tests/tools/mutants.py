@@ -852,7 +852,7 @@ MUTATIONS = [
      "a claim whose pin another IPAddress holds is refused for its quota and waits for its Cluster, not for its pin: "
      "the pin freed wakes it not (helper-131 F1)"),
     ("quota-counts-the-label-over-the-claim", "src/index/pools.rs",
-     "            Some(claim) => cluster_of(&claim),\n",
+     "            Some(claim) => claim.cluster_key(),\n",
      "            Some(_) => record.cluster(key),\n",
      "a label taken off an IPAddress by hand lets its Cluster's waiting claim take one address more than its quota "
      "(helper-131 F2)"),

@@ -2,17 +2,9 @@
 //! in constant time (docs/compatibility.md D21).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use super::{Held, ObjectKey};
-
-/// A Cluster as a quota names it: `namespace/name`, shared (a handful per Cluster, many holders each).
-pub type ClusterKey = Arc<str>;
-
-/// The key of the Cluster `name` of `namespace`.
-pub fn cluster_key(namespace: &str, name: &str) -> ClusterKey {
-    crate::compact::intern(&format!("{namespace}/{name}"))
-}
+use crate::compact::ClusterKey;
 
 pub(super) struct Holding {
     pub(super) held: Held,

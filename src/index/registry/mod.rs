@@ -15,6 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::api::PoolSpec;
 use crate::api::v1alpha2::PoolQuota;
 pub use crate::compact::ObjectKey;
+pub use crate::compact::{ClusterKey, cluster_key};
 use crate::ipam::address::parse_ip;
 use crate::ipam::{
     Allocation, IpPoolAllocator, IpPoolConfig, PoolCounts, PrefixPoolAllocator, PrefixPoolConfig, ReserveError,
@@ -24,7 +25,6 @@ pub use held::{
     AllocateError, Assigned, Duplicate, Held, HeldPrefix, PoolKey, aside_key, is_aside, is_placeholder, is_reservation,
     reservation_key,
 };
-pub use holders::{ClusterKey, cluster_key};
 use holders::{Holders, Holding};
 pub use pins::{PinnedTo, is_pin, pin_key};
 use pool_state::{Dirty, assigned, parse_config, parse_ipv6};

@@ -3,10 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::holders::{ClusterKey, Holders};
+use super::holders::Holders;
 use super::is_placeholder;
 use super::{AllocateError, ObjectKey, PoolKey, PoolSpec, PoolState, Registry, Woken};
 use crate::api::v1alpha2::{ClusterUsage, ClusterUsageEntry, PoolQuota};
+use crate::compact::ClusterKey;
 
 /// A pool's `spec.quota`, if it has one (IP pools only).
 pub(super) fn quota_of(spec: &PoolSpec) -> Option<PoolQuota> {

@@ -1,7 +1,11 @@
 //! Per-Cluster quotas (docs/compatibility.md D21): checked in the step that holds, counted as holds come and go, and
 //! the claims that wait for them woken the moment their Cluster holds fewer.
 
-use super::*;
+use serde_json::json;
+
+use super::{ip, obj, pool, spec};
+use crate::api::PoolKind;
+use crate::index::registry::{AllocateError, Claimant, ObjectKey, PoolKey, Registry, cluster_key, reservation_key};
 
 fn quota_pool(quota: serde_json::Value) -> Registry {
     let mut r = Registry::new();
