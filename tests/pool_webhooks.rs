@@ -520,7 +520,8 @@ async fn a_clusters_claims_beyond_its_quota_wait_until_it_holds_fewer() {
         async move { claims.create(&PostParams::default(), &claim).await.expect("claim") }
     }))
     .await;
-    let bound_of = async |cluster: &str, expected: usize| {
+    // The names of the claims of `cluster` bound, once `expected` of them are and `waiting` others wait.
+    let bound_of = async |cluster: &str, expected: usize, waiting: usize| {
         support::eventually(
             std::time::Duration::from_secs(30),
             &format!("{expected} claims of {cluster} bound"),
@@ -534,15 +535,15 @@ async fn a_clusters_claims_beyond_its_quota_wait_until_it_holds_fewer() {
                     })
                     .filter_map(|c| c.metadata.name.clone())
                     .collect();
-                let waiting =
+                let unbound =
                     list.items.iter().filter(|c| c.data["spec"]["clusterName"] == cluster).count() - bound.len();
-                (bound.len() == expected && waiting == 5 - expected).then_some(bound)
+                (bound.len() == expected && unbound == waiting).then_some(bound)
             },
         )
         .await
     };
-    let small = bound_of("small", 2).await;
-    bound_of("big", 3).await;
+    let small = bound_of("small", 2, 3).await;
+    bound_of("big", 3, 2).await;
     let waiting = (0..5).map(|i| format!("small-{i}")).find(|n| !small.contains(n)).expect("a waiting claim");
     let ready = capi.wait_reason(&env.client, &ns, &waiting, "QuotaExceeded").await;
     assert_eq!(ready["status"], "False");
@@ -563,7 +564,7 @@ async fn a_clusters_claims_beyond_its_quota_wait_until_it_holds_fewer() {
     .await;
     // small lets go of one: one of its waiting claims is bound at once, and small holds its quota again.
     capi.delete_claim(&env.client, &ns, &small[0]).await;
-    bound_of("small", 2).await;
+    bound_of("small", 2, 2).await;
     // The quota goes: every waiting claim is bound, and the status says no usage.
     let mut without = spec.clone();
     without.as_object_mut().expect("a spec").remove("quota");

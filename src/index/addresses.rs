@@ -31,7 +31,7 @@ impl State {
         self.replacing(&key, uid);
         let held = Held::of(record.pool.kind, &address.spec);
         let pool = record.pool.clone();
-        let cluster = self.cluster_of_address(&key, &record);
+        let cluster = record.cluster(&key);
         // Before a reservation it may take back or its record confirms the hold.
         let unseen_create = self.unseen_create_of(&pool, &key, uid, held);
         self.set_machines_address_aside(&pool, &key, held);
@@ -356,7 +356,7 @@ impl State {
             // It holds a reserved address now (one that came back with its Cluster, read before the watch saw it).
             moved_away::came_back(self, &record.pool, key, held);
         }
-        if let Some(duplicate) = self.registry.record(&record.pool, key, held, self.cluster_of_address(key, &record)) {
+        if let Some(duplicate) = self.registry.record(&record.pool, key, held, record.cluster(key)) {
             self.report_duplicate(&duplicate);
         }
         let previous = self.addresses.insert(key.clone(), record.clone());

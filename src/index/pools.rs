@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::registry::{Claimant, ClusterKey};
+use super::registry::Claimant;
 use super::{
     AddressRecord, AllocateError, Assigned, Counted, Duplicate, Held, Notice, ObjectKey, PoolKey, State, moved_away,
 };
@@ -88,21 +88,6 @@ impl State {
             _ => {}
         }
         assigned
-    }
-
-    /// The Cluster whose quota the IPAddress `key` (`record`) counts in: its live claim's, which our repair puts back
-    /// into its label (docs/compatibility.md D7), else its cluster-name label's. A label edited by hand moves no
-    /// count (helper-131 F2: the Cluster's waiting claim would take one more address before the repair).
-    pub(super) fn cluster_of_address(&self, key: &ObjectKey, record: &AddressRecord) -> Option<ClusterKey> {
-        let pool = &record.pool;
-        match self
-            .claims
-            .get(key)
-            .filter(|c| record.claim_owner == Some(c.uid.uid()) && c.uses_pool(pool.kind, &pool.namespace, &pool.name))
-        {
-            Some(claim) => claim.cluster_key(),
-            None => record.cluster(key),
-        }
     }
 
     /// Our create of the claim's IPAddress succeeded: the object is recorded (its hold confirmed with it). Returns the

@@ -93,7 +93,11 @@ impl AddressRecord {
         })
     }
 
-    /// The Cluster its cluster-name label names, whose quota it counts in (docs/compatibility.md D21).
+    /// The Cluster its cluster-name label names, whose quota it counts in (docs/compatibility.md D21). The label, which
+    /// every manager watching the pool sees alike, not its claim's Cluster: a manager that does not watch the claim
+    /// would count it elsewhere, and the two would rewrite each other's `status.clusterUsage` (soak seeds 811012589
+    /// and 811020392: a claim of no Cluster adopted an IPAddress labelled for one). A label edited by hand moves the
+    /// count until our repair puts the claim's back (D7).
     /// `key`: the IPAddress's, whose namespace is its claim's and its Cluster's.
     pub fn cluster(&self, key: &ObjectKey) -> Option<ClusterKey> {
         self.cluster_label.as_deref().filter(|c| !c.is_empty()).map(|cluster| cluster_key(&key.namespace, cluster))

@@ -1804,24 +1804,6 @@ fn a_bound_claim_gets_its_machines_address_back_whatever_its_clusters_quota() {
 }
 
 #[test]
-fn an_ipaddress_relabelled_by_hand_counts_for_its_claims_cluster_until_the_repair() {
-    let (index, _sink) = index();
-    feed_pool(&index, quota_pool("10.0.0.1-10.0.0.5", 1));
-    let (a, x) = (claim_of_cluster("a", "c1"), claim_of_cluster("x", "c1"));
-    index.apply_claim(a.clone());
-    index.apply_claim(x.clone());
-    let mut address = ip_address("a", "10.0.0.1", &a);
-    index.apply_address(&address);
-    // A person takes the label off a's IPAddress: it is still a's, which is c1's (our repair puts the label back), so
-    // c1 still holds its quota and x gets nothing in between (helper-131 F2).
-    address.metadata.labels = None;
-    address.metadata.resource_version = Some("2".to_owned());
-    index.apply_address(&address);
-    assert!(matches!(allocate_for(&index, &x, None), Err(AllocateError::QuotaExceeded { .. })));
-    index.check_consistency().expect("consistent");
-}
-
-#[test]
 fn a_bound_claim_whose_address_another_holds_waits_for_it_past_its_quota() {
     let (index, sink) = index();
     feed_pool(&index, quota_pool("10.0.0.1-10.0.0.5", 1));

@@ -1423,7 +1423,9 @@ fn a_status_write_whose_answer_is_lost_does_not_hide_the_next_one() {
 /// stale bound address was reserved for it, and the other claim, restored, lost its IPAddress to the reservation;
 /// 810962108: in a Random pool, a deposed leader's late IPAddress under a bound claim's name held another address than
 /// the claim's, whose hold was set aside; a person deleted the late one, and the claim's own create, in flight, came
-/// back with the set-aside address, which was then held twice (counted twice, and never freed until the next term).
+/// back with the set-aside address, which was then held twice (counted twice, and never freed until the next term);
+/// 811012589 and 811020392: a claim of no Cluster adopted an orphaned IPAddress labelled for one, and the pool's
+/// `status.clusterUsage` counted it by its claim, not by the label every manager sees (docs/compatibility.md D21).
 /// (A seed is a regression check only while the simulation draws the same numbers; the
 /// scenarios above script the orders that matter. Here rather than in `sim::tests`, so that `make mutants` runs it
 /// too.)
@@ -1523,6 +1525,8 @@ fn seeds_the_soak_found_keep_every_invariant() {
         6_962,
         809_508_772,
         810_962_108,
+        811_012_589,
+        811_020_392,
     ] {
         if let Err(violation) = super::run_seed(seed) {
             panic!("seed {seed}: {violation}");

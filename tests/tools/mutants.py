@@ -851,11 +851,6 @@ MUTATIONS = [
      "        if true {\n            state.check_quota(pool_key, claimant)?;\n",
      "a claim whose pin another IPAddress holds is refused for its quota and waits for its Cluster, not for its pin: "
      "the pin freed wakes it not (helper-131 F1)"),
-    ("quota-counts-the-label-over-the-claim", "src/index/pools.rs",
-     "            Some(claim) => claim.cluster_key(),\n",
-     "            Some(_) => record.cluster(key),\n",
-     "a label taken off an IPAddress by hand lets its Cluster's waiting claim take one address more than its quota "
-     "(helper-131 F2)"),
     ("quota-bound-claim-waits-for-its-cluster", "src/index/pools.rs",
      "            Err(AllocateError::QuotaExceeded { .. }) if live && previous.is_some() => {\n",
      "            Err(AllocateError::QuotaExceeded { .. }) if false => {\n",
