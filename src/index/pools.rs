@@ -60,8 +60,13 @@ impl State {
     ) -> Result<Assigned, AllocateError> {
         let cluster = claim.cluster_key();
         if previous.is_some() {
-            // The address its machine uses: given again whatever its Cluster's quota (which takes nothing back).
-            match self.allocate(claim, pool, previous, &Claimant::bound(cluster.clone())) {
+            // The address its machine uses: given again whatever its Cluster's quota (which takes nothing back), to a
+            // claim still bound (one whose condition alone names an address is limited as any: helper-132 N6).
+            let bound = match claim.address_ref() {
+                Some(_) => Claimant::bound(cluster.clone()),
+                None => Claimant::of_cluster(cluster.clone()),
+            };
+            match self.allocate(claim, pool, previous, &bound) {
                 Err(AllocateError::Requested { .. }) => {}
                 assigned => return assigned,
             }
@@ -77,7 +82,9 @@ impl State {
             Err(AllocateError::Requested { .. }) if live => self.wait_for_requested(pool, &claim.key),
             // A bound claim whose machine's address another holds now waits for any address to free up, that one
             // included (helper-131 F4); any other, for its Cluster to hold fewer.
+            // A wake it took from the pool's waiters is passed on first (helper-132 N2).
             Err(AllocateError::QuotaExceeded { .. }) if live && previous.is_some() => {
+                self.stop_waiting(pool, &claim.key);
                 self.wait_for_requested(pool, &claim.key);
             }
             Err(AllocateError::QuotaExceeded { .. }) if live => {

@@ -1757,6 +1757,11 @@ fn claim_of_cluster(name: &str, cluster: &str) -> Claim {
     Claim { cluster: Some(intern(cluster)), ..claim(name) }
 }
 
+/// A claim of `cluster` bound to the IPAddress of its name.
+fn bound_claim_of_cluster(name: &str, cluster: &str) -> Claim {
+    Claim { bound: Some("".into()), ..claim_of_cluster(name, cluster) }
+}
+
 fn allocate_for(index: &Index, claim: &Claim, previous: Option<&str>) -> Result<Assigned, AllocateError> {
     let allocating = Observed::Allocating { claim, pool: &pool_key(), previous };
     let (observation, _) = index.observe_then_view(claim, pool_key(), allocating);
@@ -1792,10 +1797,14 @@ fn a_claim_its_quota_refuses_waits_and_is_woken_when_its_cluster_lets_go() {
 fn a_bound_claim_gets_its_machines_address_back_whatever_its_clusters_quota() {
     let (index, _sink) = index();
     feed_pool(&index, quota_pool("10.0.0.1-10.0.0.5", 1));
-    let (a, b) = (claim_of_cluster("a", "c1"), claim_of_cluster("b", "c1"));
+    let (a, b) = (claim_of_cluster("a", "c1"), bound_claim_of_cluster("b", "c1"));
     index.apply_claim(a.clone());
     index.apply_claim(b.clone());
     index.apply_address(&ip_address("a", "10.0.0.1", &a));
+    // An unbound claim whose condition alone names an address (edited by hand) is limited as any (helper-132 N6).
+    let unbound = claim_of_cluster("u", "c1");
+    index.apply_claim(unbound.clone());
+    assert!(matches!(allocate_for(&index, &unbound, Some("10.0.0.4")), Err(AllocateError::QuotaExceeded { .. })));
     // b was bound to 10.0.0.3 (a quota lowered since, or a's IPAddress made by hand) and its IPAddress went: the
     // address its machine uses is held for it again; a quota takes nothing back.
     let again = allocate_for(&index, &b, Some("10.0.0.3")).expect("its machine's address");
@@ -1807,7 +1816,7 @@ fn a_bound_claim_gets_its_machines_address_back_whatever_its_clusters_quota() {
 fn a_bound_claim_whose_address_another_holds_waits_for_it_past_its_quota() {
     let (index, sink) = index();
     feed_pool(&index, quota_pool("10.0.0.1-10.0.0.5", 1));
-    let (a, b) = (claim_of_cluster("a", "c1"), claim_of_cluster("b", "c1"));
+    let (a, b) = (claim_of_cluster("a", "c1"), bound_claim_of_cluster("b", "c1"));
     index.apply_claim(a.clone());
     index.apply_claim(b.clone());
     index.apply_address(&ip_address("a", "10.0.0.1", &a));
@@ -1820,4 +1829,32 @@ fn a_bound_claim_whose_address_another_holds_waits_for_it_past_its_quota() {
     assert!(sink.take_woken().contains(&key("b")), "woken when the address its machine uses frees up (helper-131 F4)");
     let again = allocate_for(&index, &b, Some("10.0.0.3")).expect("its machine's address");
     assert_eq!(again.address.to_string(), "10.0.0.3");
+}
+
+#[test]
+fn a_bound_claim_its_quota_refuses_passes_on_the_wake_it_took_from_the_waiters() {
+    let (index, sink) = index();
+    feed_pool(&index, quota_pool("10.0.0.1-10.0.0.3", 1));
+    let (a, b, w) = (claim_of_cluster("a", "c1"), bound_claim_of_cluster("b", "c1"), claim("w"));
+    for c in [&b, &w] {
+        index.apply_claim(c.clone());
+    }
+    // The pool is full of hand-made IPAddresses of no claim; b's machine's address is one of them.
+    for (name, address) in [("o1", "10.0.0.1"), ("o2", "10.0.0.2"), ("o3", "10.0.0.3")] {
+        index.apply_address(&ip_address(name, address, &claim(name)));
+    }
+    // b and w wait for an address, b first.
+    let b_previous = Some("10.0.0.3");
+    assert!(matches!(allocate_for(&index, &b, b_previous), Err(AllocateError::Exhausted { .. })));
+    assert!(matches!(allocate_for(&index, &w, None), Err(AllocateError::Exhausted { .. })));
+    // Meanwhile c1 comes to hold its quota (a's IPAddress, made by hand outside the pool's range).
+    index.apply_address(&ip_address("a", "10.0.9.9", &a));
+    sink.take_woken();
+    // o2 goes: b, the oldest, is woken; its machine's address is still held, and c1 holds its quota: b waits for its
+    // address, and the wake goes on to w, which takes the free one (helper-132 N2).
+    index.address_gone(&key("o2"), None);
+    assert!(sink.take_woken().contains(&key("b")));
+    assert!(matches!(allocate_for(&index, &b, b_previous), Err(AllocateError::QuotaExceeded { .. })));
+    assert!(sink.take_woken().contains(&key("w")), "the wake b could not use goes on");
+    allocate_for(&index, &w, None).expect("the free address");
 }

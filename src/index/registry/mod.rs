@@ -214,9 +214,11 @@ impl Registry {
             Some(h) if h.held == held => {
                 // Confirmed, it counts in the pool's status now (`PoolState::status_counts`).
                 let newly_confirmed = state.holders.set_confirmed(address, true) == Some(false);
-                // Its label changed, or it came over from a reservation: it counts in its Cluster's quota now.
+                // Its label changed, or it came over from a reservation: it counts in its Cluster's quota now. The
+                // Cluster it counted in may hold less than its quota: its waiting claims, and the bound ones waiting
+                // for their machine's address as requesters, look again (helper-132 N3).
                 if state.holders.set_cluster(address, cluster) {
-                    self.woken.extend(state.take_quota_waiters());
+                    self.woken.extend(take_waiters(state));
                     self.dirty.mark(pool_key);
                 }
                 if newly_confirmed {

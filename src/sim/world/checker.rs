@@ -560,7 +560,12 @@ impl World {
                     .lost
                     .iter()
                     .filter(|(k, _)| {
-                        claims.iter().any(|o| key_of(o) == *k && claim_pool(o) == Some(pool) && cluster_of(o).is_some())
+                        k.namespace == key.namespace
+                            && *k != key
+                            && !addresses.iter().any(|a| key_of(a) == *k)
+                            && claims.iter().any(|o| {
+                                key_of(o) == *k && claim_pool(o) == Some(pool) && cluster_of(o) == Some(cluster)
+                            })
                     })
                     .count();
                 if ipaddresses + kept >= usize::from(quota) {
@@ -713,7 +718,8 @@ fn check_cluster_usage(pool: PoolId, quota: Option<u8>, object: &Value, addresse
     let mut used: BTreeMap<String, i64> = BTreeMap::new();
     let mut without_cluster = 0;
     for a in addresses.iter().filter(|a| pool_of_address(a) == Some(pool)) {
-        match a.pointer("/metadata/labels").and_then(|l| l.get(CLUSTER_NAME_LABEL)).and_then(Value::as_str) {
+        let label = a.pointer("/metadata/labels").and_then(|l| l.get(CLUSTER_NAME_LABEL)).and_then(Value::as_str);
+        match label.filter(|c| !c.is_empty()) {
             Some(cluster) => *used.entry(format!("{}/{cluster}", key_of(a).namespace)).or_default() += 1,
             None => without_cluster += 1,
         }

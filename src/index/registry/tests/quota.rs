@@ -260,3 +260,14 @@ fn a_claim_whose_pin_another_holds_waits_for_its_pin_not_its_quota() {
     let got = r.allocate(&pool(), &obj("pinned"), None, &of("c1")).expect("its pin, at a quota of 0");
     assert_eq!(got.address.to_string(), "10.0.0.9");
 }
+
+#[test]
+fn a_label_taken_off_wakes_the_requesters_of_the_cluster_it_left() {
+    let mut r = quota_pool(json!({"perCluster": 1}));
+    assert!(r.record(&pool(), &obj("a"), ip("10.0.0.1"), Some(cluster_key("ns", "c1"))).is_none());
+    // A bound claim of c1 waits, as a requester, for its machine's address (helper-132 N3).
+    r.wait_for_requested(&pool(), &obj("b"));
+    assert!(r.record(&pool(), &obj("a"), ip("10.0.0.1"), None).is_none());
+    assert!(r.take_woken().contains(&obj("b")), "c1 holds less than its quota now");
+    r.check_consistency().expect("consistent");
+}
