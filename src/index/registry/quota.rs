@@ -43,11 +43,10 @@ impl PoolState {
         let (Some(quota), Some(cluster), false) = (&self.quota, &claimant.cluster, claimant.bypasses_quota) else {
             return Ok(());
         };
-        let Some(limit) = quota.limit_of(cluster) else { return Ok(()) };
-        let used = self.holders.of_cluster(cluster);
-        if used < limit {
+        if Self::below_quota(Some(quota), &self.holders, cluster) {
             return Ok(());
         }
+        let (used, limit) = (self.holders.of_cluster(cluster), quota.limit_of(cluster).unwrap_or(0));
         Err(AllocateError::QuotaExceeded { pool: pool.clone(), cluster: cluster.to_string(), used, quota: limit })
     }
 
@@ -68,10 +67,10 @@ impl PoolState {
         free.iter().filter_map(|c| self.quota_waiters.remove(c)).flatten().collect()
     }
 
-    /// Takes `claim` off the quota waiters; returns whether it was one.
-    pub(super) fn stop_waiting_for_quota(&mut self, claim: &ObjectKey) -> bool {
+    /// Takes `claim` off the quota waiters.
+    pub(super) fn stop_waiting_for_quota(&mut self, claim: &ObjectKey) {
         let Some(cluster) = self.quota_waiters.iter().find(|(_, w)| w.contains(claim)).map(|(c, _)| c.clone()) else {
-            return false;
+            return;
         };
         if let Some(waiting) = self.quota_waiters.get_mut(&cluster) {
             waiting.retain(|c| c != claim);
@@ -79,7 +78,6 @@ impl PoolState {
                 self.quota_waiters.remove(&cluster);
             }
         }
-        true
     }
 }
 
