@@ -370,9 +370,16 @@ fn moved_away_entries(w: &World) -> String {
 /// A global pool of two, Cluster `a/cl` and its claim `a/m0` bound in it; the pool, the Cluster, the claim and the
 /// claim's address.
 fn claim_of_a_cluster_bound_in_the_global_pool() -> (World, PoolId, ObjectKey, ObjectKey, serde_json::Value) {
+    claim_of_a_cluster_bound_in_the_global_pool_of_quota(None)
+}
+
+/// The same, the pool's Clusters each limited to `quota` addresses (docs/compatibility.md D21).
+fn claim_of_a_cluster_bound_in_the_global_pool_of_quota(
+    quota: Option<u8>,
+) -> (World, PoolId, ObjectKey, ObjectKey, serde_json::Value) {
     let mut w = World::scripted();
     let gip = PoolId::Global;
-    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, ..Shape::default() });
+    w.create_pool_shaped(gip, Shape { v6: false, offset: 0, size: 2, quota, ..Shape::default() });
     let cl = cluster(&mut w, false);
     let (m0, _) = claim_of_cluster(&mut w, "m0");
     w.begin_term();
@@ -2417,6 +2424,43 @@ fn a_claim_back_from_a_move_whose_entry_outlived_a_leader_change_makes_its_ipadd
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     settles_with_ipaddress_made_again(&mut w, &m0, &moved);
     assert_eq!(moved_away_entries(&w), "", "the reservation outlived the move back:\n{}", w.trace_text());
+}
+
+/// helper-131 F3: as seed 120037281, in a pool whose Clusters may each hold one address. The new term's hold of `a/m0`'s
+/// reserved address, taken over from the reservation, counts for Cluster `cl`: its sibling `a/m1`, created then, waits
+/// for its quota and does not take the pool's other address.
+#[test]
+fn a_reservation_a_bound_claim_takes_back_counts_in_its_clusters_quota() {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool_of_quota(Some(1));
+    move_away_and_release(&mut w, &cl, &m0);
+    cluster(&mut w, true);
+    let (_, back) = claim_of_cluster(&mut w, "m0");
+    w.create(Kind::Address, global_ipaddress("a", "m0", &back["metadata"]["uid"], &moved, Some("cl")));
+    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_job(Job::MovedAway(gip.pool_key()));
+    let is_pool_patch = |op: &Op| matches!(op, Op::PatchMerge { kind: Kind::Pool(_), status: false, .. });
+    while !w.answer_where(is_pool_patch, Fate::NotApplied) {
+        assert!(w.answer_where(|op| !is_pool_patch(op), Fate::Answered), "the writer never wrote:\n{}", w.trace_text());
+    }
+    w.answer_everything();
+    w.end_this_term();
+    w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
+    w.remove(Kind::Address, &m0);
+    w.begin_term();
+    w.deliver_all(&[]);
+    assert_ne!(moved_away_entries(&w), "", "a/m0's address still reserved under its name:\n{}", w.trace_text());
+    let (m1, _) = claim_of_cluster(&mut w, "m1");
+    w.deliver_all(&[]);
+    w.run_to_rest(Job::Claim(m1.clone()));
+    assert!(w.read(Kind::Address, &m1).is_none(), "a/m1 went past cl's quota of 1:\n{}", w.trace_text());
+    let reason = w.read(Kind::Claim, &m1).expect("a/m1")["status"]["conditions"][0]["reason"].clone();
+    assert_eq!(reason, "QuotaExceeded", "{}", w.trace_text());
+    w.run_to_rest(Job::Claim(m0.clone()));
+    w.run_to_rest(Job::MovedAway(gip.pool_key()));
+    settles_with_ipaddress_made_again(&mut w, &m0, &moved);
+    assert!(w.read(Kind::Address, &m1).is_none(), "a/m1 went past cl's quota of 1:\n{}", w.trace_text());
 }
 
 /// helper-11's review: claim `a/m0` of Cluster `cl` is deleted while another controller's finalizer holds it; we

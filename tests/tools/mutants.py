@@ -870,6 +870,11 @@ MUTATIONS = [
      "                None => Claimant::of_cluster(cluster.clone()),\n",
      "                None => Claimant::bound(cluster.clone()),\n",
      "an unbound claim whose condition alone names an address gets it past its quota (helper-132 N6)"),
+    ("quota-reclaimed-reservation-counts-for-no-cluster", "src/index/moved_away.rs",
+     "    let cluster = claim.cluster_key();\n",
+     "    let cluster = None;\n",
+     "a bound claim back from a move that takes its reserved address back counts for no Cluster: a sibling takes an "
+     "address past the Cluster's quota (helper-131 F3)"),
     ("quota-usage-never-removed", "src/apiserver/requests.rs",
      "        patch[\"status\"][\"clusterUsage\"] = Value::Null;\n",
      "",
