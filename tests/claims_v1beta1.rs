@@ -65,6 +65,7 @@ async fn allocation_exhaustion_and_pause_in_v1beta1() {
         .patch("cl", &PatchParams::default(), &Patch::Merge(json!({"spec": {"paused": true}})))
         .await
         .expect("pause");
+    CAPI.wait_pause_seen(c, ns, "cl").await;
     let mut paused = CAPI.claim("paused", "InClusterIPPool", "pool");
     paused.data["spec"]["clusterName"] = json!("cl");
     create_pool(c, "InClusterIPPool", ns, "more", json!({"addresses": ["10.0.1.1-10.0.1.5"], "prefix": 24})).await;

@@ -266,6 +266,8 @@ async fn delete_while_paused(site: &Site, namespace: &str, cluster: &str, machin
     set_paused(site, namespace, cluster, true);
     let paused = r#"{.status.conditions[?(@.type=="Paused")].status}"#;
     site.wait_value(namespace, &format!("machine/{machine}"), paused, "True").await;
+    // CAPI saw the pause; our manager, which judges it from its own cache, too.
+    CAPI.wait_pause_seen(&site.client, namespace, cluster).await;
     let before = addresses(&site.client, namespace).await;
     let writes = || site.plane.audited_writes("*", "ipaddresses", namespace, OUR_AGENT);
     let written = writes();

@@ -593,10 +593,16 @@ async fn ours_beside_the_go_provider(plane: &Plane, client: &Client, go: &GoInst
     ours
 }
 
-/// The Go provider's pod is gone: ours, still without the Lease (one allocator at a time while both ran), gets the
-/// API server's calls, and takes the Lease once the one the Go provider left expires.
-fn ours_takes_over(plane: &Plane, ours: &Manager) {
-    let log = std::fs::read_to_string(&ours.log).unwrap_or_default();
+/// Our manager's log up to now: read as the Go provider stops, it says whether ours took the Lease while it ran (read
+/// later, the Lease the Go provider left may have expired and been taken, as it should be).
+fn log_while_the_go_provider_ran(ours: &Manager) -> String {
+    std::fs::read_to_string(&ours.log).unwrap_or_default()
+}
+
+/// The Go provider's pod is gone: ours, still without the Lease (one allocator at a time while both ran, as its
+/// `log` of that time says), gets the API server's calls, and takes the Lease once the one the Go provider left
+/// expires.
+fn ours_takes_over(plane: &Plane, ours: &Manager, log: &str) {
     assert!(
         !log.contains("acquired the lease"),
         "ours took the Lease while the Go provider ran:\n{}",
@@ -880,6 +886,7 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
 
     // 3. The Go provider's webhook configurations go, then its Deployment: only the chart's webhooks are called.
     run_block(&plane, &blocks[2]);
+    let log_while_go_ran = log_while_the_go_provider_ran(&ours);
     go.stop();
     every_call_has_a_ready_pod(&plane, &[chart_service], "3. the Go provider's webhooks and pod gone");
     assert_eq!(deployment(&plane)["spec"]["replicas"], 0);
@@ -887,7 +894,7 @@ async fn the_helm_migration_from_the_go_provider_as_migration_md_writes_it_keeps
     // The chart's Service now calls ours alone (the chart's wiring kept, to give back before the rollback's apply),
     // and ours takes over the Lease the Go provider's pod left when it expires.
     let chart_wiring = save_wiring(&plane);
-    ours_takes_over(&plane, &ours);
+    ours_takes_over(&plane, &ours, &log_while_go_ran);
     keeps_and_binds(&client, &go, "the Helm migration").await;
     let with_ours = bound_addresses(&client, &go.tenant).await;
 
@@ -955,8 +962,9 @@ async fn the_kustomize_migration_from_the_go_provider_and_back_keeps_every_claim
     // The Deployment's rollout replaces the Go provider's pod with ours: ours starts beside it and waits, then the
     // Go provider's pod goes.
     let ours = ours_beside_the_go_provider(&plane, &client, &go).await;
+    let log_while_go_ran = log_while_the_go_provider_ran(&ours);
     go.stop();
-    ours_takes_over(&plane, &ours);
+    ours_takes_over(&plane, &ours, &log_while_go_ran);
     keeps_and_binds(&client, &go, "the kustomize migration").await;
     let with_ours = bound_addresses(&client, &go.tenant).await;
 

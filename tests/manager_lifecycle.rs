@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::claims::wait_pool_counts;
 use support::claims::{Capi, address_of, create_pool};
@@ -28,12 +28,13 @@ fn micro_time(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-/// A Lease held by someone else, renewed just now, valid for 10 seconds (and never renewed: that provider is gone).
+/// A Lease held by someone else, renewed just now, valid for an hour: the test lets it go with [`foreign_lease_ends`]
+/// once it has checked that nothing happens while another leads (a short one ran out before that on a slow machine).
 async fn foreign_lease(client: &kube::Client, namespace: &str) {
     let now = micro_time(jiff::Timestamp::now());
     let lease: Lease = serde_json::from_value(json!({
         "metadata": {"name": LEASE, "namespace": namespace},
-        "spec": {"holderIdentity": "go-provider-7d9f", "leaseDurationSeconds": 10,
+        "spec": {"holderIdentity": "go-provider-7d9f", "leaseDurationSeconds": 3600,
                  "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
     }))
     .expect("lease");
@@ -41,6 +42,15 @@ async fn foreign_lease(client: &kube::Client, namespace: &str) {
         .create(&PostParams::default(), &lease)
         .await
         .expect("create lease");
+}
+
+/// The other provider is gone: its Lease, never renewed again, is valid for one second from when a candidate sees
+/// this change (client-go's and our observed time).
+async fn foreign_lease_ends(client: &kube::Client, namespace: &str) {
+    Api::<Lease>::namespaced(client.clone(), namespace)
+        .patch(LEASE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"leaseDurationSeconds": 1}})))
+        .await
+        .expect("shorten the lease");
 }
 
 /// `clusterctl move` creates the IPAddresses (as they were on the source, with their finalizer and owner references
@@ -95,6 +105,7 @@ async fn a_move_is_adopted_without_patching_any_spec_once_the_lease_is_ours() {
     };
 
     // The other provider is gone: its Lease expires, and ours takes over.
+    foreign_lease_ends(c, ns).await;
     for ((name, address), spec) in moved.iter().zip(&specs_before) {
         let bound = CAPI.wait_bound(c, ns, name).await;
         assert_eq!(&address_of(&bound), address, "{name} adopted its moved address");

@@ -151,6 +151,22 @@ impl Capi {
         .await
     }
 
+    /// Waits until the manager has seen Cluster `cluster` paused, which it judges from its cache alone, so that a
+    /// test may then act on the pause without a guessed sleep: a claim naming the Cluster, of a pool that does not
+    /// exist (the Cluster is judged first: it allocates nothing, and gets no finalizer), says `ClusterPaused`, and is
+    /// deleted. The manager's one index then shows the pause to every later reconcile.
+    pub async fn wait_pause_seen(self, client: &Client, namespace: &str, cluster: &str) {
+        let name = format!("pause-seen-{cluster}");
+        let mut sentinel = self.claim(&name, "InClusterIPPool", "no-such-pool");
+        sentinel.data["spec"]["clusterName"] = json!(cluster);
+        self.claims(client, namespace)
+            .create(&PostParams::default(), &sentinel)
+            .await
+            .unwrap_or_else(|e| panic!("claim {name}: {e}"));
+        self.wait_reason(client, namespace, &name, "ClusterPaused").await;
+        self.delete_claim(client, namespace, &name).await;
+    }
+
     /// Deletes a claim and waits until it is gone.
     pub async fn delete_claim(self, client: &Client, namespace: &str, name: &str) {
         let claims = self.claims(client, namespace);
