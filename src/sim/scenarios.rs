@@ -2391,14 +2391,11 @@ fn a_refused_create_of_a_bound_claims_ipaddress_keeps_its_address_held() {
     settles_with_ipaddress_made_again(&mut w, &m0, &own);
 }
 
-/// Soak seed 120037281, scripted: Cluster `cl` moves back with `a/m0` and its IPAddress, and `a/m0` is bound to it
-/// again. The removal of the entry that reserved its address is refused (the pool changed meanwhile), and the term ends
-/// before it is written again. A person deletes `a/m0`'s IPAddress. The next term finds `a/m0` bound, its IPAddress gone,
-/// and its address reserved under its own name: the address is its machine's, it makes its IPAddress again with it,
-/// and the entry goes.
-#[test]
-fn a_claim_back_from_a_move_whose_entry_outlived_a_leader_change_makes_its_ipaddress_again() {
-    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool();
+/// Seed 120037281's order up to the next term (see the test after it), in a pool whose Clusters may each hold `quota`
+/// addresses: `a/m0` bound again after its move back, the entry that reserved its address left behind by a term that
+/// ended, its IPAddress deleted, and a new term begun and told of it all. The world, the pool, `a/m0`, its address.
+fn back_from_a_move_its_entry_outliving_the_term(quota: Option<u8>) -> (World, PoolId, ObjectKey, Value) {
+    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool_of_quota(quota);
     move_away_and_release(&mut w, &cl, &m0);
     assert_ne!(moved_away_entries(&w), "", "reserved while a/m0 is away:\n{}", w.trace_text());
     cluster(&mut w, true);
@@ -2420,6 +2417,17 @@ fn a_claim_back_from_a_move_whose_entry_outlived_a_leader_change_makes_its_ipadd
     w.remove(Kind::Address, &m0);
     w.begin_term();
     w.deliver_all(&[]);
+    (w, gip, m0, moved)
+}
+
+/// Soak seed 120037281, scripted: Cluster `cl` moves back with `a/m0` and its IPAddress, and `a/m0` is bound to it
+/// again. The removal of the entry that reserved its address is refused (the pool changed meanwhile), and the term ends
+/// before it is written again. A person deletes `a/m0`'s IPAddress. The next term finds `a/m0` bound, its IPAddress gone,
+/// and its address reserved under its own name: the address is its machine's, it makes its IPAddress again with it,
+/// and the entry goes.
+#[test]
+fn a_claim_back_from_a_move_whose_entry_outlived_a_leader_change_makes_its_ipaddress_again() {
+    let (mut w, gip, m0, moved) = back_from_a_move_its_entry_outliving_the_term(None);
     w.run_to_rest(Job::Claim(m0.clone()));
     w.run_to_rest(Job::MovedAway(gip.pool_key()));
     settles_with_ipaddress_made_again(&mut w, &m0, &moved);
@@ -2431,25 +2439,7 @@ fn a_claim_back_from_a_move_whose_entry_outlived_a_leader_change_makes_its_ipadd
 /// for its quota and does not take the pool's other address.
 #[test]
 fn a_reservation_a_bound_claim_takes_back_counts_in_its_clusters_quota() {
-    let (mut w, gip, cl, m0, moved) = claim_of_a_cluster_bound_in_the_global_pool_of_quota(Some(1));
-    move_away_and_release(&mut w, &cl, &m0);
-    cluster(&mut w, true);
-    let (_, back) = claim_of_cluster(&mut w, "m0");
-    w.create(Kind::Address, global_ipaddress("a", "m0", &back["metadata"]["uid"], &moved, Some("cl")));
-    w.patch(Kind::Cluster, &cl, json!({"spec": {"paused": false}}));
-    w.deliver_all(&[]);
-    w.run_to_rest(Job::Claim(m0.clone()));
-    w.run_job(Job::MovedAway(gip.pool_key()));
-    let is_pool_patch = |op: &Op| matches!(op, Op::PatchMerge { kind: Kind::Pool(_), status: false, .. });
-    while !w.answer_where(is_pool_patch, Fate::NotApplied) {
-        assert!(w.answer_where(|op| !is_pool_patch(op), Fate::Answered), "the writer never wrote:\n{}", w.trace_text());
-    }
-    w.answer_everything();
-    w.end_this_term();
-    w.patch(Kind::Address, &m0, json!({"metadata": {"finalizers": null}}));
-    w.remove(Kind::Address, &m0);
-    w.begin_term();
-    w.deliver_all(&[]);
+    let (mut w, gip, m0, moved) = back_from_a_move_its_entry_outliving_the_term(Some(1));
     assert_ne!(moved_away_entries(&w), "", "a/m0's address still reserved under its name:\n{}", w.trace_text());
     let (m1, _) = claim_of_cluster(&mut w, "m1");
     w.deliver_all(&[]);
