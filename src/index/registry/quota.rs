@@ -43,16 +43,22 @@ impl PoolState {
         let (Some(quota), Some(cluster), false) = (&self.quota, &claimant.cluster, claimant.bypasses_quota) else {
             return Ok(());
         };
-        if Self::below_quota(Some(quota), &self.holders, cluster) {
-            return Ok(());
+        match Self::at_quota(Some(quota), &self.holders, cluster) {
+            None => Ok(()),
+            Some((used, limit)) => Err(AllocateError::QuotaExceeded {
+                pool: pool.clone(),
+                cluster: cluster.to_string(),
+                used,
+                quota: limit,
+            }),
         }
-        let (used, limit) = (self.holders.of_cluster(cluster), quota.limit_of(cluster).unwrap_or(0));
-        Err(AllocateError::QuotaExceeded { pool: pool.clone(), cluster: cluster.to_string(), used, quota: limit })
     }
 
-    /// Whether `cluster` holds less than its quota (or has none).
-    fn below_quota(quota: Option<&PoolQuota>, holders: &Holders, cluster: &str) -> bool {
-        quota.and_then(|q| q.limit_of(cluster)).is_none_or(|limit| holders.of_cluster(cluster) < limit)
+    /// What `cluster` holds and its quota, when it holds its quota (or more); `None` when it holds less or has none.
+    fn at_quota(quota: Option<&PoolQuota>, holders: &Holders, cluster: &str) -> Option<(u32, u32)> {
+        let limit = quota?.limit_of(cluster)?;
+        let used = holders.of_cluster(cluster);
+        (used >= limit).then_some((used, limit))
     }
 
     /// The claims waiting for their Cluster to drop below its quota that may go on now: every one of a Cluster below
@@ -63,7 +69,7 @@ impl PoolState {
         }
         let (quota, holders) = (self.quota.as_ref(), &self.holders);
         let free: Vec<ClusterKey> =
-            self.quota_waiters.keys().filter(|c| Self::below_quota(quota, holders, c)).cloned().collect();
+            self.quota_waiters.keys().filter(|c| Self::at_quota(quota, holders, c).is_none()).cloned().collect();
         free.iter().filter_map(|c| self.quota_waiters.remove(c)).flatten().collect()
     }
 
