@@ -875,6 +875,10 @@ MUTATIONS = [
      "    let cluster = None;\n",
      "a bound claim back from a move that takes its reserved address back counts for no Cluster: a sibling takes an "
      "address past the Cluster's quota (helper-131 F3)"),
+    ("quota-one-over", "src/index/registry/quota.rs",
+     "        (used >= limit).then_some((used, limit))\n",
+     "        (used > limit).then_some((used, limit))\n",
+     "a Cluster holding its quota gets one address more (the rule's bound off by one)"),
     ("quota-usage-never-removed", "src/apiserver/requests.rs",
      "        patch[\"status\"][\"clusterUsage\"] = Value::Null;\n",
      "",
